@@ -1,0 +1,129 @@
+"""Client-side subprocess: enqueue N tasks, or run the paced latency probes.
+
+Runs with the system's Django settings (``BENCH_SYSTEM``) and prints one JSON object.
+Usage: ``python -m benchmarks.agent enqueue --task noop -n 5000 --in-flight 200``
+       ``python -m benchmarks.agent latency --probes 50``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+WARMUP_TIMEOUT = 120.0  # seconds, covers worker start-up
+PROBE_TIMEOUT = 10.0  # seconds
+# Probes follow each other after a random gap, so they land at random phases of a polling
+# worker's cycle (django-tasks-db polls every 1 s by default).
+PROBE_GAP_MIN = 0.05  # seconds
+PROBE_GAP_MAX = 0.5  # seconds
+
+
+async def run_bounded(n: int, in_flight: int, one: Callable[[int], Awaitable[None]]) -> float:
+    """Call ``one(i)`` for i < n with at most ``in_flight`` awaits pending; return seconds taken."""
+    counter = iter(range(n))
+
+    async def lane() -> None:
+        for i in counter:
+            await one(i)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(min(in_flight, n))))
+    return time.perf_counter() - started
+
+
+def _django_enqueuer() -> tuple[Callable[..., Awaitable[None]], dict[str, Any]]:
+    import django
+
+    django.setup()
+    from benchmarks.projects.enqueue import aenqueue
+    from benchmarks.projects.tasks import TASKS
+
+    return aenqueue, TASKS
+
+
+async def enqueue(task_name: str, n: int, in_flight: int) -> dict[str, Any]:
+    from benchmarks.systems import current_system
+
+    if current_system().enqueue_kind == "raw-sql":
+        from benchmarks import rawsql
+
+        seconds = await rawsql.enqueue_batches(task_name, n, in_flight)
+    else:
+        aenqueue, tasks = _django_enqueuer()
+        task = tasks[task_name]
+        seconds = await run_bounded(n, in_flight, lambda i: aenqueue(task))
+    return {"enqueued": n, "seconds": seconds, "ops": n / seconds}
+
+
+async def latency(probes: int, seed: int) -> dict[str, Any]:
+    """Enqueue one probe at a time against an idle worker and record enqueue-to-start latency."""
+    from benchmarks.systems import current_system
+
+    if current_system().enqueue_kind == "raw-sql":
+        from benchmarks import rawsql
+
+        async def send(seq: int, at: float, port: int) -> None:
+            await rawsql.enqueue_one("probe", [seq, at, port])
+    else:
+        aenqueue, tasks = _django_enqueuer()
+
+        async def send(seq: int, at: float, port: int) -> None:
+            await aenqueue(tasks["probe"], seq, at, port)
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    port = sock.getsockname()[1]
+    loop = asyncio.get_running_loop()
+    rng = random.Random(seed)
+
+    async def one(seq: int, timeout: float) -> float:
+        await send(seq, time.time(), port)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"probe {seq} did not start within {timeout}s")
+            data = await asyncio.wait_for(loop.sock_recv(sock, 4096), remaining)
+            event = json.loads(data)
+            if event["seq"] == seq:
+                return float(event["latency"])
+
+    await one(-1, WARMUP_TIMEOUT)  # the worker is up and idle after this one
+    latencies = []
+    for seq in range(probes):
+        # A random gap puts each probe at a random phase of a polling worker's cycle.
+        await asyncio.sleep(rng.uniform(PROBE_GAP_MIN, PROBE_GAP_MAX))
+        latencies.append(await one(seq, PROBE_TIMEOUT))
+    sock.close()
+    return {"latencies": latencies}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.agent")
+    sub = parser.add_subparsers(dest="command", required=True)
+    enq = sub.add_parser("enqueue")
+    enq.add_argument("--task", choices=["noop", "sleep", "probe"], default="noop")
+    enq.add_argument("-n", type=int, required=True)
+    enq.add_argument("--in-flight", type=int, default=200)
+    lat = sub.add_parser("latency")
+    lat.add_argument("--probes", type=int, default=50)
+    lat.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.command == "enqueue":
+        result = asyncio.run(enqueue(args.task, args.n, args.in_flight))
+    else:
+        result = asyncio.run(latency(args.probes, args.seed))
+    json.dump(result, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

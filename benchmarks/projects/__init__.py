@@ -1,0 +1,1 @@
+"""The tiny Django project every system runs in; ``BENCH_SYSTEM`` picks the configuration."""

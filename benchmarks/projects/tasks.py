@@ -1,0 +1,67 @@
+"""The three benchmark tasks, declared with the decorator of the system under test.
+
+``noop`` is a plain ``def`` for every system. ``sleep`` sleeps 10 ms: ``async def`` with
+``asyncio.sleep`` where the system runs async tasks natively, ``time.sleep`` otherwise.
+``probe`` reports its own start to the latency agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.marker import send_probe
+from benchmarks.systems import current_system
+
+SLEEP_SECONDS = 0.010
+
+_SYSTEM = current_system()
+
+
+def _decorator() -> Callable[[Callable[..., Any]], Any]:
+    if _SYSTEM.enqueue_kind == "celery":
+        from celery import shared_task
+
+        return shared_task  # type: ignore[no-any-return]
+    if _SYSTEM.name == "rq":
+        from django_tasks import task as backport_task
+
+        return backport_task  # type: ignore[no-any-return]
+    if _SYSTEM.package == "django-vtasks":
+        from django_vtasks import task as vtasks_task
+
+        return vtasks_task  # type: ignore[no-any-return]
+    from django.tasks import task as django_task
+
+    return django_task  # type: ignore[no-any-return]
+
+
+_task = _decorator()
+
+
+@_task
+def noop() -> None:
+    return None
+
+
+if _SYSTEM.async_sleep:
+
+    @_task
+    async def sleep() -> None:
+        await asyncio.sleep(SLEEP_SECONDS)
+
+else:
+
+    @_task
+    def sleep() -> None:
+        time.sleep(SLEEP_SECONDS)
+
+
+@_task
+def probe(seq: int, enqueued_at: float, port: int) -> None:
+    send_probe(port, seq, enqueued_at)
+
+
+TASKS: dict[str, Any] = {"noop": noop, "sleep": sleep, "probe": probe}

@@ -1,0 +1,184 @@
+"""What the harness needs to know about one system under test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SETTINGS_MODULE = "benchmarks.projects.settings"
+
+# How the enqueue side talks to the system: Django Tasks' ``aenqueue``, Celery's ``delay``
+# through ``sync_to_async``, or the plain psycopg loop.
+EnqueueKind = Literal["django-tasks", "celery", "raw-sql"]
+Service = Literal["postgresql", "mariadb", "redis"]
+
+
+DEFAULT_ADDRESSES: dict[Service, tuple[str, int]] = {
+    "postgresql": (os.environ.get("BENCH_PG_HOST", "127.0.0.1"), 5432),
+    "mariadb": (os.environ.get("BENCH_MARIADB_HOST", "127.0.0.1"), 3306),
+    "redis": (os.environ.get("BENCH_REDIS_HOST", "127.0.0.1"), 6379),
+}
+_ENV_NAMES: dict[Service, str] = {"postgresql": "PG", "mariadb": "MARIADB", "redis": "REDIS"}
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where clients and workers reach each service; the delay proxies under ``--rtt``."""
+
+    addresses: dict[Service, tuple[str, int]] = field(
+        default_factory=lambda: dict(DEFAULT_ADDRESSES)
+    )
+    state_dir: str = "/tmp/django-sqltasks-bench"
+
+    def host(self, service: Service) -> str:
+        return self.addresses[service][0]
+
+    def port(self, service: Service) -> int:
+        return self.addresses[service][1]
+
+    def as_env(self) -> dict[str, str]:
+        env = {"BENCH_STATE_DIR": self.state_dir}
+        for service, (host, port) in self.addresses.items():
+            env[f"BENCH_{_ENV_NAMES[service]}_ADDR"] = f"{host}:{port}"
+        return env
+
+    @classmethod
+    def from_env(cls) -> Endpoints:
+        addresses = dict(DEFAULT_ADDRESSES)
+        for service, key in _ENV_NAMES.items():
+            if value := os.environ.get(f"BENCH_{key}_ADDR"):
+                host, _, port = value.rpartition(":")
+                addresses[service] = (host, int(port))
+        return cls(addresses, os.environ.get("BENCH_STATE_DIR", "/tmp/django-sqltasks-bench"))
+
+
+@dataclass(frozen=True)
+class System:
+    """One row of the comparison: a task system configured as its users would configure it."""
+
+    name: str
+    label: str
+    # The package whose version the report shows.
+    package: str
+    enqueue_kind: EnqueueKind
+    # Whether the Sleep task is ``async def`` + ``asyncio.sleep`` (True) or ``time.sleep`` (False).
+    async_sleep: bool
+    # Services the worker talks to; its connections to these ports are counted.
+    services: tuple[Service, ...]
+    # Worker command line, given the concurrency.
+    worker_argv: Callable[[int], list[str]]
+    # Django settings for this system, given the endpoints (empty for raw-sql).
+    django_settings: Callable[[Endpoints], dict[str, Any]]
+    # Connects ``hit`` to the worker-side "task finished" hook of the system.
+    connect_completion: Callable[[Callable[[], None]], None]
+    # Concurrency the worker really runs at (1 for single-threaded workers).
+    effective_concurrency: Callable[[int], int] = lambda c: c
+    # Some peers publish their figures on fewer tasks (RQ: 500); None means use -n.
+    max_tasks: int | None = None
+    redis_db: int | None = None
+    # The database the system keeps its tables in, created if missing and flushed per run.
+    database: tuple[str, str] | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    supports_http: bool = True
+
+    def tasks_for(self, n: int) -> int:
+        return min(n, self.max_tasks) if self.max_tasks else n
+
+
+def django_env(system: System, endpoints: Endpoints) -> dict[str, str]:
+    """Environment for any subprocess that runs with the system's Django settings."""
+    env = dict(os.environ)
+    env.update(endpoints.as_env())
+    env["BENCH_SYSTEM"] = system.name
+    env["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    env.pop("BENCH_MARKER_ADDR", None)
+    return env
+
+
+def manage(system: System, endpoints: Endpoints, *args: str) -> None:
+    """Run ``django-admin <args>`` with the system's settings and fail loudly."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", *args],
+        env=django_env(system, endpoints),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{system.name}: django-admin {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+        )
+
+
+def python_m(*args: str) -> list[str]:
+    return [sys.executable, "-m", *args]
+
+
+def common_settings(endpoints: Endpoints) -> dict[str, Any]:
+    """Settings every Django-based system shares: same logging, no DEBUG, same connection reuse."""
+    return {
+        "SECRET_KEY": "benchmarks-only",
+        "DEBUG": False,
+        "ALLOWED_HOSTS": ["*"],
+        "USE_TZ": True,
+        "ROOT_URLCONF": "benchmarks.projects.urls",
+        "DEFAULT_AUTO_FIELD": "django.db.models.BigAutoField",
+        "LOGGING": {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "handlers": {"console": {"class": "logging.StreamHandler"}},
+            "root": {"handlers": ["console"], "level": "WARNING"},
+        },
+        "DATABASES": {"default": sqlite_database(endpoints, "unused")},
+    }
+
+
+def conn_max_age() -> int:
+    """Persistent connections (60 s) in workers and agents; the web server sets 0 via the env."""
+    return int(os.environ.get("BENCH_CONN_MAX_AGE", "60"))
+
+
+def postgres_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": os.environ.get("BENCH_PG_USER", "postgres"),
+        "PASSWORD": os.environ.get("BENCH_PG_PASSWORD", ""),
+        "HOST": endpoints.host("postgresql"),
+        "PORT": endpoints.port("postgresql"),
+        "CONN_MAX_AGE": conn_max_age(),
+    }
+
+
+def mariadb_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
+    return {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": name,
+        "USER": os.environ.get("BENCH_MARIADB_USER", "root"),
+        "PASSWORD": os.environ.get("BENCH_MARIADB_PASSWORD", ""),
+        "HOST": endpoints.host("mariadb"),
+        "PORT": endpoints.port("mariadb"),
+        "CONN_MAX_AGE": conn_max_age(),
+    }
+
+
+def sqlite_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(Path(endpoints.state_dir) / f"{name}.sqlite3"),
+        "CONN_MAX_AGE": conn_max_age(),
+    }
+
+
+def redis_url(endpoints: Endpoints, db: int) -> str:
+    return f"redis://{endpoints.host('redis')}:{endpoints.port('redis')}/{db}"

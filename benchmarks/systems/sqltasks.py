@@ -1,0 +1,71 @@
+"""django-sqltasks (this project) on PostgreSQL, SQLite and MariaDB."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.systems.base import (
+    Endpoints,
+    Service,
+    System,
+    common_settings,
+    mariadb_database,
+    postgres_database,
+    python_m,
+    sqlite_database,
+)
+
+DATABASE_NAME = "bench_sqltasks"
+
+
+def _settings(database: Callable[[Endpoints, str], dict[str, Any]]) -> Callable[[Endpoints], dict[str, Any]]:
+    def build(endpoints: Endpoints) -> dict[str, Any]:
+        settings = common_settings(endpoints)
+        settings["INSTALLED_APPS"] = ["django_sqltasks", "benchmarks.projects"]
+        settings["DATABASES"] = {"default": database(endpoints, DATABASE_NAME)}
+        settings["TASKS"] = {
+            "default": {
+                "BACKEND": "django_sqltasks.backend.SQLTaskBackend",
+                "QUEUES": ["default"],
+                "OPTIONS": {},
+            }
+        }
+        return settings
+
+    return build
+
+
+def _worker(concurrency: int) -> list[str]:
+    return python_m(
+        "django", "tasks_worker", "--queue", "default", "--concurrency", str(concurrency)
+    )
+
+
+def _connect(hit: Callable[[], None]) -> None:
+    from django.tasks.signals import task_finished
+
+    def receiver(sender: object, **kwargs: object) -> None:
+        hit()
+
+    task_finished.connect(receiver, weak=False, dispatch_uid="bench-completion")
+
+
+def _system(name: str, label: str, service: Service | None, database: Callable[[Endpoints, str], dict[str, Any]]) -> System:
+    return System(
+        name=name,
+        label=label,
+        package="django-sqltasks",
+        enqueue_kind="django-tasks",
+        async_sleep=True,
+        services=(service,) if service else (),
+        worker_argv=_worker,
+        django_settings=_settings(database),
+        connect_completion=_connect,
+        database=(service or "sqlite", DATABASE_NAME),
+    )
+
+
+SQLTASKS_PG = _system("sqltasks-pg", "django-sqltasks (PostgreSQL)", "postgresql", postgres_database)
+SQLTASKS_SQLITE = _system("sqltasks-sqlite", "django-sqltasks (SQLite)", None, sqlite_database)
+SQLTASKS_MARIADB = _system("sqltasks-mariadb", "django-sqltasks (MariaDB)", "mariadb", mariadb_database)
