@@ -1,0 +1,93 @@
+"""System checks: the app, the OPTIONS, the database and its version."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.apps import apps
+from django.conf import settings
+from django.core import checks
+from django.db import connections
+
+if TYPE_CHECKING:
+    from .backend import SQLTaskBackend
+
+# Oldest supported server versions, and why.
+MIN_POSTGRESQL = (13,)  # oldest PostgreSQL still maintained when this was written
+MIN_SQLITE = (3, 35)  # UPDATE ... RETURNING, used by the claim
+MIN_MARIADB = (10, 6)  # SKIP LOCKED
+MIN_MYSQL = (8, 0)  # SKIP LOCKED
+
+
+def check_backend(backend: SQLTaskBackend) -> Iterable[checks.CheckMessage]:
+    """Check one backend's configuration (run by Django's tasks check)."""
+    name = f"TASKS[{backend.alias!r}]"
+    if not apps.is_installed("django_sqltasks"):
+        yield checks.Error(
+            f"{name} uses django_sqltasks.SQLTaskBackend, but the django_sqltasks app is not "
+            "installed.",
+            hint="Add 'django_sqltasks' to INSTALLED_APPS, then run migrate.",
+            id="django_sqltasks.E001",
+        )
+    if backend.options_error is not None:
+        yield checks.Error(
+            str(backend.options_error),
+            hint="See the OPTIONS reference in the django-sqltasks documentation.",
+            id="django_sqltasks.E002",
+        )
+        return
+    database = backend.config.database
+    if database is not None and database not in settings.DATABASES:
+        yield checks.Error(
+            f"{name}['OPTIONS']['DATABASE'] is {database!r}, which is not in DATABASES.",
+            hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
+            id="django_sqltasks.E003",
+        )
+
+
+@checks.register(checks.Tags.database)
+def check_database_versions(
+    app_configs: Sequence[Any] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> Iterable[checks.CheckMessage]:
+    """Refuse database servers too old for the claim query (runs with ``--database``/migrate)."""
+    for alias in databases or []:
+        message = unsupported_version(alias)
+        if message:
+            yield checks.Error(message, id="django_sqltasks.E010")
+
+
+def unsupported_version(alias: str) -> str | None:
+    """Say which version is needed if ``alias`` runs a server too old for django-sqltasks."""
+    connection = connections[alias]
+    vendor = connection.vendor
+    if vendor == "postgresql":
+        version = divmod(connection.pg_version, 10000)  # type: ignore[attr-defined]
+        if version[:1] < MIN_POSTGRESQL:
+            return _too_old(alias, "PostgreSQL", version, MIN_POSTGRESQL)
+    elif vendor == "sqlite":
+        version = connection.Database.sqlite_version_info  # type: ignore[attr-defined]
+        if version < MIN_SQLITE:
+            return _too_old(alias, "SQLite", version, MIN_SQLITE)
+    elif vendor == "mysql":
+        connection.ensure_connection()
+        version = connection.mysql_version  # type: ignore[attr-defined]
+        if connection.mysql_is_mariadb:  # type: ignore[attr-defined]
+            if version < MIN_MARIADB:
+                return _too_old(alias, "MariaDB", version, MIN_MARIADB)
+        elif version < MIN_MYSQL:
+            return _too_old(alias, "MySQL", version, MIN_MYSQL)
+    else:
+        return (
+            f"Database {alias!r} is {connection.display_name}; django-sqltasks needs PostgreSQL, "
+            "SQLite, MariaDB or MySQL."
+        )
+    return None
+
+
+def _too_old(alias: str, product: str, version: Sequence[int], needed: Sequence[int]) -> str:
+    have = ".".join(map(str, version[: len(needed) + 1]))
+    need = ".".join(map(str, needed))
+    return f"Database {alias!r} runs {product} {have}; django-sqltasks needs {product} {need} or newer."

@@ -1,0 +1,88 @@
+"""The one module that knows whether Django Tasks comes from Django itself or the backport.
+
+Django 6.0+ ships ``django.tasks``; Django 5.2 needs the ``django-tasks`` backport (the ``compat``
+extra). Everything else in this package imports the Django Tasks API from here.
+"""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+if find_spec("django.tasks") is not None:
+    from django.tasks import (
+        DEFAULT_TASK_BACKEND_ALIAS,
+        DEFAULT_TASK_QUEUE_NAME,
+        Task,
+        TaskContext,
+        TaskResult,
+        TaskResultStatus,
+        task,
+        task_backends,
+    )
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskError
+    from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+
+    TASKS_LOGGER = "django.tasks"
+    USES_BACKPORT = False
+elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by the Django 5.2 leg
+    from django_tasks import (  # type: ignore[no-redef]
+        DEFAULT_TASK_BACKEND_ALIAS,
+        DEFAULT_TASK_QUEUE_NAME,
+        Task,
+        TaskContext,
+        TaskResult,
+        TaskResultStatus,
+        task,
+        task_backends,
+    )
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
+    from django_tasks.base import (  # type: ignore[no-redef]
+        TASK_MAX_PRIORITY,
+        TASK_MIN_PRIORITY,
+        TaskError,
+    )
+    from django_tasks.exceptions import (  # type: ignore[no-redef]
+        InvalidTaskBackendError as InvalidTaskBackend,
+    )
+    from django_tasks.exceptions import (  # type: ignore[no-redef]
+        InvalidTaskError as InvalidTask,
+    )
+    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
+    from django_tasks.signals import (  # type: ignore[no-redef]
+        task_enqueued,
+        task_finished,
+        task_started,
+    )
+
+    TASKS_LOGGER = "django_tasks"
+    USES_BACKPORT = True
+else:  # pragma: no cover
+    raise ImportError(
+        "django-sqltasks needs Django Tasks: use Django 6.0+, or install "
+        "'django-sqltasks[compat]' on Django 5.2."
+    )
+
+__all__ = [
+    "DEFAULT_TASK_BACKEND_ALIAS",
+    "DEFAULT_TASK_QUEUE_NAME",
+    "TASKS_LOGGER",
+    "TASK_MAX_PRIORITY",
+    "TASK_MIN_PRIORITY",
+    "USES_BACKPORT",
+    "BaseTaskBackend",
+    "InvalidTask",
+    "InvalidTaskBackend",
+    "Task",
+    "TaskContext",
+    "TaskError",
+    "TaskResult",
+    "TaskResultDoesNotExist",
+    "TaskResultStatus",
+    "task",
+    "task_backends",
+    "task_enqueued",
+    "task_finished",
+    "task_started",
+]

@@ -1,0 +1,25 @@
+"""Exceptions raised by django-sqltasks."""
+
+from __future__ import annotations
+
+from .compat import InvalidTask
+
+
+class InvalidTaskArguments(TypeError):
+    """A task's arguments or return value cannot be stored as JSON; the message names the value."""
+
+
+class PayloadTooLarge(InvalidTask):
+    """A task's encoded arguments exceed the backend's MAX_PAYLOAD_BYTES option."""
+
+
+class TaskNotFound(Exception):  # noqa: N818 - reads as a fact stored in a task's errors
+    """A stored task path does not import, or names something that is not a Task."""
+
+
+class WorkerLost(Exception):  # noqa: N818 - reads as a fact stored in a task's errors
+    """The worker running a task stopped heartbeating; the task was put back to READY."""
+
+
+class WorkerStopped(Exception):  # noqa: N818 - reads as a fact stored in a task's errors
+    """The worker was forced to stop while the task ran; the task was put back to READY."""

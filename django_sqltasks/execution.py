@@ -1,0 +1,107 @@
+"""Running one claimed task, as the Django Tasks contract describes, and recording how it ended."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from .compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+from .results import errors_from_json, rebind_task, resolve_task
+from .serialization import check_json, dumps
+from .sql import ClaimedRow, Outcome
+
+try:
+    from django.utils.json import normalize_json
+except ImportError:  # pragma: no cover - Django 5.2 with the backport
+    from django_tasks.utils import normalize_json  # type: ignore[no-redef]
+
+
+@dataclass(slots=True)
+class Attempt:
+    """A claimed task ready to run: its row, its resolved Task and its TaskResult."""
+
+    row: ClaimedRow
+    task: Task
+    result: TaskResult[Any]
+
+    @property
+    def is_async(self) -> bool:
+        from inspect import iscoroutinefunction
+
+        return iscoroutinefunction(self.task.func)
+
+    def call_args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args: tuple[Any, ...] = tuple(self.result.args)
+        if self.task.takes_context:
+            args = (TaskContext(task_result=self.result), *args)
+        return args, self.result.kwargs
+
+
+def prepare(row: ClaimedRow) -> Attempt:
+    """Resolve the row's task and build its RUNNING ``TaskResult``; raise ``TaskNotFound``."""
+    task = rebind_task(
+        resolve_task(row.task_path),
+        priority=row.priority,
+        queue_name=row.queue_name,
+        run_after=row.run_after,
+        backend=row.backend_name,
+    )
+    result = TaskResult(
+        task=task,
+        id=str(row.id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=row.enqueued_at,
+        started_at=row.started_at,
+        finished_at=None,
+        last_attempted_at=row.last_attempted_at,
+        args=row.args,
+        kwargs=row.kwargs,
+        backend=row.backend_name,
+        errors=errors_from_json(row.errors),
+        worker_ids=row.worker_ids,
+    )
+    return Attempt(row=row, task=task, result=result)
+
+
+def success(attempt_id: Any, raw_return_value: Any) -> tuple[Outcome, Any]:
+    """Normalize and check a return value; raise ``InvalidTaskArguments`` if it is not JSON."""
+    value = normalize_json(raw_return_value)
+    check_json(value, "Task return value")
+    outcome = Outcome(
+        id=attempt_id,
+        status=TaskResultStatus.SUCCESSFUL,
+        finished_at=timezone.now(),
+        return_value=None if value is None else dumps(value),
+    )
+    return outcome, value
+
+
+def failure(attempt_id: Any, exc: BaseException) -> Outcome:
+    """Record ``exc`` as the attempt's error, with its class path and full traceback."""
+    kind = type(exc)
+    return Outcome(
+        id=attempt_id,
+        status=TaskResultStatus.FAILED,
+        finished_at=timezone.now(),
+        return_value=None,
+        error_class=f"{kind.__module__}.{kind.__qualname__}",
+        error_traceback="".join(traceback.format_exception(exc)),
+    )
+
+
+def apply(result: TaskResult[Any], outcome: Outcome, return_value: Any = None) -> None:
+    """Copy ``outcome`` onto the in-memory ``result``, as the database now holds it."""
+    object.__setattr__(result, "status", TaskResultStatus(outcome.status))
+    object.__setattr__(result, "finished_at", outcome.finished_at)
+    if outcome.error_class is not None:
+        result.errors.append(
+            TaskError(
+                exception_class_path=outcome.error_class,
+                traceback=outcome.error_traceback or "",
+            )
+        )
+    else:
+        object.__setattr__(result, "_return_value", return_value)

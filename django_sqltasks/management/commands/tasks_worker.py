@@ -1,0 +1,145 @@
+"""``manage.py tasks_worker``: parse the options, then hand off to ``Worker``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, connections
+
+from django_sqltasks.checks import unsupported_version
+from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
+from django_sqltasks.worker import MAX_WORKER_ID_LENGTH, Worker
+
+DEFAULT_CONCURRENCY = 10
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from e
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+def positive_seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {value!r}") from e
+    if not math.isfinite(number) or number <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number, not {value!r}")
+    return number
+
+
+def worker_id(value: str) -> str:
+    if not 0 < len(value) <= MAX_WORKER_ID_LENGTH:
+        raise argparse.ArgumentTypeError(
+            f"must be 1 to {MAX_WORKER_ID_LENGTH} characters long, not {len(value)}"
+        )
+    return value
+
+
+class Command(BaseCommand):
+    help = "Run tasks enqueued through a django_sqltasks backend."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            dest="queues",
+            action="append",
+            metavar="NAME",
+            help="Queue to run tasks from; repeat for several, '*' for all (default: the "
+            "backend's QUEUES, or 'default').",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=DEFAULT_CONCURRENCY,
+            help=f"Tasks run at once in this process (default: {DEFAULT_CONCURRENCY}).",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Exit once no runnable task is left."
+        )
+        parser.add_argument(
+            "--max-tasks", type=positive_int, help="Exit after running this many tasks."
+        )
+        parser.add_argument(
+            "--backend",
+            default=DEFAULT_TASK_BACKEND_ALIAS,
+            help="The TASKS alias whose tasks to run (default: 'default').",
+        )
+        parser.add_argument(
+            "--worker-id",
+            type=worker_id,
+            help="A unique id for this worker (default: hostname and a random suffix).",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=positive_seconds,
+            help="Seconds between claims when idle (default: the POLL_INTERVAL option, 1s).",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=positive_seconds,
+            help="On stop, seconds to wait for running tasks before requeueing them "
+            "(default: wait for them).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._configure_logging(options["verbosity"])
+        try:
+            from django_sqltasks.compat import task_backends
+
+            backend = task_backends[options["backend"]]
+        except InvalidTaskBackend as e:
+            raise CommandError(f"--backend: {e}") from e
+        queues = options["queues"] or sorted(backend.queues) or ["default"]
+        try:
+            worker = Worker(
+                backend=options["backend"],
+                queue_names=queues,
+                concurrency=options["concurrency"],
+                burst=options["burst"],
+                max_tasks=options["max_tasks"],
+                worker_id=options["worker_id"],
+                poll_interval=options["poll_interval"],
+                shutdown_timeout=options["shutdown_timeout"],
+            )
+        except ValueError as e:
+            raise CommandError(str(e)) from e
+        self._check_database(worker.database)
+        try:
+            worker.run()
+        except RuntimeError as e:
+            raise CommandError(str(e)) from e
+
+    def _check_database(self, alias: str) -> None:
+        from django_sqltasks.models import TaskRecord
+
+        message = unsupported_version(alias)
+        if message:
+            raise CommandError(message)
+        try:
+            TaskRecord.objects.using(alias).exists()
+        except DatabaseError as e:
+            raise CommandError(
+                f"Cannot read the task table on database {alias!r} ({e}); run "
+                "'manage.py migrate django_sqltasks' first."
+            ) from e
+        finally:
+            connections[alias].close()
+
+    def _configure_logging(self, verbosity: int) -> None:
+        logger = logging.getLogger("django_sqltasks")
+        level = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}.get(verbosity, logging.DEBUG)
+        logger.setLevel(level)
+        if not logger.hasHandlers():
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            logger.addHandler(handler)

@@ -1,0 +1,184 @@
+"""The task table, the worker table, and the queries named after what they select."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskResultStatus
+from .ids import new_task_id
+from .indexes import PartialIndex
+
+if TYPE_CHECKING:
+    from .compat import TaskResult
+
+FINISHED_STATUSES = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+
+
+class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
+    def for_backend(self, alias: str) -> TaskRecordQuerySet:
+        """Tasks enqueued through the backend ``alias``."""
+        return self.filter(backend_name=alias)
+
+    def in_queues(self, queue_names: list[str] | None) -> TaskRecordQuerySet:
+        """Tasks in any of ``queue_names``; ``None`` means every queue."""
+        return self if queue_names is None else self.filter(queue_name__in=queue_names)
+
+    def ready(self) -> TaskRecordQuerySet:
+        """Tasks waiting to run, due or not."""
+        return self.filter(status=TaskResultStatus.READY)
+
+    def due(self, now: datetime | None = None) -> TaskRecordQuerySet:
+        """Tasks a worker may claim now."""
+        return self.ready().filter(available_at__lte=now or timezone.now())
+
+    def scheduled(self, now: datetime | None = None) -> TaskRecordQuerySet:
+        """Ready tasks whose run_after is still in the future."""
+        return self.ready().filter(available_at__gt=now or timezone.now())
+
+    def running(self) -> TaskRecordQuerySet:
+        """Tasks claimed by a worker."""
+        return self.filter(status=TaskResultStatus.RUNNING)
+
+    def owned_by(self, worker_id: str) -> TaskRecordQuerySet:
+        """Running tasks held by ``worker_id``."""
+        return self.running().filter(owner=worker_id)
+
+    def finished(self) -> TaskRecordQuerySet:
+        """Tasks that succeeded or failed for good."""
+        return self.filter(status__in=FINISHED_STATUSES)
+
+    def succeeded(self) -> TaskRecordQuerySet:
+        return self.filter(status=TaskResultStatus.SUCCESSFUL)
+
+    def failed(self) -> TaskRecordQuerySet:
+        return self.filter(status=TaskResultStatus.FAILED)
+
+    def finished_before(self, cutoff: datetime) -> TaskRecordQuerySet:
+        """Finished tasks whose finished_at is at or before ``cutoff``."""
+        return self.finished().filter(finished_at__lte=cutoff)
+
+
+class TaskRecord(models.Model):
+    """One enqueued task: its call, its state, and every attempt to run it."""
+
+    id = models.UUIDField(primary_key=True, default=new_task_id, editable=False)
+    task_path = models.CharField(_("task path"), max_length=255)
+    backend_name = models.CharField(_("backend"), max_length=64)
+    queue_name = models.CharField(_("queue"), max_length=64)
+    priority = models.SmallIntegerField(_("priority"), default=0)
+    status = models.CharField(
+        _("status"),
+        max_length=10,
+        choices=TaskResultStatus.choices,
+        default=TaskResultStatus.READY,
+    )
+    args = models.JSONField(_("args"), default=list)
+    kwargs = models.JSONField(_("kwargs"), default=dict)
+    return_value = models.JSONField(_("return value"), null=True, blank=True)
+    errors = models.JSONField(_("errors"), default=list, blank=True)
+    worker_ids = models.JSONField(_("worker ids"), default=list, blank=True)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    owner = models.CharField(
+        _("owner"),
+        max_length=64,
+        null=True,
+        blank=True,
+        help_text=_("The worker holding this task while it runs."),
+    )
+    enqueued_at = models.DateTimeField(_("enqueued at"), default=timezone.now)
+    run_after = models.DateTimeField(_("run after"), null=True, blank=True)
+    available_at = models.DateTimeField(
+        _("available at"),
+        default=timezone.now,
+        help_text=_("The earliest time a worker may claim this task."),
+    )
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    last_attempted_at = models.DateTimeField(_("last attempted at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+
+    objects = TaskRecordQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("task")
+        verbose_name_plural = _("tasks")
+        ordering = ["-enqueued_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(priority__gte=TASK_MIN_PRIORITY)
+                & models.Q(priority__lte=TASK_MAX_PRIORITY),
+                name="sqltasks_priority_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status__in=TaskResultStatus.values),
+                name="sqltasks_status_valid",
+            ),
+        ]
+        indexes = [
+            # Serves the claim query (sql.*.claim): due rows of a backend's queues, best first.
+            PartialIndex(
+                fields=["backend_name", "queue_name", "-priority", "available_at"],
+                name="sqltasks_ready_idx",
+                where=models.Q(status=TaskResultStatus.READY),
+                fallback=["status"],
+            ),
+            # Serves the rescue of tasks whose worker stopped heartbeating.
+            PartialIndex(
+                fields=["owner"],
+                name="sqltasks_running_idx",
+                where=models.Q(status=TaskResultStatus.RUNNING),
+                fallback=["status"],
+            ),
+            # Serves the admin's newest-first list, filtered by status or not, and pruning.
+            models.Index(fields=["-enqueued_at"], name="sqltasks_enqueued_idx"),
+            models.Index(fields=["status", "finished_at"], name="sqltasks_finished_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_path} ({self.id})"
+
+    @property
+    def task_name(self) -> str:
+        return self.task_path.rsplit(".", 1)[-1]
+
+    @property
+    def duration(self) -> timedelta | None:
+        """Time from the last start to the finish, for finished tasks."""
+        start = self.last_attempted_at or self.started_at
+        if start is None or self.finished_at is None:
+            return None
+        return self.finished_at - start
+
+    @property
+    def task_result(self) -> TaskResult[Any]:
+        """Return this row as a Django Tasks ``TaskResult``."""
+        from .results import result_from_row
+
+        return result_from_row(
+            {f.attname: getattr(self, f.attname) for f in self._meta.concrete_fields}
+        )
+
+
+class WorkerRecord(models.Model):
+    """A running worker process; its heartbeat is the lease on every task it holds."""
+
+    id = models.CharField(_("worker id"), primary_key=True, max_length=64)
+    backend_name = models.CharField(_("backend"), max_length=64)
+    queue_names = models.JSONField(_("queues"), default=list)
+    hostname = models.CharField(_("hostname"), max_length=255, blank=True)
+    pid = models.PositiveIntegerField(_("pid"), null=True, blank=True)
+    concurrency = models.PositiveIntegerField(_("concurrency"), default=1)
+    started_at = models.DateTimeField(_("started at"), default=timezone.now)
+    heartbeat_at = models.DateTimeField(_("last heartbeat"), default=timezone.now, db_index=True)
+
+    class Meta:
+        verbose_name = _("worker")
+        verbose_name_plural = _("workers")
+        ordering = ["-heartbeat_at"]
+
+    def __str__(self) -> str:
+        return self.id

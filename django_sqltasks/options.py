@@ -1,0 +1,65 @@
+"""The backend's OPTIONS: read once, checked with messages that name the option and the rule."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+DEFAULT_LEASE_TIMEOUT = 30.0  # seconds without a heartbeat before a worker's tasks are rescued
+DEFAULT_HEARTBEAT_INTERVAL = 5.0  # seconds between a worker's heartbeats
+DEFAULT_POLL_INTERVAL = 1.0  # seconds between claims when idle
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024  # encoded args + kwargs of one task
+
+
+class OptionError(ValueError):
+    """An OPTIONS value breaks its rule; the message names the option."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """Validated OPTIONS of one SQLTaskBackend."""
+
+    database: str | None = None
+    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES
+
+    @classmethod
+    def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
+        """Build options from ``TASKS[alias]["OPTIONS"]``; raise ``OptionError`` on a bad value."""
+        known = {f.name.upper(): f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise OptionError(
+                f"TASKS[{alias!r}]['OPTIONS'] has unknown option(s) {', '.join(unknown)}; "
+                f"known options are {', '.join(sorted(known))}."
+            )
+        values = {known[key]: value for key, value in raw.items()}
+        opts = cls(**values)
+        opts._check(alias)
+        return opts
+
+    def _check(self, alias: str) -> None:
+        where = f"TASKS[{alias!r}]['OPTIONS']"
+        if self.database is not None and (not isinstance(self.database, str) or not self.database):
+            raise OptionError(f"{where}['DATABASE'] must be a database alias (a non-empty string).")
+        for name in ("lease_timeout", "heartbeat_interval", "poll_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise OptionError(
+                    f"{where}[{name.upper()!r}] must be a positive number of seconds, "
+                    f"not {value!r}."
+                )
+        if self.heartbeat_interval * 2 > self.lease_timeout:
+            raise OptionError(
+                f"{where}['HEARTBEAT_INTERVAL'] ({self.heartbeat_interval}s) must be at most half "
+                f"of LEASE_TIMEOUT ({self.lease_timeout}s), or live workers would lose their "
+                "tasks to a rescue."
+            )
+        size = self.max_payload_bytes
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise OptionError(
+                f"{where}['MAX_PAYLOAD_BYTES'] must be a positive integer or None, not {size!r}."
+            )

@@ -1,0 +1,88 @@
+"""JSON rules for what a task takes and returns, with errors that name the offending value."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from .exceptions import InvalidTaskArguments
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+MAX_DEPTH = 64  # nesting levels; deeper structures are almost certainly a mistake
+
+
+def check_json(value: Any, where: str, _depth: int = 0) -> None:
+    """Raise ``InvalidTaskArguments`` naming ``where`` unless ``value`` round-trips through JSON.
+
+    Accepts what Django's ``normalize_json`` accepts (tuples and bytearrays become lists,
+    UTF-8 bytes become str), and refuses what a database's JSON would silently change:
+    non-string object keys, NaN and infinities, integers beyond 64 bits.
+    """
+    if value is None or isinstance(value, (str, bool)):
+        return
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise InvalidTaskArguments(
+                f"{where} is an integer outside the signed 64-bit range JSON columns can hold; "
+                "pass it as a string."
+            )
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidTaskArguments(f"{where} is {value!r}, which JSON cannot represent.")
+        return
+    if _depth >= MAX_DEPTH:
+        raise InvalidTaskArguments(f"{where} is nested more than {MAX_DEPTH} levels deep.")
+    if isinstance(value, bytes):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidTaskArguments(
+                f"{where} is bytes that are not valid UTF-8; encode binary data (base64) first."
+            ) from e
+        return
+    if isinstance(value, bytearray):
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidTaskArguments(
+                    f"{where} has the key {key!r} of type {type(key).__name__}; JSON object keys "
+                    "must be strings."
+                )
+            check_json(item, f"{where}[{key!r}]", _depth + 1)
+        return
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        for index, item in enumerate(value):
+            check_json(item, f"{where}[{index}]", _depth + 1)
+        return
+    kind = type(value)
+    raise InvalidTaskArguments(
+        f"{where} is a {kind.__module__}.{kind.__qualname__}, which is not JSON-serializable: "
+        "use str, int, float, bool, None, list, tuple or dict (convert dates, Decimals, UUIDs "
+        "and model instances to strings or ids)."
+    )
+
+
+def check_arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Check every positional and keyword argument, naming the first that is not JSON."""
+    for index, value in enumerate(args):
+        check_json(value, f"Task argument args[{index}]")
+    for name, value in kwargs.items():
+        check_json(value, f"Task argument kwargs[{name!r}]")
+
+
+def dumps(value: Any) -> str:
+    """Encode already-checked, normalized JSON data."""
+    return orjson.dumps(value).decode()
+
+
+def loads(value: str | bytes | Any) -> Any:
+    """Decode a JSON column as a driver returns it (text, bytes, or already decoded)."""
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        return orjson.loads(value)
+    return value

@@ -1,0 +1,45 @@
+"""Every raw SQL statement on the task table, one module per database.
+
+The claim, the batched completion and the rescue are single statements (or one short
+transaction on MySQL) that the ORM cannot express; everything else goes through the QuerySet.
+"""
+
+from __future__ import annotations
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from .base import ClaimedRow, Dialect, NewTask, Outcome
+
+
+_dialects: dict[tuple[str, str], Dialect] = {}
+
+
+def dialect_for(connection: BaseDatabaseWrapper) -> Dialect:
+    """Return the SQL dialect for ``connection``'s database, made once per alias."""
+    key = (connection.alias, connection.vendor)
+    dialect = _dialects.get(key)
+    if dialect is None:
+        dialect = _dialects[key] = _make_dialect(connection)
+    return dialect
+
+
+def _make_dialect(connection: BaseDatabaseWrapper) -> Dialect:
+    vendor = connection.vendor
+    if vendor == "postgresql":
+        from .postgresql import PostgreSQLDialect
+
+        return PostgreSQLDialect(connection)
+    if vendor == "sqlite":
+        from .sqlite import SQLiteDialect
+
+        return SQLiteDialect(connection)
+    if vendor == "mysql":
+        from .mysql import MySQLDialect
+
+        return MySQLDialect(connection)
+    raise NotImplementedError(
+        f"django-sqltasks supports PostgreSQL, SQLite and MySQL/MariaDB, not {vendor!r}."
+    )
+
+
+__all__ = ["ClaimedRow", "Dialect", "NewTask", "Outcome", "dialect_for"]

@@ -1,0 +1,291 @@
+"""What every SQL dialect provides, and the row shapes passed to and from it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from django.conf import settings
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from ..serialization import dumps, loads
+
+UTC = timezone.utc
+
+RETURNED_COLUMNS = (
+    "id",
+    "task_path",
+    "backend_name",
+    "queue_name",
+    "priority",
+    "args",
+    "kwargs",
+    "enqueued_at",
+    "run_after",
+    "started_at",
+    "last_attempted_at",
+    "errors",
+    "worker_ids",
+    "attempts",
+)
+WORKER_LOST = "django_sqltasks.exceptions.WorkerLost"
+WORKER_STOPPED = "django_sqltasks.exceptions.WorkerStopped"
+# Text around the lost worker's id in the error a rescue appends to a task.
+ORPHAN_MESSAGE = (
+    "Worker ",
+    " stopped heartbeating while running this task; it was put back in the queue.",
+)
+INSERT_COLUMNS = (
+    "id",
+    "task_path",
+    "backend_name",
+    "queue_name",
+    "priority",
+    "status",
+    "args",
+    "kwargs",
+    "errors",
+    "worker_ids",
+    "attempts",
+    "enqueued_at",
+    "run_after",
+    "available_at",
+)
+
+
+@dataclass(slots=True)
+class NewTask:
+    """A row to insert: arguments already checked and normalized."""
+
+    id: uuid.UUID
+    task_path: str
+    backend_name: str
+    queue_name: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    enqueued_at: datetime
+    run_after: datetime | None
+
+
+@dataclass(slots=True)
+class ClaimedRow:
+    """A task a worker has just claimed, with the values the claim wrote."""
+
+    id: uuid.UUID
+    task_path: str
+    backend_name: str
+    queue_name: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    enqueued_at: datetime
+    run_after: datetime | None
+    started_at: datetime
+    last_attempted_at: datetime
+    errors: list[dict[str, str]]
+    worker_ids: list[str]
+    attempts: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How an attempt ended: SUCCESSFUL with a JSON return value, or FAILED with one error."""
+
+    id: uuid.UUID
+    status: str
+    finished_at: datetime
+    return_value: str | None  # encoded JSON, or None for SQL NULL
+    error_class: str | None = None  # the failed attempt's exception class path
+    error_traceback: str | None = None
+
+
+class Dialect:
+    """Raw SQL for one database vendor, run on a Django connection's cursor."""
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        from ..models import TaskRecord, WorkerRecord
+
+        self.connection = connection
+        qn = connection.ops.quote_name
+        self.tasks = qn(TaskRecord._meta.db_table)
+        self.workers = qn(WorkerRecord._meta.db_table)
+        self.use_tz = settings.USE_TZ
+
+    # Values in and out ------------------------------------------------------------------
+
+    def encode_id(self, value: uuid.UUID) -> Any:
+        return value.hex
+
+    def decode_id(self, value: Any) -> uuid.UUID:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+    def encode_datetime(self, value: datetime | None) -> Any:
+        return self.connection.ops.adapt_datetimefield_value(value)
+
+    def decode_datetime(self, value: Any) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        if self.use_tz and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value  # type: ignore[no-any-return]
+
+    def claimed_row(self, values: Sequence[Any]) -> ClaimedRow:
+        row = dict(zip(RETURNED_COLUMNS, values, strict=True))
+        return ClaimedRow(
+            id=self.decode_id(row["id"]),
+            task_path=row["task_path"],
+            backend_name=row["backend_name"],
+            queue_name=row["queue_name"],
+            priority=row["priority"],
+            args=loads(row["args"]),
+            kwargs=loads(row["kwargs"]),
+            enqueued_at=self.decode_datetime(row["enqueued_at"]),  # type: ignore[arg-type]
+            run_after=self.decode_datetime(row["run_after"]),
+            started_at=self.decode_datetime(row["started_at"]),  # type: ignore[arg-type]
+            last_attempted_at=self.decode_datetime(row["last_attempted_at"]),  # type: ignore[arg-type]
+            errors=loads(row["errors"]),
+            worker_ids=loads(row["worker_ids"]),
+            attempts=row["attempts"],
+        )
+
+    def insert_params(self, task: NewTask) -> list[Any]:
+        return [
+            self.encode_id(task.id),
+            task.task_path,
+            task.backend_name,
+            task.queue_name,
+            task.priority,
+            "READY",
+            dumps(task.args),
+            dumps(task.kwargs),
+            "[]",
+            "[]",
+            0,
+            self.encode_datetime(task.enqueued_at),
+            self.encode_datetime(task.run_after),
+            self.encode_datetime(task.run_after or task.enqueued_at),
+        ]
+
+    # Statements --------------------------------------------------------------------------
+
+    json_placeholder = "%s"
+
+    def insert(self, cursor: CursorWrapper, tasks: Sequence[NewTask]) -> None:
+        """Insert ``tasks`` in one multi-row INSERT."""
+        j = self.json_placeholder
+        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, %s)"
+        sql = (
+            f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES "
+            + ", ".join([row] * len(tasks))
+        )
+        params: list[Any] = []
+        for task in tasks:
+            params.extend(self.insert_params(task))
+        cursor.execute(sql, params)
+
+    def claim(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        worker_id: str,
+        now: datetime,
+        limit: int,
+    ) -> list[ClaimedRow]:
+        """Mark up to ``limit`` due tasks RUNNING for ``worker_id`` and return them."""
+        raise NotImplementedError
+
+    def complete(
+        self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
+    ) -> set[uuid.UUID]:
+        """Record ``outcomes`` of tasks still held by ``worker_id``; return the ids written."""
+        raise NotImplementedError
+
+    # Pieces of SQL that differ by vendor, used by the shared statements below.
+    text_param = "%s"
+
+    def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
+        """SQL for ``column`` (a JSON list) with one {exception_class_path, traceback} appended."""
+        raise NotImplementedError
+
+    def concat(self, *parts: str) -> str:
+        return " || ".join(parts)
+
+    def _requeue(
+        self,
+        cursor: CursorWrapper,
+        *,
+        where: str,
+        where_params: list[Any],
+        now: datetime,
+        error_class: str,
+        message_sql: str,
+        message_params: list[Any],
+    ) -> int:
+        error = self.append_error("t.errors", self.text_param, message_sql)
+        # errors comes first: MySQL evaluates single-table SET clauses left to right, and
+        # the message reads t.owner before it is cleared.
+        cursor.execute(
+            f"""
+            UPDATE {self.tasks} AS t
+            SET errors = {error}, status = 'READY', owner = NULL, available_at = %s
+            WHERE t.status = 'RUNNING' AND {where}
+            """,
+            [error_class, *message_params, self.encode_datetime(now), *where_params],
+        )
+        return cursor.rowcount
+
+    def requeue_orphans(
+        self, cursor: CursorWrapper, *, backend_name: str, live_since: datetime, now: datetime
+    ) -> int:
+        """Put RUNNING tasks whose owner has not heartbeaten since ``live_since`` back to READY."""
+        return self._requeue(
+            cursor,
+            where=(
+                f"t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM "
+                f"{self.workers} w WHERE w.id = t.owner AND w.heartbeat_at >= %s))"
+            ),
+            where_params=[backend_name, self.encode_datetime(live_since)],
+            now=now,
+            error_class=WORKER_LOST,
+            message_sql=self.concat(self.text_param, "COALESCE(t.owner, '(none)')", self.text_param),
+            message_params=list(ORPHAN_MESSAGE),
+        )
+
+    def requeue_owned(
+        self,
+        cursor: CursorWrapper,
+        *,
+        worker_id: str,
+        now: datetime,
+        reason: str,
+        keep: Sequence[uuid.UUID] = (),
+    ) -> int:
+        """Put the RUNNING tasks of ``worker_id`` but ``keep`` back to READY, recording ``reason``."""
+        where, params = "t.owner = %s", [worker_id]
+        if keep:
+            where += f" AND t.id NOT IN ({', '.join(['%s'] * len(keep))})"
+            params += [self.encode_id(task_id) for task_id in keep]
+        return self._requeue(
+            cursor,
+            where=where,
+            where_params=params,
+            now=now,
+            error_class=WORKER_STOPPED,
+            message_sql=self.text_param,
+            message_params=[reason],
+        )
+
+    def queue_filter(self, queue_names: list[str] | None) -> tuple[str, list[Any]]:
+        if queue_names is None:
+            return "", []
+        marks = ", ".join(["%s"] * len(queue_names))
+        return f" AND queue_name IN ({marks})", list(queue_names)

@@ -1,0 +1,127 @@
+"""MySQL 8 and MariaDB 10.6+: SELECT ... FOR UPDATE SKIP LOCKED, then UPDATE, in one short transaction.
+
+Neither has UPDATE ... RETURNING, so the claim reads the rows it locks and computes what the
+UPDATE writes, instead of reading them back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.backends.utils import CursorWrapper
+
+from .base import RETURNED_COLUMNS, ClaimedRow, Dialect, Outcome
+
+COLUMNS = ", ".join(RETURNED_COLUMNS)
+
+
+class MySQLDialect(Dialect):
+    def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
+        return (
+            f"JSON_ARRAY_APPEND({column}, '$', JSON_OBJECT("
+            f"'exception_class_path', {class_sql}, 'traceback', {traceback_sql}))"
+        )
+
+    def concat(self, *parts: str) -> str:
+        return f"CONCAT({', '.join(parts)})"
+
+    def claim(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        worker_id: str,
+        now: datetime,
+        limit: int,
+    ) -> list[ClaimedRow]:
+        queue_sql, queue_params = self.queue_filter(queue_names)
+        at = self.encode_datetime(now)
+        # The selected rows stay locked until this transaction commits: keep it to these two
+        # statements.
+        with transaction.atomic(using=self.connection.alias):
+            cursor.execute(
+                f"""
+                SELECT {COLUMNS} FROM {self.tasks}
+                WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= %s
+                ORDER BY priority DESC, available_at
+                LIMIT %s
+                FOR UPDATE SKIP LOCKED
+                """,
+                [backend_name, *queue_params, at, limit],
+            )
+            rows = [self.claimed_row(values) for values in cursor.fetchall()]
+            if not rows:
+                return []
+            marks = ", ".join(["%s"] * len(rows))
+            cursor.execute(
+                f"""
+                UPDATE {self.tasks}
+                SET status = 'RUNNING', owner = %s, attempts = attempts + 1,
+                    worker_ids = JSON_ARRAY_APPEND(worker_ids, '$', %s),
+                    started_at = COALESCE(started_at, %s), last_attempted_at = %s
+                WHERE id IN ({marks})
+                """,
+                [worker_id, worker_id, at, at, *(self.encode_id(r.id) for r in rows)],
+            )
+        return [
+            replace(
+                r,
+                attempts=r.attempts + 1,
+                worker_ids=[*r.worker_ids, worker_id],
+                started_at=r.started_at or now,
+                last_attempted_at=now,
+            )
+            for r in rows
+        ]
+
+    def complete(
+        self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
+    ) -> set[uuid.UUID]:
+        first = (
+            "SELECT %s AS id, %s AS status, %s AS finished_at, %s AS return_value, "
+            "%s AS error_class, %s AS error_traceback"
+        )
+        derived = " UNION ALL ".join(
+            [first] + ["SELECT %s, %s, %s, %s, %s, %s"] * (len(outcomes) - 1)
+        )
+        params: list[Any] = []
+        for o in outcomes:
+            params += [
+                self.encode_id(o.id),
+                o.status,
+                self.encode_datetime(o.finished_at),
+                o.return_value,
+                o.error_class,
+                o.error_traceback,
+            ]
+        error = self.append_error("t.errors", "v.error_class", "v.error_traceback")
+        ids = [self.encode_id(o.id) for o in outcomes]
+        marks = ", ".join(["%s"] * len(ids))
+        # The owner guard keeps a late result from overwriting a task that was rescued and
+        # claimed again (or finished) meanwhile. Without RETURNING, lock the rows still ours
+        # first to learn which they are; the transaction holds those locks for two statements.
+        with transaction.atomic(using=self.connection.alias):
+            cursor.execute(
+                f"SELECT id FROM {self.tasks} WHERE id IN ({marks}) AND status = 'RUNNING' "
+                "AND owner = %s FOR UPDATE",
+                [*ids, worker_id],
+            )
+            held = {self.decode_id(values[0]) for values in cursor.fetchall()}
+            if held:
+                cursor.execute(
+                    f"""
+                    UPDATE {self.tasks} AS t JOIN ({derived}) AS v ON t.id = v.id
+                    SET t.errors = IF(v.error_class IS NULL, t.errors, {error}),
+                        t.return_value = v.return_value, t.status = v.status,
+                        t.finished_at = v.finished_at, t.owner = NULL
+                    WHERE t.status = 'RUNNING' AND t.owner = %s
+                    """,
+                    [*params, worker_id],
+                )
+        return held

@@ -1,0 +1,97 @@
+"""PostgreSQL: single-statement claim with SKIP LOCKED, completion from unnest() arrays."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.backends.utils import CursorWrapper
+
+from .base import (
+    RETURNED_COLUMNS,
+    ClaimedRow,
+    Dialect,
+    Outcome,
+)
+
+RETURNING = ", ".join(f"t.{c}" for c in RETURNED_COLUMNS)
+
+
+class PostgreSQLDialect(Dialect):
+    json_placeholder = "%s::jsonb"
+
+    text_param = "%s::text"
+
+    def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
+        return (
+            f"{column} || jsonb_build_array(jsonb_build_object("
+            f"'exception_class_path', {class_sql}, 'traceback', {traceback_sql}))"
+        )
+
+    def encode_id(self, value: uuid.UUID) -> Any:
+        return value
+
+    def claim(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        worker_id: str,
+        now: datetime,
+        limit: int,
+    ) -> list[ClaimedRow]:
+        queue_sql, queue_params = self.queue_filter(queue_names)
+        # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
+        # concurrent workers take the next rows instead of waiting on these.
+        cursor.execute(
+            f"""
+            WITH picked AS (
+                SELECT id FROM {self.tasks}
+                WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= %s
+                ORDER BY priority DESC, available_at
+                LIMIT %s
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE {self.tasks} AS t
+            SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
+                worker_ids = t.worker_ids || jsonb_build_array(%s::text),
+                started_at = COALESCE(t.started_at, %s), last_attempted_at = %s
+            FROM picked WHERE t.id = picked.id
+            RETURNING {RETURNING}
+            """,
+            [backend_name, *queue_params, now, limit, worker_id, worker_id, now, now],
+        )
+        return [self.claimed_row(values) for values in cursor.fetchall()]
+
+    def complete(
+        self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
+    ) -> set[uuid.UUID]:
+        error = self.append_error("t.errors", "v.error_class", "v.error_traceback")
+        # The owner guard keeps a late result from overwriting a task that was rescued and
+        # claimed again (or finished) meanwhile.
+        cursor.execute(
+            f"""
+            UPDATE {self.tasks} AS t
+            SET status = v.status, finished_at = v.finished_at, owner = NULL,
+                return_value = v.return_value,
+                errors = CASE WHEN v.error_class IS NULL THEN t.errors ELSE {error} END
+            FROM unnest(
+                %s::uuid[], %s::text[], %s::timestamptz[], %s::jsonb[], %s::text[], %s::text[]
+            ) AS v(id, status, finished_at, return_value, error_class, error_traceback)
+            WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
+            RETURNING t.id
+            """,
+            [
+                [o.id for o in outcomes],
+                [o.status for o in outcomes],
+                [o.finished_at for o in outcomes],
+                [o.return_value for o in outcomes],
+                [o.error_class for o in outcomes],
+                [o.error_traceback for o in outcomes],
+                worker_id,
+            ],
+        )
+        return {self.decode_id(values[0]) for values in cursor.fetchall()}

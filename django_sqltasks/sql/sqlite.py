@@ -1,0 +1,92 @@
+"""SQLite: one UPDATE ... RETURNING claims a batch; SQLite's single writer makes it atomic."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.backends.utils import CursorWrapper
+
+from .base import (
+    RETURNED_COLUMNS,
+    ClaimedRow,
+    Dialect,
+    Outcome,
+)
+
+RETURNING = ", ".join(RETURNED_COLUMNS)
+
+
+class SQLiteDialect(Dialect):
+    def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
+        return (
+            f"json_insert({column}, '$[#]', json_object("
+            f"'exception_class_path', {class_sql}, 'traceback', {traceback_sql}))"
+        )
+
+    def claim(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        worker_id: str,
+        now: datetime,
+        limit: int,
+    ) -> list[ClaimedRow]:
+        queue_sql, queue_params = self.queue_filter(queue_names)
+        at = self.encode_datetime(now)
+        cursor.execute(
+            f"""
+            UPDATE {self.tasks}
+            SET status = 'RUNNING', owner = %s, attempts = attempts + 1,
+                worker_ids = json_insert(worker_ids, '$[#]', %s),
+                started_at = COALESCE(started_at, %s), last_attempted_at = %s
+            WHERE id IN (
+                SELECT id FROM {self.tasks}
+                WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= %s
+                ORDER BY priority DESC, available_at
+                LIMIT %s
+            )
+            RETURNING {RETURNING}
+            """,
+            [worker_id, worker_id, at, at, backend_name, *queue_params, at, limit],
+        )
+        return [self.claimed_row(values) for values in cursor.fetchall()]
+
+    def complete(
+        self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
+    ) -> set[uuid.UUID]:
+        rows = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(outcomes))
+        params: list[Any] = []
+        for o in outcomes:
+            params += [
+                self.encode_id(o.id),
+                o.status,
+                self.encode_datetime(o.finished_at),
+                o.return_value,
+                o.error_class,
+                o.error_traceback,
+            ]
+        error = self.append_error(f"{self.tasks}.errors", "v.error_class", "v.error_traceback")
+        # The owner guard keeps a late result from overwriting a task that was rescued and
+        # claimed again (or finished) meanwhile.
+        cursor.execute(
+            f"""
+            WITH v(id, status, finished_at, return_value, error_class, error_traceback)
+                AS (VALUES {rows})
+            UPDATE {self.tasks}
+            SET status = v.status, finished_at = v.finished_at, owner = NULL,
+                return_value = v.return_value,
+                errors = CASE WHEN v.error_class IS NULL THEN {self.tasks}.errors
+                              ELSE {error} END
+            FROM v
+            WHERE {self.tasks}.id = v.id AND {self.tasks}.status = 'RUNNING'
+                AND {self.tasks}.owner = %s
+            RETURNING {self.tasks}.id
+            """,
+            [*params, worker_id],
+        )
+        return {self.decode_id(values[0]) for values in cursor.fetchall()}

@@ -1,0 +1,93 @@
+"""Settings for the test suite; ``DATABASE_URL`` picks the database (SQLite by default)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_sqltasks",
+    "tests",
+]
+try:  # Django 5.2 runs Django Tasks from the backport, which is an app of its own
+    import django.tasks  # noqa: F401
+except ImportError:
+    INSTALLED_APPS.insert(0, "django_tasks")
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "/static/"
+
+SQLITE_PATH = Path(os.environ.get("SQLTASKS_SQLITE_PATH", BASE_DIR / "tests.sqlite3"))
+DATABASES = {
+    "default": dj_database_url.config(default=f"sqlite:///{SQLITE_PATH}", conn_max_age=0)
+}
+DATABASES["default"].setdefault("TEST", {})
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # A file, not memory, so worker subprocesses see the test database.
+    DATABASES["default"]["TEST"]["NAME"] = str(SQLITE_PATH.with_name("test_" + SQLITE_PATH.name))
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "timeout": 20,
+    }
+# Worker subprocesses are told the test database's name, which pytest-django made.
+if os.environ.get("SQLTASKS_TEST_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["SQLTASKS_TEST_DB_NAME"]
+
+TASKS = {
+    "default": {
+        "BACKEND": "django_sqltasks.backend.SQLTaskBackend",
+        "QUEUES": ["default", "other", "slow"],
+        "OPTIONS": {
+            "LEASE_TIMEOUT": float(os.environ.get("SQLTASKS_LEASE_TIMEOUT", "30")),
+            "HEARTBEAT_INTERVAL": float(os.environ.get("SQLTASKS_HEARTBEAT_INTERVAL", "5")),
+            "POLL_INTERVAL": 0.05,
+        },
+    },
+    "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+}
+try:
+    import django.tasks  # noqa: F401, F811
+except ImportError:
+    TASKS["immediate"]["BACKEND"] = "django_tasks.backends.immediate.ImmediateBackend"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_sqltasks": {"handlers": ["console"], "level": "INFO"}},
+}

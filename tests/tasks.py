@@ -1,0 +1,117 @@
+"""Tasks the test suite enqueues."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from django_sqltasks.compat import TaskContext, task
+
+NOT_A_TASK = 42
+
+
+@task
+def noop() -> None:
+    return None
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task
+async def async_add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task
+def fail(message: str = "boom") -> None:
+    raise ValueError(message)
+
+
+@task
+async def async_fail(message: str = "async boom") -> None:
+    raise ValueError(message)
+
+
+@task
+def raise_system_exit() -> None:
+    raise SystemExit(3)
+
+
+@task
+def raise_keyboard_interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+@task
+def return_not_json() -> object:
+    return {"when": object()}
+
+
+@task(takes_context=True)
+def context_info(context: TaskContext, label: str) -> dict[str, Any]:
+    return {"id": context.task_result.id, "attempt": context.attempt, "label": label}
+
+
+@task(takes_context=True)
+async def async_context_info(context: TaskContext) -> dict[str, Any]:
+    return {"id": context.task_result.id, "attempt": context.attempt}
+
+
+@task
+def sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+@task
+async def async_sleep(seconds: float) -> float:
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@task(queue_name="other")
+def other_queue() -> str:
+    return "other"
+
+
+@task(priority=10)
+def important() -> str:
+    return "important"
+
+
+@task
+def record(path: str, label: str, seconds: float = 0.0) -> str:
+    """Append ``label`` and this process's pid to ``path``: evidence of each execution."""
+    if seconds:
+        time.sleep(seconds)
+    with Path(path).open("a") as f:
+        f.write(f"{label} {os.getpid()}\n")
+    return label
+
+
+@task
+def touch_then_sleep(path: str, seconds: float) -> str:
+    """Mark the start in ``path``, then sleep: lets a test kill the worker mid-task."""
+    with Path(path).open("a") as f:
+        f.write(f"start {os.getpid()}\n")
+    time.sleep(seconds)
+    return "done"
+
+
+@task
+def count_rows() -> int:
+    from django_sqltasks.models import TaskRecord
+
+    return TaskRecord.objects.count()
