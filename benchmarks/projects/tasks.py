@@ -22,9 +22,11 @@ _SYSTEM = current_system()
 
 def _decorator() -> Callable[[Callable[..., Any]], Any]:
     if _SYSTEM.enqueue_kind == "celery":
-        from celery import shared_task
+        # Importing the app first binds the tasks to it (and its Redis broker), as Celery's
+        # Django guide does by importing the app in the project package.
+        from benchmarks.projects.celery_app import app
 
-        return shared_task  # type: ignore[no-any-return]
+        return app.task  # type: ignore[no-any-return]
     if _SYSTEM.name == "rq":
         from django_tasks import task as backport_task
 

@@ -1,0 +1,244 @@
+"""``python -m benchmarks run|report|setup``: the command-line entry point."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks import environment, network, page, processes, report, scenarios, services
+from benchmarks.systems import SMOKE_SYSTEMS, SYSTEMS
+from benchmarks.systems.base import REPO_ROOT, Endpoints, Service, System
+
+RAW_DIR = REPO_ROOT / "benchmarks" / "results" / "raw"
+DOCS_DIR = REPO_ROOT / "docs" / "benchmarks"
+SMOKE_DIR = REPO_ROOT / "benchmarks" / "results" / "smoke"
+REQUIREMENTS = REPO_ROOT / "benchmarks" / "requirements.txt"
+
+SMOKE_TASKS = 300
+SMOKE_PROBES = 5
+
+
+def _list(value: str) -> list[str]:
+    return [v for v in re.split(r"[,\s]+", value) if v]
+
+
+def _rtt_ms(value: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|us|s)?", value.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"--rtt must look like 2ms, 500us or 0, not {value!r}")
+    number, unit = float(match[1]), match[2] or "ms"
+    return number * {"ms": 1.0, "us": 0.001, "s": 1000.0}[unit]
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the suite and write the results")
+    run.add_argument("--systems", type=_list, default=list(SYSTEMS), help=f"of {', '.join(SYSTEMS)}")
+    run.add_argument(
+        "--scenarios", type=_list, default=list(scenarios.ALL_SCENARIOS),
+        help=f"of {', '.join(scenarios.ALL_SCENARIOS)}",
+    )  # fmt: skip
+    run.add_argument("-n", "--tasks", type=_positive, default=5000, help="tasks per run (5000)")
+    run.add_argument("--rtt", type=_rtt_ms, default=0.0, help="added round-trip time, e.g. 2ms")
+    run.add_argument("--repeat", type=_positive, default=3, help="interleaved repeats (3)")
+    run.add_argument("--concurrency", type=_positive, default=200, help="worker concurrency (200)")
+    run.add_argument("--in-flight", type=_positive, default=200, help="enqueues in flight (200)")
+    run.add_argument("--probes", type=_positive, default=40, help="latency probes per run (40)")
+    run.add_argument("--http-connections", type=_positive, default=50, help="HTTP clients (50)")
+    run.add_argument("--profile", help="result name (default: local, or rtt-2ms with --rtt 2ms)")
+    run.add_argument("--out", type=Path, help="where summaries go (default docs/benchmarks)")
+    run.add_argument("--smoke", action="store_true", help="few tasks, 3 systems, 1 repeat (CI)")
+    sub.add_parser("report", help="rebuild docs/benchmarks.md from the stored summaries")
+    sub.add_parser("setup", help="install the peers and tools into the current environment")
+    return parser
+
+
+@dataclass
+class Plan:
+    systems: list[System]
+    scenarios: list[str]
+    tasks: int
+    repeat: int
+    rtt_ms: float
+    profile: str
+    out: Path
+    write_page: bool
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    systems, chosen = args.systems, args.scenarios
+    tasks, repeat, out = args.tasks, args.repeat, args.out
+    if args.smoke:
+        systems = [s for s in systems if s in SMOKE_SYSTEMS] if "--systems" in sys.argv else list(SMOKE_SYSTEMS)
+        tasks, repeat, args.probes = min(tasks, SMOKE_TASKS), 1, SMOKE_PROBES
+        out = out or SMOKE_DIR
+    unknown = [s for s in systems if s not in SYSTEMS] + [
+        s for s in chosen if s not in scenarios.ALL_SCENARIOS
+    ]
+    if unknown:
+        raise SystemExit(f"unknown system or scenario: {', '.join(unknown)}")
+    rtt_label = f"{args.rtt:g}ms".replace(".", "_")
+    profile = args.profile or ("smoke" if args.smoke else "local" if not args.rtt else f"rtt-{rtt_label}")
+    return Plan(
+        systems=[SYSTEMS[s] for s in systems],
+        scenarios=[s for s in scenarios.ALL_SCENARIOS if s in chosen],
+        tasks=tasks,
+        repeat=repeat,
+        rtt_ms=args.rtt,
+        profile=profile,
+        out=out or DOCS_DIR,
+        write_page=out is None or Path(out).resolve() == DOCS_DIR.resolve(),
+    )
+
+
+def _runs(plan: Plan) -> list[tuple[int, str, System]]:
+    """Repeats outermost, so systems interleave and slow drifts hit every system alike."""
+    return [
+        (rep, scenario, system)
+        for rep in range(1, plan.repeat + 1)
+        for scenario in plan.scenarios
+        for system in plan.systems
+        if scenario != "http" or system.supports_http
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    plan = make_plan(args)
+    processes.install_cleanup()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    RAW_DIR.mkdir(parents=True, exist_ok=True)
+    raw_path = RAW_DIR / f"{stamp}-{plan.profile}.jsonl"
+    log_dir = RAW_DIR / f"{stamp}-{plan.profile}-logs"
+    state_dir = tempfile.mkdtemp(prefix="django-sqltasks-bench-")
+    direct = Endpoints(state_dir=state_dir)
+    meta: dict[str, Any] = {
+        "profile": plan.profile,
+        "started_at": stamp,
+        "tasks": plan.tasks,
+        "repeat": plan.repeat,
+        "concurrency": args.concurrency,
+        "in_flight": args.in_flight,
+        "probes": args.probes,
+        "http_connections": args.http_connections,
+        "rtt_requested_ms": plan.rtt_ms,
+        "machine": environment.describe(direct),
+    }
+    records: list[dict[str, Any]] = []
+    try:
+        endpoints = direct
+        needed: set[Service] = {s for system in plan.systems for s in system.services}
+        meta["rtt_measured_ms"] = {s: round(network.measure_rtt_ms(direct, s), 3) for s in needed}
+        if plan.rtt_ms:
+            endpoints, _ = network.start_proxies(direct, plan.rtt_ms, needed, log_dir)
+            meta["rtt_through_proxy_ms"] = {
+                s: round(network.measure_rtt_ms(endpoints, s), 3) for s in needed
+            }
+        ctx = scenarios.RunContext(
+            endpoints=endpoints,
+            admin=direct,
+            concurrency=args.concurrency,
+            in_flight=args.in_flight,
+            probes=args.probes,
+            http_connections=args.http_connections,
+            log_dir=log_dir,
+        )
+        broken: dict[str, str] = {}
+        for system in plan.systems:
+            try:
+                services.prepare(system, direct)
+            except Exception as e:  # noqa: BLE001 - recorded and reported; other systems go on
+                broken[system.name] = f"setup failed: {e}"
+                console.print(f"[red]{system.name}: {broken[system.name]}")
+        runs = _runs(plan)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console) as progress, raw_path.open("a") as raw:
+            bar = progress.add_task("benchmarks", total=len(runs))
+            for rep, scenario, system in runs:
+                progress.update(bar, description=f"{plan.profile} #{rep} {scenario:<7} {system.name:<16}")
+                record = _one(system, scenario, rep, plan, ctx, broken)
+                records.append(record)
+                raw.write(json.dumps(record) + "\n")
+                raw.flush()
+                if not record["ok"]:
+                    progress.console.print(f"[red]{system.name} {scenario} #{rep}: {record['error'][:2000]}")
+                progress.advance(bar)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping every process the harness started")
+        processes.stop_all()
+        return 130
+    finally:
+        processes.stop_all()
+        shutil.rmtree(state_dir, ignore_errors=True)
+    summary = report.summarize(records, meta)
+    report.write(summary, plan.out)
+    print(report.markdown(summary))
+    if plan.write_page:
+        page.write(DOCS_DIR, REPO_ROOT / "docs" / "benchmarks.md")
+    console.print(f"raw runs: {raw_path.relative_to(REPO_ROOT)}; summary: {plan.out}")
+    failed = [r for r in records if not r["ok"]]
+    if failed:
+        console.print(f"[red]{len(failed)} of {len(records)} runs failed")
+        return 1
+    return 0
+
+
+def _one(
+    system: System, scenario: str, rep: int, plan: Plan, ctx: scenarios.RunContext, broken: dict[str, str]
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "profile": plan.profile,
+        "system": system.name,
+        "scenario": scenario,
+        "repeat": rep,
+        "rtt_ms": plan.rtt_ms,
+        "sleep": "async" if system.async_sleep else "sync",
+        "concurrency": system.effective_concurrency(ctx.concurrency),
+        "at": time.time(),
+    }
+    if system.name in broken:
+        return record | {"ok": False, "error": broken[system.name]}
+    try:
+        record |= scenarios.run(system, scenario, plan.tasks, ctx)
+    except Exception as e:  # noqa: BLE001 - one failing run must not stop the others
+        return record | {"ok": False, "error": f"{e.__class__.__name__}: {e}"}
+    return record | {"ok": True}
+
+
+def setup() -> int:
+    """Install this project (editable) and the peers into the interpreter running this command."""
+    uv = shutil.which("uv")
+    base = [uv, "pip", "install", "--python", sys.executable] if uv else [sys.executable, "-m", "pip", "install"]
+    return subprocess.call([*base, "-e", str(REPO_ROOT), "-r", str(REQUIREMENTS)])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "setup":
+        return setup()
+    if args.command == "report":
+        page.write(DOCS_DIR, REPO_ROOT / "docs" / "benchmarks.md")
+        return 0
+    return run(args)
