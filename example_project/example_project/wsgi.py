@@ -1,0 +1,9 @@
+"""WSGI entry point: ``gunicorn example_project.wsgi`` (from example_project/)."""
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
+
+application = get_wsgi_application()

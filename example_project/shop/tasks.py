@@ -1,0 +1,56 @@
+"""The example's tasks: one of each kind the backend runs.
+
+Arguments and return values must be JSON: pass ids and strings, not model instances or dates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+try:
+    from django.tasks import TaskContext, task
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks import TaskContext, task
+
+# Made-up rates, so the example needs no network.
+EXCHANGE_RATES = {"EUR": 0.92, "GBP": 0.79, "JPY": 151.4}
+CARD_LIMIT_CENTS = 100_00
+
+
+class PaymentDeclined(Exception):
+    """The (pretend) card network refused the charge."""
+
+
+@task(queue_name="emails")
+def send_order_confirmation(order_id: int, email: str) -> dict[str, object]:
+    """A sync task on the "emails" queue: runs on the worker's thread pool."""
+    return {"order_id": order_id, "sent_to": email}
+
+
+@task
+async def fetch_exchange_rate(currency: str) -> float:
+    """An async task: runs on the worker's event loop."""
+    await asyncio.sleep(0.1)  # stands in for an HTTP call
+    return EXCHANGE_RATES[currency]
+
+
+@task
+def charge_card(order_id: int, amount_cents: int) -> dict[str, int]:
+    """A task that fails for large amounts; the error and traceback are stored on the task."""
+    if amount_cents > CARD_LIMIT_CENTS:
+        raise PaymentDeclined(f"Order {order_id}: {amount_cents} cents is over the card limit.")
+    return {"order_id": order_id, "charged_cents": amount_cents}
+
+
+@task
+def render_invoice(order_id: int, seconds: float = 1.5) -> str:
+    """A slow sync task: it holds one of the worker's slots while it sleeps."""
+    time.sleep(seconds)
+    return f"invoice-{order_id}.pdf"
+
+
+@task(takes_context=True)
+def rebuild_search_index(context: TaskContext, reason: str) -> dict[str, object]:
+    """A task that receives its TaskContext: its own id and which attempt this is."""
+    return {"task_id": context.task_result.id, "attempt": context.attempt, "reason": reason}
