@@ -54,7 +54,9 @@ STATIC_URL = "/static/"
 
 SQLITE_PATH = Path(os.environ.get("SQLTASKS_SQLITE_PATH", BASE_DIR / "tests.sqlite3"))
 DATABASES = {
-    "default": dj_database_url.config(default=f"sqlite:///{SQLITE_PATH}", conn_max_age=0)
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{SQLITE_PATH}", conn_max_age=0
+    )
 }
 DATABASES["default"].setdefault("TEST", {})
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):

@@ -1,0 +1,112 @@
+"""Fixtures shared by every test module: real databases, real workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_sqltasks.worker import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def run_worker() -> Callable[..., Worker]:
+    """Run an in-process worker in burst mode until no runnable task is left."""
+
+    def run(**kwargs: Any) -> Worker:
+        kwargs.setdefault("burst", True)
+        kwargs.setdefault("queue_names", ["*"])
+        kwargs.setdefault("concurrency", 4)
+        worker = Worker(**kwargs)
+        worker.run()
+        return worker
+
+    return run
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["SQLTASKS_TEST_DB_NAME"] = str(connection.settings_dict["NAME"])
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """A ``manage.py tasks_worker`` subprocess on the test database."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.args = args
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "tasks_worker", *args],
+            cwd=ROOT,
+            env=worker_env(**(env or {})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._output: str | None = None
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"worker did not exit in {timeout}s:\n{self.output}") from None
+
+    @property
+    def output(self) -> str:
+        if self._output is None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            assert self.proc.stdout is not None
+            self._output = self.proc.stdout.read()
+        return self._output
+
+
+@pytest.fixture
+def worker_process() -> Iterator[Callable[..., WorkerProcess]]:
+    """Start real worker processes; any still running at the end are killed."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        process = WorkerProcess(*args, env=env)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.proc.poll() is None:
+            process.proc.send_signal(signal.SIGKILL)
+            process.proc.wait()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
