@@ -68,8 +68,8 @@ def prepare(row: ClaimedRow) -> Attempt:
 
 def success(attempt_id: Any, raw_return_value: Any) -> tuple[Outcome, Any]:
     """Normalize and check a return value; raise ``InvalidTaskArguments`` if it is not JSON."""
+    check_json(raw_return_value, "Task return value")
     value = normalize_json(raw_return_value)
-    check_json(value, "Task return value")
     outcome = Outcome(
         id=attempt_id,
         status=TaskResultStatus.SUCCESSFUL,

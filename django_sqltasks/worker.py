@@ -152,6 +152,7 @@ class Worker:
             await self._db_call(self._unregister)
             await self._loop.run_in_executor(self._db, connections.close_all)
             self._db.shutdown(wait=True)
+            self._close_pool_connections()
             self._pool.shutdown(wait=True)
             logger.info(
                 "Worker stopped worker_id=%s processed=%d",
@@ -299,7 +300,7 @@ class Worker:
         """Run an async task on the event loop; signals go to the pool, where ORM calls work."""
         assert self._loop is not None
         result = attempt.result
-        await self._loop.run_in_executor(self._pool, self._send, task_started, attempt)
+        await self._loop.run_in_executor(self._pool, self._send_in_pool, task_started, attempt)
         try:
             args, kwargs = attempt.call_args()
             outcome, value = execution.success(attempt.row.id, await attempt.task.func(*args, **kwargs))
@@ -313,7 +314,32 @@ class Worker:
             written = await self._record(outcome)
             execution.apply(result, outcome, value)
             self._log_success(attempt, written)
-            await self._loop.run_in_executor(self._pool, self._send, task_finished, attempt)
+            await self._loop.run_in_executor(
+                self._pool, self._send_in_pool, task_finished, attempt
+            )
+
+    def _close_pool_connections(self) -> None:
+        """Close the connections tasks opened on each pool thread, from that thread."""
+        threads = len(self._pool._threads)
+        if not threads:
+            return
+        barrier = threading.Barrier(threads)
+
+        def close() -> None:
+            connections.close_all()
+            try:
+                barrier.wait(timeout=5)  # hold this thread so each thread gets one call
+            except threading.BrokenBarrierError:
+                pass
+
+        for future in [self._pool.submit(close) for _ in range(threads)]:
+            future.result()
+
+    def _send_in_pool(self, signal_: Any, attempt: execution.Attempt) -> None:
+        try:
+            self._send(signal_, attempt)
+        finally:
+            close_old_connections()
 
     def _send(self, signal_: Any, attempt: execution.Attempt) -> None:
         for receiver, response in signal_.send_robust(self.backend_class, task_result=attempt.result):
@@ -329,7 +355,7 @@ class Worker:
         try:
             raise exc
         except BaseException:
-            self._send(task_finished, attempt)  # receivers see the task's exception
+            self._send_in_pool(task_finished, attempt)  # receivers see the task's exception
 
     def _log_success(self, attempt: execution.Attempt, written: bool) -> None:
         if logger.isEnabledFor(logging.DEBUG):

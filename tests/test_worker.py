@@ -1,0 +1,345 @@
+"""The worker, driven in-process in burst mode, on the test database."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_sqltasks import SQLTaskBackend
+from django_sqltasks.compat import TaskResultStatus, task_finished, task_started
+from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.worker import Worker
+from tests import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RunWorker = Callable[..., Worker]
+
+
+def test_sync_task_succeeds(run_worker: RunWorker) -> None:
+    result = tasks.add.enqueue(2, 3)
+    worker = run_worker()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.worker_ids == [worker.worker_id]
+    assert result.attempts == 1
+    assert result.errors == []
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert result.last_attempted_at == result.started_at
+    assert TaskRecord.objects.get(id=result.id).owner is None
+
+
+def test_async_task_succeeds(run_worker: RunWorker) -> None:
+    result = tasks.async_add.enqueue(2, 40)
+    run_worker()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 42
+
+
+@pytest.mark.parametrize("task", [tasks.fail, tasks.async_fail])
+def test_failing_task_records_class_and_traceback(run_worker: RunWorker, task: Any) -> None:
+    result = task.enqueue("kaput")
+    run_worker()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert len(result.errors) == 1
+    error = result.errors[0]
+    assert error.exception_class_path == "builtins.ValueError"
+    assert error.exception_class is ValueError
+    assert "Traceback (most recent call last)" in error.traceback
+    assert error.traceback.rstrip().endswith("ValueError: kaput")
+    assert result.finished_at is not None
+    with pytest.raises(ValueError, match="Task failed"):
+        _ = result.return_value
+
+
+@pytest.mark.parametrize(
+    ("task", "exception_class"),
+    [
+        (tasks.raise_system_exit, "builtins.SystemExit"),
+        (tasks.raise_keyboard_interrupt, "builtins.KeyboardInterrupt"),
+    ],
+)
+def test_exit_exceptions_fail_the_task_not_the_worker(
+    run_worker: RunWorker, task: Any, exception_class: str
+) -> None:
+    bad = task.enqueue()
+    good = tasks.add.enqueue(1, 1)
+    run_worker(concurrency=1)
+    bad.refresh()
+    good.refresh()
+    assert bad.status == TaskResultStatus.FAILED
+    assert bad.errors[0].exception_class_path == exception_class
+    assert good.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_return_value_that_is_not_json_fails_the_task(run_worker: RunWorker) -> None:
+    result = tasks.return_not_json.enqueue()
+    run_worker()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class_path == (
+        "django_sqltasks.exceptions.InvalidTaskArguments"
+    )
+    assert "Task return value['when'] is a builtins.object" in result.errors[0].traceback
+
+
+def test_return_values_are_normalized(run_worker: RunWorker) -> None:
+    result = tasks.echo.enqueue(1, "two", three=[3])
+    run_worker()
+    result.refresh()
+    assert result.return_value == {"args": [1, "two"], "kwargs": {"three": [3]}}
+
+
+@pytest.mark.parametrize("task", [tasks.context_info])
+def test_takes_context_gets_its_task_result(run_worker: RunWorker, task: Any) -> None:
+    result = task.enqueue("hello")
+    run_worker()
+    result.refresh()
+    assert result.return_value == {"id": result.id, "attempt": 1, "label": "hello"}
+
+
+def test_async_task_takes_context(run_worker: RunWorker) -> None:
+    result = tasks.async_context_info.enqueue()
+    run_worker()
+    result.refresh()
+    assert result.return_value == {"id": result.id, "attempt": 1}
+
+
+def _insert_row(task_path: str) -> TaskRecord:
+    return TaskRecord.objects.create(
+        task_path=task_path, backend_name="default", queue_name="default"
+    )
+
+
+@pytest.mark.parametrize(
+    ("task_path", "message"),
+    [
+        ("tests.tasks.NOT_A_TASK", "names a int, not a Task"),
+        ("tests.tasks.missing_function", "does not import"),
+        ("no_such_module.anything", "does not import"),
+        ("os.path.join", "names a function, not a Task"),
+    ],
+)
+def test_rows_that_do_not_name_a_task_fail_alone(
+    run_worker: RunWorker, task_path: str, message: str
+) -> None:
+    record = _insert_row(task_path)
+    good = tasks.add.enqueue(1, 2)
+    run_worker()
+    record.refresh_from_db()
+    assert record.status == TaskResultStatus.FAILED
+    assert record.errors[0]["exception_class_path"] == "django_sqltasks.exceptions.TaskNotFound"
+    assert message in record.errors[0]["traceback"]
+    assert record.finished_at is not None
+    good.refresh()
+    assert good.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_higher_priority_runs_first(run_worker: RunWorker) -> None:
+    low = tasks.add.using(priority=-5).enqueue(0, 0)
+    mid = tasks.add.enqueue(0, 1)
+    high = tasks.add.using(priority=50).enqueue(0, 2)
+    run_worker(concurrency=1)
+    order = sorted([low, mid, high], key=lambda r: tasks.add.get_result(r.id).started_at)
+    assert [r.id for r in order] == [high.id, mid.id, low.id]
+
+
+def test_same_priority_runs_in_enqueue_order(run_worker: RunWorker) -> None:
+    results = [tasks.add.enqueue(i, 0) for i in range(5)]
+    run_worker(concurrency=1)
+    started = [tasks.add.get_result(r.id).started_at for r in results]
+    assert started == sorted(started)
+
+
+def test_deferred_task_waits_for_run_after(run_worker: RunWorker) -> None:
+    later = tasks.noop.using(run_after=timezone.now() + timedelta(hours=1)).enqueue()
+    soon = tasks.noop.using(run_after=timezone.now() - timedelta(seconds=1)).enqueue()
+    run_worker()
+    assert tasks.noop.get_result(later.id).status == TaskResultStatus.READY
+    assert tasks.noop.get_result(soon.id).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_deferred_task_runs_once_due(run_worker: RunWorker) -> None:
+    result = tasks.noop.using(run_after=timezone.now() + timedelta(seconds=0.5)).enqueue()
+    worker = Worker(queue_names=["*"], concurrency=2, poll_interval=0.05, max_tasks=1)
+    started = time.monotonic()
+    worker.run()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.started_at >= result.task.run_after
+    assert time.monotonic() - started >= 0.4
+
+
+def test_worker_only_takes_its_queues(run_worker: RunWorker) -> None:
+    default = tasks.noop.enqueue()
+    other = tasks.other_queue.enqueue()
+    run_worker(queue_names=["other"])
+    assert tasks.noop.get_result(default.id).status == TaskResultStatus.READY
+    assert tasks.other_queue.get_result(other.id).status == TaskResultStatus.SUCCESSFUL
+    run_worker(queue_names=["default"])
+    assert tasks.noop.get_result(default.id).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_star_takes_every_queue(run_worker: RunWorker) -> None:
+    results = [tasks.noop.enqueue(), tasks.other_queue.enqueue(), tasks.sleep.using(
+        queue_name="slow").enqueue(0)]
+    run_worker(queue_names=["*"])
+    assert all(
+        TaskRecord.objects.get(id=r.id).status == TaskResultStatus.SUCCESSFUL for r in results
+    )
+
+
+def test_max_tasks_stops_after_that_many(run_worker: RunWorker) -> None:
+    for i in range(5):
+        tasks.add.enqueue(i, i)
+    worker = run_worker(max_tasks=3, burst=False, concurrency=2)
+    assert worker.claimed == 3
+    assert TaskRecord.objects.succeeded().count() == 3
+    assert TaskRecord.objects.ready().count() == 2
+
+
+def test_sync_tasks_run_concurrently(run_worker: RunWorker) -> None:
+    for _ in range(6):
+        tasks.sleep.enqueue(0.5)
+    started = time.monotonic()
+    run_worker(concurrency=6)
+    assert time.monotonic() - started < 2.5
+    assert TaskRecord.objects.succeeded().count() == 6
+
+
+def test_async_tasks_run_concurrently_on_the_loop(run_worker: RunWorker) -> None:
+    for _ in range(20):
+        tasks.async_sleep.enqueue(0.5)
+    started = time.monotonic()
+    run_worker(concurrency=20)
+    assert time.monotonic() - started < 2.5
+    assert TaskRecord.objects.succeeded().count() == 20
+
+
+def test_signals_are_sent_with_the_backend_class(run_worker: RunWorker) -> None:
+    events: list[tuple[str, Any, str, str]] = []
+
+    def on_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        events.append(("started", sender, task_result.id, task_result.status))
+
+    def on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        exc = sys.exc_info()[1]
+        events.append(("finished", sender, task_result.id, f"{task_result.status}:{exc!r}"))
+
+    task_started.connect(on_started)
+    task_finished.connect(on_finished)
+    try:
+        ok = tasks.add.enqueue(1, 2)
+        bad = tasks.fail.enqueue("nope")
+        bad_async = tasks.async_fail.enqueue("async nope")
+        run_worker()
+    finally:
+        task_started.disconnect(on_started)
+        task_finished.disconnect(on_finished)
+    assert all(sender is SQLTaskBackend for _, sender, _, _ in events)
+    by_id = {(kind, task_id): status for kind, _, task_id, status in events}
+    assert by_id[("started", ok.id)] == TaskResultStatus.RUNNING
+    assert by_id[("finished", ok.id)] == "SUCCESSFUL:None"
+    # Failure receivers run inside the except block: sys.exc_info() holds the task's error.
+    assert by_id[("finished", bad.id)] == "FAILED:ValueError('nope')"
+    assert by_id[("finished", bad_async.id)] == "FAILED:ValueError('async nope')"
+
+
+def test_task_finished_sees_the_stored_outcome(run_worker: RunWorker) -> None:
+    seen: list[str] = []
+
+    def on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(TaskRecord.objects.get(id=task_result.id).status)
+
+    task_finished.connect(on_finished)
+    try:
+        tasks.add.enqueue(1, 1)
+        tasks.async_add.enqueue(1, 1)
+        run_worker()
+    finally:
+        task_finished.disconnect(on_finished)
+    assert seen == ["SUCCESSFUL", "SUCCESSFUL"]
+
+
+def test_a_failing_signal_receiver_does_not_fail_the_task(
+    run_worker: RunWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(sender: Any, **kwargs: Any) -> None:
+        raise RuntimeError("receiver bug")
+
+    task_started.connect(broken)
+    try:
+        result = tasks.add.enqueue(1, 1)
+        run_worker()
+    finally:
+        task_started.disconnect(broken)
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    assert "receiver bug" in caplog.text
+
+
+def test_tasks_can_use_the_orm(run_worker: RunWorker) -> None:
+    result = tasks.count_rows.enqueue()
+    run_worker()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 1
+
+
+def test_worker_registers_and_unregisters(run_worker: RunWorker) -> None:
+    seen: list[int] = []
+
+    def on_started(sender: Any, **kwargs: Any) -> None:
+        seen.append(WorkerRecord.objects.count())
+
+    task_started.connect(on_started)
+    try:
+        tasks.noop.enqueue()
+        run_worker()
+    finally:
+        task_started.disconnect(on_started)
+    assert seen == [1]
+    assert not WorkerRecord.objects.exists()
+
+
+def test_logs_start_failures_and_debug_lines(
+    run_worker: RunWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="django_sqltasks")
+    ok = tasks.add.enqueue(1, 1)
+    bad = tasks.fail.enqueue("logged")
+    worker = run_worker()
+    records = [r for r in caplog.records if r.name == "django_sqltasks"]
+    messages = [r.getMessage() for r in records]
+    assert any(f"Worker started worker_id={worker.worker_id}" in m for m in messages)
+    assert any(f"Task id={ok.id}" in m and "SUCCESSFUL" in m for m in messages)
+    failure = next(r for r in records if f"Task id={bad.id}" in r.getMessage())
+    assert failure.levelno == logging.ERROR
+    assert failure.exc_info is not None and failure.exc_info[0] is ValueError
+
+
+def test_worker_refuses_a_backend_of_another_kind() -> None:
+    with pytest.raises(ValueError, match="not a django_sqltasks SQLTaskBackend"):
+        Worker(backend="immediate")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"concurrency": 0}, "concurrency must be at least 1"),
+        ({"max_tasks": 0}, "max_tasks must be at least 1"),
+        ({"worker_id": "x" * 65}, "worker_id must be 1 to 64 characters"),
+    ],
+)
+def test_worker_checks_its_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Worker(**kwargs)
