@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,19 +44,19 @@ def worker_env(**extra: str) -> dict[str, str]:
 
 
 class WorkerProcess:
-    """A ``manage.py tasks_worker`` subprocess on the test database."""
+    """A ``manage.py tasks_worker`` subprocess on the test database; output goes to a file."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.args = args
+        self.log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "django", "tasks_worker", *args],
             cwd=ROOT,
             env=worker_env(**(env or {})),
-            stdout=subprocess.PIPE,
+            stdout=self.log,
             stderr=subprocess.STDOUT,
-            text=True,
+            stdin=subprocess.DEVNULL,
         )
-        self._output: str | None = None
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
@@ -68,19 +68,18 @@ class WorkerProcess:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(f"worker did not exit in {timeout}s:\n{self.output}") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"worker did not exit in {timeout}s:\n{self.output}") from None
+        self.log.close()
 
     @property
     def output(self) -> str:
-        if self._output is None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            assert self.proc.stdout is not None
-            self._output = self.proc.stdout.read()
-        return self._output
+        return Path(self.log.name).read_text(errors="replace")
 
 
 @pytest.fixture
@@ -95,9 +94,8 @@ def worker_process() -> Iterator[Callable[..., WorkerProcess]]:
 
     yield start
     for process in started:
-        if process.proc.poll() is None:
-            process.proc.send_signal(signal.SIGKILL)
-            process.proc.wait()
+        process.stop()
+        Path(process.log.name).unlink(missing_ok=True)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05) -> Any:

@@ -1,0 +1,152 @@
+"""Real ``tasks_worker`` processes: signals, crashes, and several workers on one queue."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.models import TaskRecord, WorkerRecord
+from tests import tasks
+from tests.conftest import WorkerProcess, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
+
+StartWorker = Callable[..., WorkerProcess]
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_burst_runs_everything_and_exits_zero(worker_process: StartWorker) -> None:
+    results = [tasks.add.enqueue(i, i) for i in range(20)]
+    worker = worker_process("--burst", "--queue", "*", "--concurrency", "5")
+    assert worker.wait() == 0, worker.output
+    assert "Worker started" in worker.output
+    for result in results:
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL
+    assert not WorkerRecord.objects.exists()
+
+
+def test_sigterm_lets_the_running_task_finish(worker_process: StartWorker, tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    running = tasks.touch_then_sleep.enqueue(str(marker), 1.5)
+    worker = worker_process("--concurrency", "1")
+    wait_for(lambda: lines(marker))
+    queued = tasks.noop.enqueue()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.output
+    running.refresh()
+    assert running.status == TaskResultStatus.SUCCESSFUL
+    # Nothing new is claimed once stopping.
+    assert tasks.noop.get_result(queued.id).status == TaskResultStatus.READY
+    assert "Received SIGTERM" in worker.output
+
+
+def test_second_sigint_stops_at_once_and_requeues(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    result = tasks.touch_then_sleep.enqueue(str(marker), 60)
+    worker = worker_process("--concurrency", "1")
+    wait_for(lambda: lines(marker))
+    worker.signal(signal.SIGINT)
+    time.sleep(0.3)
+    worker.signal(signal.SIGINT)
+    assert worker.wait(timeout=15) != 0
+    result.refresh()
+    assert result.status == TaskResultStatus.READY
+    assert result.attempts == 1
+    assert result.errors[-1].exception_class_path == "django_sqltasks.exceptions.WorkerStopped"
+    assert TaskRecord.objects.get(id=result.id).owner is None
+
+
+def test_sigkilled_worker_tasks_are_rescued_after_the_lease(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    lease = {"SQLTASKS_LEASE_TIMEOUT": "2", "SQLTASKS_HEARTBEAT_INTERVAL": "0.5"}
+    result = tasks.touch_then_sleep.enqueue(str(marker), 0.5)
+    victim = worker_process("--concurrency", "1", "--worker-id", "victim", env=lease)
+    wait_for(lambda: lines(marker))
+    victim.kill()
+    victim.wait()
+    assert TaskRecord.objects.get(id=result.id).status == TaskResultStatus.RUNNING
+    rescuer = worker_process("--concurrency", "1", "--worker-id", "rescuer", env=lease)
+    wait_for(
+        lambda: TaskRecord.objects.get(id=result.id).status == TaskResultStatus.SUCCESSFUL,
+        timeout=30,
+    )
+    rescuer.signal(signal.SIGTERM)
+    assert rescuer.wait() == 0
+    result.refresh()
+    assert result.worker_ids == ["victim", "rescuer"]
+    assert result.attempts == 2
+    assert [e.exception_class_path for e in result.errors] == [
+        "django_sqltasks.exceptions.WorkerLost"
+    ]
+    assert "Worker victim stopped heartbeating" in result.errors[0].traceback
+    assert len(lines(marker)) == 2
+    assert not WorkerRecord.objects.filter(id="victim").exists()
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_concurrent_workers_never_run_a_task_twice(
+    worker_process: StartWorker, tmp_path: Path, workers: int
+) -> None:
+    log = tmp_path / "executions"
+    count = 300
+    for i in range(count):
+        tasks.record.enqueue(str(log), f"task-{i}")
+    started = [
+        worker_process("--burst", "--concurrency", "8", "--worker-id", f"w{n}")
+        for n in range(workers)
+    ]
+    for worker in started:
+        assert worker.wait(timeout=120) == 0, worker.output
+    executions = Counter(line.split()[0] for line in lines(log))
+    assert len(executions) == count
+    assert max(executions.values()) == 1
+    assert TaskRecord.objects.succeeded().count() == count
+    owners = Counter(wid for ids in TaskRecord.objects.values_list("worker_ids", flat=True)
+                     for wid in ids)
+    assert sum(owners.values()) == count
+    pids = {line.split()[1] for line in lines(log)}
+    assert len(pids) >= 2, "expected the work to be shared between processes"
+
+
+def test_a_crashing_task_does_not_take_the_worker_down(worker_process: StartWorker) -> None:
+    bad = [tasks.raise_system_exit.enqueue(), tasks.raise_keyboard_interrupt.enqueue()]
+    good = tasks.add.enqueue(1, 2)
+    worker = worker_process("--burst", "--concurrency", "1")
+    assert worker.wait() == 0, worker.output
+    for result in bad:
+        assert tasks.noop.get_backend().get_result(result.id).status == TaskResultStatus.FAILED
+    assert tasks.add.get_result(good.id).return_value == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "0"], "--concurrency: must be at least 1"),
+        (["--concurrency", "many"], "--concurrency: must be a whole number"),
+        (["--max-tasks", "-3"], "--max-tasks: must be at least 1"),
+        (["--poll-interval", "nan"], "--poll-interval: must be a positive, finite number"),
+        (["--worker-id", "x" * 65], "--worker-id: must be 1 to 64 characters"),
+        (["--backend", "nope"], "--backend"),
+        (["--backend", "immediate"], "not a django_sqltasks SQLTaskBackend"),
+    ],
+)
+def test_bad_options_are_refused_with_a_clear_message(
+    worker_process: StartWorker, args: list[str], message: str
+) -> None:
+    worker = worker_process(*args)
+    assert worker.wait() != 0
+    assert message in worker.output
