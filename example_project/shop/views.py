@@ -24,7 +24,8 @@ def index(request: HttpRequest) -> JsonResponse:
         {
             "endpoints": {
                 "POST /orders/<order_id>/confirm/?email=...": "enqueue send_order_confirmation",
-                "POST /rates/<currency>/": f"enqueue fetch_exchange_rate ({', '.join(EXCHANGE_RATES)})",
+                "POST /rates/<currency>/": "enqueue fetch_exchange_rate, for one of "
+                + ", ".join(EXCHANGE_RATES),
                 "GET /tasks/<task_id>/": "show a task's status and result",
                 "/admin/": "browse every task",
             }

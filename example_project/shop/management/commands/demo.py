@@ -136,7 +136,8 @@ class Command(BaseCommand):
             rows.append((item.label, str(result.status), str(result.attempts), outcome))
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
         for index, row in enumerate(rows):
-            line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3]
+            cells = zip(row[:3], widths, strict=True)
+            line = "  ".join(cell.ljust(width) for cell, width in cells) + "  " + row[3]
             if index == 0:
                 self.stdout.write(line)
                 continue
