@@ -20,9 +20,9 @@ from typing import Any
 WARMUP_TIMEOUT = 120.0  # seconds, covers worker start-up
 PROBE_TIMEOUT = 10.0  # seconds
 # Probes follow each other after a random gap, so they land at random phases of a polling
-# worker's cycle (django-tasks-db polls every 1 s by default).
-PROBE_GAP_MIN = 0.05  # seconds
-PROBE_GAP_MAX = 0.5  # seconds
+# worker's cycle (django-tasks-db and django-sqltasks poll every 1 s by default when idle).
+PROBE_GAP_MIN = 0.0  # seconds
+PROBE_GAP_MAX = 1.0  # seconds
 
 
 async def run_bounded(n: int, in_flight: int, one: Callable[[int], Awaitable[None]]) -> float:

@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the suite and write the results")
-    run.add_argument("--systems", type=_list, default=list(SYSTEMS), help=f"of {', '.join(SYSTEMS)}")
+    run.add_argument("--systems", type=_list, help=f"of {', '.join(SYSTEMS)} (default all)")
     run.add_argument(
         "--scenarios", type=_list, default=list(scenarios.ALL_SCENARIOS),
         help=f"of {', '.join(scenarios.ALL_SCENARIOS)}",
@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--in-flight", type=_positive, default=200, help="enqueues in flight (200)")
     run.add_argument("--probes", type=_positive, default=40, help="latency probes per run (40)")
     run.add_argument("--http-connections", type=_positive, default=50, help="HTTP clients (50)")
+    run.add_argument("--http-requests", type=_positive, default=2000, help="HTTP requests (2000)")
     run.add_argument("--profile", help="result name (default: local, or rtt-2ms with --rtt 2ms)")
     run.add_argument("--out", type=Path, help="where summaries go (default docs/benchmarks)")
     run.add_argument("--smoke", action="store_true", help="few tasks, 3 systems, 1 repeat (CI)")
@@ -85,11 +86,11 @@ class Plan:
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
-    systems, chosen = args.systems, args.scenarios
-    tasks, repeat, out = args.tasks, args.repeat, args.out
+    chosen, tasks, repeat, out = args.scenarios, args.tasks, args.repeat, args.out
+    systems = args.systems or list(SMOKE_SYSTEMS if args.smoke else SYSTEMS)
     if args.smoke:
-        systems = [s for s in systems if s in SMOKE_SYSTEMS] if "--systems" in sys.argv else list(SMOKE_SYSTEMS)
         tasks, repeat, args.probes = min(tasks, SMOKE_TASKS), 1, SMOKE_PROBES
+        args.http_requests = min(args.http_requests, SMOKE_TASKS)
         out = out or SMOKE_DIR
     unknown = [s for s in systems if s not in SYSTEMS] + [
         s for s in chosen if s not in scenarios.ALL_SCENARIOS
@@ -143,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         "in_flight": args.in_flight,
         "probes": args.probes,
         "http_connections": args.http_connections,
+        "http_requests": args.http_requests,
         "rtt_requested_ms": plan.rtt_ms,
         "machine": environment.describe(direct),
     }
@@ -163,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
             in_flight=args.in_flight,
             probes=args.probes,
             http_connections=args.http_connections,
+            http_requests=args.http_requests,
             log_dir=log_dir,
         )
         broken: dict[str, str] = {}

@@ -56,13 +56,13 @@ METHOD = """\
   django-tasks-db); the "Sleep" column says which.
 - **Latency:** a separate run against an idle worker: a probe task is enqueued, the task sends its
   start time back over UDP, and only then is the next one enqueued, after a random gap of
-  50–500 ms so probes land at random phases of a polling worker's cycle. Latency =
+  0–1 s so probes land at random phases of a polling worker's cycle. Latency =
   task start − the moment just before the enqueue call (so it includes the enqueue itself).
   {probes} probes per run after one warm-up probe.
 - **End to end:** the async view `benchmarks/projects/views.py` (one `noop` enqueue per request)
   served by uvicorn (one process, asyncio loop, h11, access log off) and driven by a small
   keep-alive HTTP/1.1 load generator (`benchmarks/loadgen.py`) with {http_connections} connections and
-  N requests. The web process uses Django's default `CONN_MAX_AGE = 0`: Django runs an async
+  {http_requests} requests (RQ: {rq_tasks}). The web process uses Django's default `CONN_MAX_AGE = 0`: Django runs an async
   view's sync ORM calls in a thread per request, so persistent connections would pile up to one
   per request thread, past PostgreSQL's `max_connections`. The worker is not running meanwhile.
 - **Repeats:** {repeat} per profile, interleaved (repeat → scenario → system), so a slow drift of
@@ -157,6 +157,7 @@ def write(docs_dir: Path, page: Path) -> None:
             in_flight=first["in_flight"],
             probes=first["probes"],
             http_connections=first["http_connections"],
+            http_requests=first["http_requests"],
             repeat=first["repeat"],
             rq_tasks=SYSTEMS["rq"].max_tasks,
         ),

@@ -29,7 +29,10 @@ def _settings(endpoints: Endpoints) -> dict[str, Any]:
 
 
 def _worker(concurrency: int) -> list[str]:
-    return python_m("django", "rqworker", "--job-class", "django_tasks_rq.Job", "default")
+    # rqworker installs its own log handlers; -v 0 is how it is told to log at WARNING.
+    return python_m(
+        "django", "rqworker", "--job-class", "django_tasks_rq.Job", "--verbosity", "0", "default"
+    )
 
 
 def _connect(hit: Callable[[], None]) -> None:
