@@ -133,9 +133,15 @@ class TaskRecord(models.Model):
                 where=models.Q(status=TaskResultStatus.RUNNING),
                 fallback=["status"],
             ),
-            # Serves the admin's newest-first list, filtered by status or not, and pruning.
+            # Serves the admin's newest-first list.
             models.Index(fields=["-enqueued_at"], name="sqltasks_enqueued_idx"),
-            models.Index(fields=["status", "finished_at"], name="sqltasks_finished_idx"),
+            # Serves pruning: finished rows by age.
+            PartialIndex(
+                fields=["finished_at"],
+                name="sqltasks_finished_idx",
+                where=models.Q(status__in=FINISHED_STATUSES),
+                fallback=["status"],
+            ),
         ]
 
     def __str__(self) -> str:

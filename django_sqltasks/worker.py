@@ -80,6 +80,7 @@ class Worker:
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._pending: list[tuple[Outcome, asyncio.Future[bool]]] = []
         self._stopping = False
+        self.abandoned = False  # True when the shutdown timeout left tasks running
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -152,8 +153,12 @@ class Worker:
             await self._db_call(self._unregister)
             await self._loop.run_in_executor(self._db, connections.close_all)
             self._db.shutdown(wait=True)
-            self._close_pool_connections()
-            self._pool.shutdown(wait=True)
+            if self.abandoned:
+                # Threads of requeued sync tasks cannot be stopped; do not wait for them.
+                self._pool.shutdown(wait=False, cancel_futures=True)
+            else:
+                self._close_pool_connections()
+                self._pool.shutdown(wait=True)
             logger.info(
                 "Worker stopped worker_id=%s processed=%d",
                 self.worker_id,
@@ -213,10 +218,13 @@ class Worker:
                 len(still_running),
                 self.worker_id,
             )
+            self.abandoned = True
             await self._wait_outcomes_written()
             await self._db_call(
                 self._requeue_owned, "The worker stopped before this task finished."
             )
+            for job in still_running:
+                job.cancel()  # async tasks stop here; sync threads run on, their result unused
 
     def _begin_stop(self) -> None:
         if self._stopping:
@@ -303,7 +311,17 @@ class Worker:
         await self._loop.run_in_executor(self._pool, self._send_in_pool, task_started, attempt)
         try:
             args, kwargs = attempt.call_args()
-            outcome, value = execution.success(attempt.row.id, await attempt.task.func(*args, **kwargs))
+            outcome, value = execution.success(
+                attempt.row.id, await attempt.task.func(*args, **kwargs)
+            )
+        except asyncio.CancelledError:
+            if self.abandoned:
+                raise  # cancelled by the shutdown timeout, and requeued already
+            outcome = execution.failure(attempt.row.id, asyncio.CancelledError())
+            written = await self._record(outcome)
+            execution.apply(result, outcome)
+            self._log_failure(attempt, written, None)
+            await self._loop.run_in_executor(self._pool, self._send_in_pool, task_finished, attempt)
         except BaseException as e:
             outcome = execution.failure(attempt.row.id, e)
             written = await self._record(outcome)

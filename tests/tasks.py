@@ -111,6 +111,14 @@ def touch_then_sleep(path: str, seconds: float) -> str:
 
 
 @task
+async def async_touch_then_sleep(path: str, seconds: float) -> str:
+    with Path(path).open("a") as f:
+        f.write(f"start {os.getpid()}\n")
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+@task
 def count_rows() -> int:
     from django_sqltasks.models import TaskRecord
 

@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,6 +67,24 @@ def test_second_sigint_stops_at_once_and_requeues(
     assert result.attempts == 1
     assert result.errors[-1].exception_class_path == "django_sqltasks.exceptions.WorkerStopped"
     assert TaskRecord.objects.get(id=result.id).owner is None
+
+
+@pytest.mark.parametrize("task", [tasks.touch_then_sleep, tasks.async_touch_then_sleep])
+def test_shutdown_timeout_requeues_what_is_still_running(
+    worker_process: StartWorker, tmp_path: Path, task: Any
+) -> None:
+    marker = tmp_path / "marker"
+    result = task.enqueue(str(marker), 60)
+    worker = worker_process("--concurrency", "2", "--shutdown-timeout", "0.5")
+    wait_for(lambda: lines(marker))
+    started = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=15) == 0, worker.output
+    assert time.monotonic() - started < 10
+    result.refresh()
+    assert result.status == TaskResultStatus.READY
+    assert result.errors[-1].exception_class_path == "django_sqltasks.exceptions.WorkerStopped"
+    assert "Shutdown timeout: requeueing 1 running task(s)" in worker.output
 
 
 def test_sigkilled_worker_tasks_are_rescued_after_the_lease(

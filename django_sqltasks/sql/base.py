@@ -190,6 +190,18 @@ class Dialect:
             params.extend(self.insert_params(task))
         cursor.execute(sql, params)
 
+    def claim_sql(
+        self,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        worker_id: str,
+        now: datetime,
+        limit: int,
+    ) -> tuple[str, list[Any]]:
+        """The statement that claims (or, on MySQL, locks) up to ``limit`` due tasks."""
+        raise NotImplementedError
+
     def claim(
         self,
         cursor: CursorWrapper,
@@ -201,7 +213,16 @@ class Dialect:
         limit: int,
     ) -> list[ClaimedRow]:
         """Mark up to ``limit`` due tasks RUNNING for ``worker_id`` and return them."""
-        raise NotImplementedError
+        cursor.execute(
+            *self.claim_sql(
+                backend_name=backend_name,
+                queue_names=queue_names,
+                worker_id=worker_id,
+                now=now,
+                limit=limit,
+            )
+        )
+        return [self.claimed_row(values) for values in cursor.fetchall()]
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]

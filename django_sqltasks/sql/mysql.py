@@ -40,20 +40,18 @@ class MySQLDialect(Dialect):
         now: datetime,
         limit: int,
     ) -> list[ClaimedRow]:
-        queue_sql, queue_params = self.queue_filter(queue_names)
         at = self.encode_datetime(now)
         # The selected rows stay locked until this transaction commits: keep it to these two
         # statements.
         with transaction.atomic(using=self.connection.alias):
             cursor.execute(
-                f"""
-                SELECT {COLUMNS} FROM {self.tasks}
-                WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= %s
-                ORDER BY priority DESC, available_at
-                LIMIT %s
-                FOR UPDATE SKIP LOCKED
-                """,
-                [backend_name, *queue_params, at, limit],
+                *self.claim_sql(
+                    backend_name=backend_name,
+                    queue_names=queue_names,
+                    worker_id=worker_id,
+                    now=now,
+                    limit=limit,
+                )
             )
             rows = [self.claimed_row(values) for values in cursor.fetchall()]
             if not rows:
@@ -79,6 +77,27 @@ class MySQLDialect(Dialect):
             )
             for r in rows
         ]
+
+    def claim_sql(
+        self,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        worker_id: str,
+        now: datetime,
+        limit: int,
+    ) -> tuple[str, list[Any]]:
+        queue_sql, queue_params = self.queue_filter(queue_names)
+        return (
+            f"""
+            SELECT {COLUMNS} FROM {self.tasks}
+            WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= %s
+            ORDER BY priority DESC, available_at
+            LIMIT %s
+            FOR UPDATE SKIP LOCKED
+            """,
+            [backend_name, *queue_params, self.encode_datetime(now), limit],
+        )
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]

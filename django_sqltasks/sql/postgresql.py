@@ -33,20 +33,19 @@ class PostgreSQLDialect(Dialect):
     def encode_id(self, value: uuid.UUID) -> Any:
         return value
 
-    def claim(
+    def claim_sql(
         self,
-        cursor: CursorWrapper,
         *,
         backend_name: str,
         queue_names: list[str] | None,
         worker_id: str,
         now: datetime,
         limit: int,
-    ) -> list[ClaimedRow]:
+    ) -> tuple[str, list[Any]]:
         queue_sql, queue_params = self.queue_filter(queue_names)
         # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
         # concurrent workers take the next rows instead of waiting on these.
-        cursor.execute(
+        return (
             f"""
             WITH picked AS (
                 SELECT id FROM {self.tasks}
@@ -64,7 +63,6 @@ class PostgreSQLDialect(Dialect):
             """,
             [backend_name, *queue_params, now, limit, worker_id, worker_id, now, now],
         )
-        return [self.claimed_row(values) for values in cursor.fetchall()]
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]

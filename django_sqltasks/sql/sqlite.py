@@ -26,19 +26,18 @@ class SQLiteDialect(Dialect):
             f"'exception_class_path', {class_sql}, 'traceback', {traceback_sql}))"
         )
 
-    def claim(
+    def claim_sql(
         self,
-        cursor: CursorWrapper,
         *,
         backend_name: str,
         queue_names: list[str] | None,
         worker_id: str,
         now: datetime,
         limit: int,
-    ) -> list[ClaimedRow]:
+    ) -> tuple[str, list[Any]]:
         queue_sql, queue_params = self.queue_filter(queue_names)
         at = self.encode_datetime(now)
-        cursor.execute(
+        return (
             f"""
             UPDATE {self.tasks}
             SET status = 'RUNNING', owner = %s, attempts = attempts + 1,
@@ -54,7 +53,6 @@ class SQLiteDialect(Dialect):
             """,
             [worker_id, worker_id, at, at, backend_name, *queue_params, at, limit],
         )
-        return [self.claimed_row(values) for values in cursor.fetchall()]
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -118,6 +119,10 @@ class Command(BaseCommand):
             worker.run()
         except RuntimeError as e:
             raise CommandError(str(e)) from e
+        if worker.abandoned:
+            # Threads of requeued sync tasks cannot be interrupted; leave without joining them.
+            logging.shutdown()
+            os._exit(0)
 
     def _check_database(self, alias: str) -> None:
         from django_sqltasks.models import TaskRecord

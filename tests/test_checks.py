@@ -1,0 +1,104 @@
+"""System checks and the migrations' agreement with the models."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test import override_settings
+
+from django_sqltasks import SQLTaskBackend, checks
+from django_sqltasks.compat import InvalidTaskBackend, task_backends
+from django_sqltasks.options import BackendOptions, OptionError
+from tests import tasks
+
+BASE = {"BACKEND": "django_sqltasks.SQLTaskBackend", "QUEUES": ["default"]}
+
+
+def backend_with(options: dict[str, Any]) -> SQLTaskBackend:
+    return SQLTaskBackend("custom", {**BASE, "OPTIONS": options})
+
+
+def messages(backend: SQLTaskBackend) -> list[tuple[str, str]]:
+    return [(m.id or "", m.msg) for m in backend.check()]
+
+
+def test_default_configuration_passes() -> None:
+    assert messages(task_backends["default"]) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"LEASE": 5}, "unknown option(s) LEASE"),
+        ({"LEASE_TIMEOUT": 0}, "['LEASE_TIMEOUT'] must be a positive number of seconds"),
+        ({"POLL_INTERVAL": "1"}, "['POLL_INTERVAL'] must be a positive number of seconds"),
+        ({"HEARTBEAT_INTERVAL": 20}, "must be at most half of LEASE_TIMEOUT"),
+        ({"MAX_PAYLOAD_BYTES": 0}, "['MAX_PAYLOAD_BYTES'] must be a positive integer or None"),
+        ({"DATABASE": ""}, "['DATABASE'] must be a database alias"),
+    ],
+)
+def test_invalid_options_are_reported_by_name(options: dict[str, Any], message: str) -> None:
+    backend = backend_with(options)
+    found = messages(backend)
+    assert len(found) == 1
+    assert found[0][0] == "django_sqltasks.E002"
+    assert message in found[0][1]
+    assert "TASKS['custom']['OPTIONS']" in found[0][1]
+
+
+def test_unknown_database_alias_is_reported() -> None:
+    found = messages(backend_with({"DATABASE": "replica"}))
+    assert found == [
+        (
+            "django_sqltasks.E003",
+            "TASKS['custom']['OPTIONS']['DATABASE'] is 'replica', which is not in DATABASES.",
+        )
+    ]
+
+
+def test_enqueue_refuses_to_run_with_invalid_options() -> None:
+    with override_settings(
+        TASKS={"default": {**BASE, "OPTIONS": {"POLL_INTERVAL": -1}}}
+    ), pytest.raises(InvalidTaskBackend, match="POLL_INTERVAL"):
+        tasks.noop.enqueue()
+
+
+def test_missing_app_is_reported() -> None:
+    with override_settings(INSTALLED_APPS=["django.contrib.contenttypes"]):
+        found = list(backend_with({}).check())
+    assert [m.id for m in found] == ["django_sqltasks.E001"]
+    assert "the django_sqltasks app is not installed" in found[0].msg
+    assert found[0].hint == "Add 'django_sqltasks' to INSTALLED_APPS, then run migrate."
+
+
+def test_options_parse_keeps_defaults() -> None:
+    opts = BackendOptions.parse("x", {})
+    assert opts.lease_timeout == 30 and opts.poll_interval == 1 and opts.database is None
+    with pytest.raises(OptionError):
+        BackendOptions.parse("x", {"nope": 1})
+
+
+@pytest.mark.django_db
+def test_supported_database_version_passes() -> None:
+    assert checks.unsupported_version(connection.alias) is None
+    assert list(checks.check_database_versions(databases=[connection.alias])) == []
+
+
+def test_too_old_version_message_names_what_is_needed() -> None:
+    assert checks._too_old("default", "SQLite", (3, 31, 1), checks.MIN_SQLITE) == (
+        "Database 'default' runs SQLite 3.31.1; django-sqltasks needs SQLite 3.35 or newer."
+    )
+    assert "needs PostgreSQL 13 or newer" in checks._too_old(
+        "default", "PostgreSQL", (12, 5), checks.MIN_POSTGRESQL
+    )
+
+
+@pytest.mark.django_db
+def test_models_and_migrations_agree() -> None:
+    out = io.StringIO()
+    call_command("makemigrations", "django_sqltasks", "--check", "--dry-run", stdout=out)
+    assert "No changes detected" in out.getvalue()

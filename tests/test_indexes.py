@@ -1,0 +1,84 @@
+"""Every index serves a named query; the planner must use it with thousands of rows present."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.models import TaskRecord
+from django_sqltasks.sql import dialect_for
+
+pytestmark = pytest.mark.django_db
+
+
+def fill(ready: int, finished: int) -> None:
+    now = timezone.now()
+    rows = [
+        TaskRecord(
+            task_path="tests.tasks.noop",
+            backend_name="default",
+            queue_name=("default", "other", "slow")[i % 3],
+            priority=i % 7 - 3,
+            status=TaskResultStatus.SUCCESSFUL,
+            enqueued_at=now - timedelta(minutes=i),
+            available_at=now - timedelta(minutes=i),
+            finished_at=now,
+        )
+        for i in range(finished)
+    ] + [
+        TaskRecord(
+            task_path="tests.tasks.noop",
+            backend_name="default",
+            queue_name=("default", "other", "slow")[i % 3],
+            priority=i % 7 - 3,
+            enqueued_at=now - timedelta(seconds=i),
+            available_at=now - timedelta(seconds=i),
+        )
+        for i in range(ready)
+    ]
+    TaskRecord.objects.bulk_create(rows, batch_size=500)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ANALYZE {TaskRecord._meta.db_table}")
+        elif connection.vendor == "sqlite":
+            cursor.execute("ANALYZE")
+        else:
+            cursor.execute(f"ANALYZE TABLE {TaskRecord._meta.db_table}")
+            cursor.fetchall()
+
+
+def explain(sql: str, params: list[object]) -> str:
+    prefix = {"postgresql": "EXPLAIN", "sqlite": "EXPLAIN QUERY PLAN", "mysql": "EXPLAIN"}
+    with connection.cursor() as cursor:
+        cursor.execute(f"{prefix[connection.vendor]} {sql}", params)
+        return "\n".join(" ".join(str(col) for col in row) for row in cursor.fetchall())
+
+
+@pytest.mark.parametrize("queue_names", [["default"], ["default", "other"], None])
+def test_claim_uses_the_ready_index(queue_names: list[str] | None) -> None:
+    fill(ready=300, finished=10_000)
+    sql, params = dialect_for(connection).claim_sql(
+        backend_name="default",
+        queue_names=queue_names,
+        worker_id="w",
+        now=timezone.now(),
+        limit=50,
+    )
+    plan = explain(sql, params)
+    assert "sqltasks_ready_idx" in plan, plan
+
+
+def test_rescue_uses_the_running_index() -> None:
+    fill(ready=500, finished=8_000)
+    TaskRecord.objects.filter(
+        id__in=list(TaskRecord.objects.ready().values_list("id", flat=True)[:20])
+    ).update(status=TaskResultStatus.RUNNING, owner="gone")
+    table = TaskRecord._meta.db_table
+    plan = explain(
+        f"SELECT id FROM {table} WHERE status = 'RUNNING' AND owner = %s", ["gone"]
+    )
+    assert "sqltasks_running_idx" in plan, plan
