@@ -32,8 +32,9 @@ METHOD = """\
   every logger), `DEBUG = False`, persistent database connections (`CONN_MAX_AGE = 60`) in the
   worker and enqueuer processes. No system gets a tuning option the others do not get; the
   settings each one needs to run at all are listed below.
-- **Reset before every run:** `flush` of the system's database (TRUNCATE on PostgreSQL and
-  MariaDB, a fresh database per invocation on SQLite) and `FLUSHDB` of its Redis database.
+- **Reset before every run:** Django's `flush` of the system's own database (`bench_*` on
+  PostgreSQL and MariaDB, created and migrated once per invocation; a new SQLite file per
+  invocation) and `FLUSHDB` of its Redis database; the raw SQL table is truncated.
 - **Enqueue ops/s:** one asyncio process with Django set up enqueues N tasks with up to
   {in_flight} enqueues in flight, as concurrent async views would: `await task.aenqueue()` for the
   Django Tasks backends (django-sqltasks, django-vtasks, django-tasks-db, django-tasks-rq),
