@@ -98,7 +98,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if unknown:
         raise SystemExit(f"unknown system or scenario: {', '.join(unknown)}")
     rtt_label = f"{args.rtt:g}ms".replace(".", "_")
-    profile = args.profile or ("smoke" if args.smoke else "local" if not args.rtt else f"rtt-{rtt_label}")
+    profile = args.profile or (
+        "smoke" if args.smoke else "local" if not args.rtt else f"rtt-{rtt_label}"
+    )
     return Plan(
         systems=[SYSTEMS[s] for s in systems],
         scenarios=[s for s in scenarios.ALL_SCENARIOS if s in chosen],
@@ -172,21 +174,30 @@ def run(args: argparse.Namespace) -> int:
         for system in plan.systems:
             try:
                 services.prepare(system, direct)
-            except Exception as e:  # noqa: BLE001 - recorded and reported; other systems go on
+            except Exception as e:
                 broken[system.name] = f"setup failed: {e}"
                 console.print(f"[red]{system.name}: {broken[system.name]}")
         runs = _runs(plan)
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
         with Progress(*columns, console=console) as progress, raw_path.open("a") as raw:
             bar = progress.add_task("benchmarks", total=len(runs))
             for rep, scenario, system in runs:
-                progress.update(bar, description=f"{plan.profile} #{rep} {scenario:<7} {system.name:<16}")
+                progress.update(
+                    bar, description=f"{plan.profile} #{rep} {scenario:<7} {system.name:<16}"
+                )
                 record = _one(system, scenario, rep, plan, ctx, broken)
                 records.append(record)
                 raw.write(json.dumps(record) + "\n")
                 raw.flush()
                 if not record["ok"]:
-                    progress.console.print(f"[red]{system.name} {scenario} #{rep}: {record['error'][:2000]}")
+                    progress.console.print(
+                        f"[red]{system.name} {scenario} #{rep}: {record['error'][:2000]}"
+                    )
                 progress.advance(bar)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: stopping every process the harness started")
@@ -209,7 +220,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _one(
-    system: System, scenario: str, rep: int, plan: Plan, ctx: scenarios.RunContext, broken: dict[str, str]
+    system: System,
+    scenario: str,
+    rep: int,
+    plan: Plan,
+    ctx: scenarios.RunContext,
+    broken: dict[str, str],
 ) -> dict[str, Any]:
     record: dict[str, Any] = {
         "profile": plan.profile,
@@ -225,7 +241,7 @@ def _one(
         return record | {"ok": False, "error": broken[system.name]}
     try:
         record |= scenarios.run(system, scenario, plan.tasks, ctx)
-    except Exception as e:  # noqa: BLE001 - one failing run must not stop the others
+    except Exception as e:
         return record | {"ok": False, "error": f"{e.__class__.__name__}: {e}"}
     return record | {"ok": True}
 
@@ -233,7 +249,11 @@ def _one(
 def setup() -> int:
     """Install this project (editable) and the peers into the interpreter running this command."""
     uv = shutil.which("uv")
-    base = [uv, "pip", "install", "--python", sys.executable] if uv else [sys.executable, "-m", "pip", "install"]
+    base = (
+        [uv, "pip", "install", "--python", sys.executable]
+        if uv
+        else [sys.executable, "-m", "pip", "install"]
+    )
     return subprocess.call([*base, "-e", str(REPO_ROOT), "-r", str(REQUIREMENTS)])
 
 

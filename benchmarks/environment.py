@@ -69,10 +69,12 @@ def _service_versions(endpoints: Endpoints) -> dict[str, str]:
         cursor.execute("SELECT VERSION()")
         versions["MariaDB"] = str(cursor.fetchone()[0])
         conn.close()
-    except Exception as e:  # noqa: BLE001 - the report says which one was missing
+    except Exception as e:
         versions["MariaDB"] = f"unavailable ({e.__class__.__name__})"
     try:
-        info = redis.Redis(host=endpoints.host("redis"), port=endpoints.port("redis")).info("server")
+        info = redis.Redis(host=endpoints.host("redis"), port=endpoints.port("redis")).info(
+            "server"
+        )
         name = "Valkey" if "valkey_version" in info else "Redis"
         versions[name] = str(info.get("valkey_version") or info["redis_version"])
     except redis.RedisError as e:

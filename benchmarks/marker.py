@@ -80,7 +80,7 @@ class MarkerListener:
         return f"{host}:{port}"
 
     def wait_done(self, deadline: float, alive: Callable[[], bool]) -> bool:
-        """Collect events until the N-th completion, the deadline (monotonic) or the worker's death."""
+        """Collect events until the N-th completion, the deadline or the worker's death."""
         while self.events.done_at is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not alive():

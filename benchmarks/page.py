@@ -57,17 +57,18 @@ METHOD = """\
   django-tasks-db); the "Sleep" column says which.
 - **Latency:** a separate run against an idle worker: a probe task is enqueued, the task sends its
   start time back over UDP, and only then is the next one enqueued, after a random gap of
-  0–1 s so probes land at random phases of a polling worker's cycle. Latency =
-  task start − the moment just before the enqueue call (so it includes the enqueue itself).
+  0-1 s so probes land at random phases of a polling worker's cycle. Latency =
+  task start - the moment just before the enqueue call (so it includes the enqueue itself).
   {probes} probes per run after one warm-up probe.
 - **End to end:** the async view `benchmarks/projects/views.py` (one `noop` enqueue per request)
   served by uvicorn (one process, asyncio loop, h11, access log off) and driven by a small
-  keep-alive HTTP/1.1 load generator (`benchmarks/loadgen.py`) with {http_connections} connections and
-  {http_requests} requests (RQ: {rq_tasks}). The web process uses Django's default `CONN_MAX_AGE = 0`: Django runs an async
-  view's sync ORM calls in a thread per request, so persistent connections would pile up to one
-  per request thread, past PostgreSQL's `max_connections`. The worker is not running meanwhile.
+  keep-alive HTTP/1.1 load generator (`benchmarks/loadgen.py`) with {http_connections}
+  connections and {http_requests} requests (RQ: {rq_tasks}). The web process uses Django's
+  default `CONN_MAX_AGE = 0`: Django runs an async view's sync ORM calls in a thread per
+  request, so persistent connections would pile up to one per request thread, past
+  PostgreSQL's `max_connections`. The worker is not running meanwhile.
 - **Repeats:** {repeat} per profile, interleaved (repeat → scenario → system), so a slow drift of
-  the machine hits every system alike. Cells show the median and, in brackets, min–max.
+  the machine hits every system alike. Cells show the median and, in brackets, min-max.
 - **Added latency (`--rtt`):** this machine's kernel has no `netem`, so a userspace asyncio proxy
   (`benchmarks/proxy.py`) sits between every client/worker and the database or broker. It keeps a
   FIFO per direction and releases each chunk at its arrival time + RTT/2, so pipelined traffic is
@@ -93,20 +94,62 @@ CAVEATS = """\
   `--interval` is 1 s, which is what its users get unless they change it.
 """
 
-SETTINGS = """\
-## Settings each system needs to run at all
+# (system, settings besides INSTALLED_APPS and the database, worker command)
+SETTINGS_ROWS = [
+    (
+        "django-sqltasks",
+        '`TASKS = {"default": {"BACKEND": "django_sqltasks.backend.SQLTaskBackend", '
+        '"QUEUES": ["default"], "OPTIONS": {}}}`',
+        "`manage.py tasks_worker --queue default --concurrency 200`",
+    ),
+    (
+        "django-vtasks (Valkey)",
+        '`TASKS = {"default": {"BACKEND": "django_vtasks.backends.valkey.ValkeyTaskBackend", '
+        '"OPTIONS": {"BROKER_URL": "redis://.../1"}}}`, `VTASKS_QUEUES = ["default"]`',
+        "`manage.py runworker --queue default --concurrency 200`",
+    ),
+    (
+        "django-vtasks (PostgreSQL)",
+        '`TASKS = {"default": {"BACKEND": "django_vtasks.backends.db.DatabaseTaskBackend"}}`, '
+        "app `django_vtasks.db`",
+        "`manage.py runworker --queue default --concurrency 200`",
+    ),
+    (
+        "Celery",
+        '`CELERY_BROKER_URL = "redis://.../2"`, `CELERY_TASK_IGNORE_RESULT = True`; the tasks '
+        "module imports the Celery app first, as Celery's Django guide has the project do",
+        "`celery -A benchmarks.projects.celery_app worker --pool threads --concurrency 200 "
+        "--loglevel WARNING`",
+    ),
+    (
+        "RQ",
+        '`TASKS = {"default": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}}`, '
+        "`RQ_QUEUES` (db 3); tasks use the `django_tasks` backport's `@task`, which "
+        "django-tasks-rq is built on",
+        "`manage.py rqworker --job-class django_tasks_rq.Job --verbosity 0 default` "
+        "(`--verbosity 0` is how rqworker logs at WARNING)",
+    ),
+    (
+        "django-tasks-db",
+        '`TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", '
+        '"QUEUES": ["default"]}}`',
+        "`manage.py db_worker --queue-name default`",
+    ),
+]
 
-| System | Settings (besides `INSTALLED_APPS` and the database) | Worker command |
-|---|---|---|
-| django-sqltasks | `TASKS = {"default": {"BACKEND": "django_sqltasks.backend.SQLTaskBackend", "QUEUES": ["default"], "OPTIONS": {}}}` | `manage.py tasks_worker --queue default --concurrency 200` |
-| django-vtasks (Valkey) | `TASKS = {"default": {"BACKEND": "django_vtasks.backends.valkey.ValkeyTaskBackend", "OPTIONS": {"BROKER_URL": "redis://…/1"}}}`, `VTASKS_QUEUES = ["default"]` | `manage.py runworker --queue default --concurrency 200` |
-| django-vtasks (PostgreSQL) | `TASKS = {"default": {"BACKEND": "django_vtasks.backends.db.DatabaseTaskBackend"}}`, app `django_vtasks.db` | `manage.py runworker --queue default --concurrency 200` |
-| Celery | `CELERY_BROKER_URL = "redis://…/2"`, `CELERY_TASK_IGNORE_RESULT = True` | `celery -A benchmarks.projects.celery_app worker --pool threads --concurrency 200` |
-| RQ | `TASKS = {"default": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}}`, `RQ_QUEUES` (db 3); tasks use the `django_tasks` backport's `@task`, which django-tasks-rq is built on | `manage.py rqworker --job-class django_tasks_rq.Job default` |
-| django-tasks-db | `TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default"]}}` | `manage.py db_worker --queue-name default` |
 
-The full settings are in `benchmarks/systems/`, one module per system.
-"""
+def _settings_table() -> str:
+    lines = [
+        "## Settings each system needs to run at all",
+        "",
+        "| System | Settings (besides `INSTALLED_APPS` and the database) | Worker command |",
+        "|---|---|---|",
+        *(f"| {name} | {settings} | {command} |" for name, settings, command in SETTINGS_ROWS),
+        "",
+        "The full settings are in `benchmarks/systems/`, one module per system.",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def _machine(meta: dict[str, Any]) -> str:
@@ -125,9 +168,7 @@ def _machine(meta: dict[str, Any]) -> str:
 
 def _profile_section(summary: dict[str, Any], docs_dir: Path) -> str:
     text = report.markdown(summary).replace("### Profile", "## Profile", 1).replace("#### ", "### ")
-    images = "\n".join(
-        f"![{name}]({docs_dir.name}/{name})" for name in summary.get("charts", [])
-    )
+    images = "\n".join(f"![{name}]({docs_dir.name}/{name})" for name in summary.get("charts", []))
     failures = [r for r in summary["rows"] if r["failed"]]
     notes = "".join(
         f"\n- {r['label']}, {r['scenario']}: {r['failed']} of {r['runs']} runs failed: "
@@ -163,7 +204,7 @@ def write(docs_dir: Path, page: Path) -> None:
             rq_tasks=SYSTEMS["rq"].max_tasks,
         ),
         CAVEATS.format(cores=first["machine"]["cores"]),
-        SETTINGS,
+        _settings_table(),
         "## Results\n\nTo reproduce: `python -m benchmarks run` (all systems, 3 repeats, about "
         "an hour here) and `python -m benchmarks run --rtt 2ms --systems sqltasks-pg,vtasks-valkey "
         "--scenarios noop,sleep,latency`. In Docker: `docker compose run --rm bench`.\n",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -138,10 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     worker = sub.add_parser("worker")
     worker.add_argument("--concurrency", type=int, default=200)
     args = parser.parse_args(argv)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(work(args.concurrency, CompletionCounter.from_env()))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -44,7 +44,12 @@ HTTP_COLUMNS: dict[str, tuple[str, Formatter]] = {
     "http_p50_ms": ("p50 ms", _ms),
     "http_p99_ms": ("p99 ms", _ms),
 }
-COLUMNS = {"noop": THROUGHPUT_COLUMNS, "sleep": THROUGHPUT_COLUMNS, "latency": LATENCY_COLUMNS, "http": HTTP_COLUMNS}
+COLUMNS = {
+    "noop": THROUGHPUT_COLUMNS,
+    "sleep": THROUGHPUT_COLUMNS,
+    "latency": LATENCY_COLUMNS,
+    "http": HTTP_COLUMNS,
+}
 TITLES = {
     "noop": "NoOp",
     "sleep": "Sleep 10 ms",
@@ -90,11 +95,11 @@ def _cell(stat: dict[str, float] | None, fmt: Formatter, repeats: int) -> str:
         return "—"
     if repeats <= 1 or fmt(stat["min"]) == fmt(stat["max"]):
         return fmt(stat["median"])
-    return f"{fmt(stat['median'])} ({fmt(stat['min'])}–{fmt(stat['max'])})"
+    return f"{fmt(stat['median'])} ({fmt(stat['min'])}-{fmt(stat['max'])})"
 
 
 def table(summary: dict[str, Any], scenario: str) -> str:
-    """One Markdown table for one scenario: median (min–max) over the repeats."""
+    """One Markdown table for one scenario: median (min-max) over the repeats."""
     columns = COLUMNS[scenario]
     rows = [r for r in summary["rows"] if r["scenario"] == scenario]
     if not rows:
@@ -106,7 +111,11 @@ def table(summary: dict[str, Any], scenario: str) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         repeats = row["runs"] - row["failed"]
-        label = row["label"] if not row["failed"] else f"{row['label']} ({row['failed']} of {row['runs']} runs failed)"
+        label = (
+            row["label"]
+            if not row["failed"]
+            else f"{row['label']} ({row['failed']} of {row['runs']} runs failed)"
+        )
         cells = [label]
         if extra:
             cells.append(_int(row["tasks"]) if row["tasks"] else "—")
@@ -136,7 +145,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def charts(summary: dict[str, Any], out: Path) -> list[Path]:
-    """Bar charts with min–max whiskers: throughput per scenario, and latency."""
+    """Bar charts with min-max whiskers: throughput per scenario, and latency."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -145,13 +154,30 @@ def charts(summary: dict[str, Any], out: Path) -> list[Path]:
     profile = summary["meta"]["profile"]
     written = []
     specs = [
-        ("throughput", [("noop", "enqueue_ops"), ("noop", "process_ops"), ("sleep", "enqueue_ops"), ("sleep", "process_ops")], "ops/s"),
-        ("latency", [("latency", "latency_p50_ms"), ("latency", "latency_p99_ms")], "ms (log scale)"),
+        (
+            "throughput",
+            [
+                ("noop", "enqueue_ops"),
+                ("noop", "process_ops"),
+                ("sleep", "enqueue_ops"),
+                ("sleep", "process_ops"),
+            ],
+            "ops/s",
+        ),
+        (
+            "latency",
+            [("latency", "latency_p50_ms"), ("latency", "latency_p99_ms")],
+            "ms (log scale)",
+        ),
         ("memory", [("noop", "peak_rss_mb"), ("sleep", "peak_rss_mb")], "MB"),
         ("http", [("http", "http_rps")], "requests/s"),
     ]
     for name, series, unit in specs:
-        panels = [(s, k) for s, k in series if any(r["scenario"] == s and k in r["metrics"] for r in summary["rows"])]
+        panels = [
+            (s, k)
+            for s, k in series
+            if any(r["scenario"] == s and k in r["metrics"] for r in summary["rows"])
+        ]
         if not panels:
             continue
         fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
@@ -166,10 +192,15 @@ def charts(summary: dict[str, Any], out: Path) -> list[Path]:
             ax.invert_yaxis()
             if name == "latency":
                 ax.set_xscale("log")
-            ax.set_title(f"{TITLES[scenario].split(':')[0].split(' (')[0]} — {COLUMNS[scenario][key][0]}", fontsize=9)
+            ax.set_title(
+                f"{TITLES[scenario].split(':')[0].split(' (')[0]} — {COLUMNS[scenario][key][0]}",
+                fontsize=9,
+            )
             ax.set_xlabel(unit, fontsize=8)
             ax.tick_params(labelsize=8)
-        fig.suptitle(f"django-sqltasks benchmarks, profile {profile} (median, whiskers min–max)", fontsize=10)
+        fig.suptitle(
+            f"django-sqltasks benchmarks, profile {profile} (median, whiskers min-max)", fontsize=10
+        )
         fig.tight_layout()
         path = out / f"{profile}-{name}.png"
         fig.savefig(path, dpi=110)

@@ -69,7 +69,15 @@ def run_throughput(system: System, scenario: str, n: int, ctx: RunContext) -> di
     services.reset(system, ctx.admin)
     count = system.tasks_for(n)
     enqueue = _agent(
-        system, ctx, "enqueue", "--task", scenario, "-n", str(count), "--in-flight", str(ctx.in_flight)
+        system,
+        ctx,
+        "enqueue",
+        "--task",
+        scenario,
+        "-n",
+        str(count),
+        "--in-flight",
+        str(ctx.in_flight),
     )
     listener = MarkerListener()
     env = django_env(system, ctx.endpoints)
@@ -93,10 +101,12 @@ def run_throughput(system: System, scenario: str, n: int, ctx: RunContext) -> di
     if not finished:
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
         raise RuntimeError(
-            f"worker did not finish {count} tasks (exit code {worker.returncode}); log tail:\n{tail}"
+            f"worker did not finish {count} tasks (exit code {worker.returncode}); "
+            f"log tail:\n{tail}"
         )
     events = listener.events
-    assert events.done_at is not None and events.first_at is not None
+    assert events.done_at is not None
+    assert events.first_at is not None
     return {
         "tasks": count,
         "enqueue_ops": enqueue["ops"],
@@ -114,7 +124,9 @@ def run_latency(system: System, ctx: RunContext) -> dict[str, Any]:
     """Paced probes against an idle worker: enqueue-to-start latency percentiles."""
     services.reset(system, ctx.admin)
     worker = spawn(
-        system.worker_argv(ctx.concurrency), django_env(system, ctx.endpoints), ctx.log(system, "latency")
+        system.worker_argv(ctx.concurrency),
+        django_env(system, ctx.endpoints),
+        ctx.log(system, "latency"),
     )
     try:
         result = _agent(system, ctx, "latency", "--probes", str(ctx.probes))
@@ -147,7 +159,13 @@ def run_http(system: System, ctx: RunContext) -> dict[str, Any]:
         wait_for_port("127.0.0.1", port, HTTP_START_TIMEOUT, server)
         asyncio.run(loadgen.run("127.0.0.1", port, "/enqueue", 1, 1))  # warm-up
         result = asyncio.run(
-            loadgen.run("127.0.0.1", port, "/enqueue", system.tasks_for(ctx.http_requests), ctx.http_connections)
+            loadgen.run(
+                "127.0.0.1",
+                port,
+                "/enqueue",
+                system.tasks_for(ctx.http_requests),
+                ctx.http_connections,
+            )
         )
     finally:
         stop(server)

@@ -22,7 +22,9 @@ def create_database(endpoints: Endpoints, service: str, name: str) -> None:
             dbname="postgres",
             autocommit=True,
         ) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            ).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{name}"')
     elif service == "mariadb":
@@ -35,9 +37,7 @@ def create_database(endpoints: Endpoints, service: str, name: str) -> None:
             password=os.environ.get("BENCH_MARIADB_PASSWORD", ""),
         )
         try:
-            conn.cursor().execute(
-                f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4"
-            )
+            conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
         finally:
             conn.close()
 

@@ -97,9 +97,7 @@ def django_env(system: System, endpoints: Endpoints) -> dict[str, str]:
     env.update(endpoints.as_env())
     env["BENCH_SYSTEM"] = system.name
     env["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
-    )
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env.pop("BENCH_MARKER_ADDR", None)
     return env
 

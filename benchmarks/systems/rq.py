@@ -15,9 +15,7 @@ RQ_TASKS = 500
 def _settings(endpoints: Endpoints) -> dict[str, Any]:
     settings = common_settings(endpoints)
     settings["INSTALLED_APPS"] = ["django_rq", "benchmarks.projects"]
-    settings["TASKS"] = {
-        "default": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}
-    }
+    settings["TASKS"] = {"default": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}}
     settings["RQ_QUEUES"] = {
         "default": {
             "HOST": endpoints.host("redis"),

@@ -19,7 +19,9 @@ from benchmarks.systems.base import (
 DATABASE_NAME = "bench_sqltasks"
 
 
-def _settings(database: Callable[[Endpoints, str], dict[str, Any]]) -> Callable[[Endpoints], dict[str, Any]]:
+def _settings(
+    database: Callable[[Endpoints, str], dict[str, Any]],
+) -> Callable[[Endpoints], dict[str, Any]]:
     def build(endpoints: Endpoints) -> dict[str, Any]:
         settings = common_settings(endpoints)
         settings["INSTALLED_APPS"] = ["django_sqltasks", "benchmarks.projects"]
@@ -51,7 +53,12 @@ def _connect(hit: Callable[[], None]) -> None:
     task_finished.connect(receiver, weak=False, dispatch_uid="bench-completion")
 
 
-def _system(name: str, label: str, service: Service | None, database: Callable[[Endpoints, str], dict[str, Any]]) -> System:
+def _system(
+    name: str,
+    label: str,
+    service: Service | None,
+    database: Callable[[Endpoints, str], dict[str, Any]],
+) -> System:
     return System(
         name=name,
         label=label,
@@ -66,6 +73,10 @@ def _system(name: str, label: str, service: Service | None, database: Callable[[
     )
 
 
-SQLTASKS_PG = _system("sqltasks-pg", "django-sqltasks (PostgreSQL)", "postgresql", postgres_database)
+SQLTASKS_PG = _system(
+    "sqltasks-pg", "django-sqltasks (PostgreSQL)", "postgresql", postgres_database
+)
 SQLTASKS_SQLITE = _system("sqltasks-sqlite", "django-sqltasks (SQLite)", None, sqlite_database)
-SQLTASKS_MARIADB = _system("sqltasks-mariadb", "django-sqltasks (MariaDB)", "mariadb", mariadb_database)
+SQLTASKS_MARIADB = _system(
+    "sqltasks-mariadb", "django-sqltasks (MariaDB)", "mariadb", mariadb_database
+)
