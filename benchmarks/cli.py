@@ -68,8 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", help="result name (default: local, or rtt-2ms with --rtt 2ms)")
     run.add_argument("--out", type=Path, help="where summaries go (default docs/benchmarks)")
     run.add_argument("--smoke", action="store_true", help="few tasks, 3 systems, 1 repeat (CI)")
-    sub.add_parser("report", help="rebuild docs/benchmarks.md from the stored summaries")
+    sub.add_parser("report", help="rebuild tables, charts and docs/benchmarks.md from the JSON")
     sub.add_parser("setup", help="install the peers and tools into the current environment")
+    summ = sub.add_parser("summarize", help="summarize a raw JSONL log, e.g. of an interrupted run")
+    summ.add_argument("raw", type=Path)
+    summ.add_argument("--out", type=Path, default=DOCS_DIR)
     return parser
 
 
@@ -185,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
             TimeElapsedColumn(),
         )
         with Progress(*columns, console=console) as progress, raw_path.open("a") as raw:
+            raw.write(json.dumps({"meta": meta}) + "\n")
             bar = progress.add_task("benchmarks", total=len(runs))
             for rep, scenario, system in runs:
                 progress.update(
@@ -257,11 +261,33 @@ def setup() -> int:
     return subprocess.call([*base, "-e", str(REPO_ROOT), "-r", str(REQUIREMENTS)])
 
 
+def summarize_raw(raw: Path, out: Path) -> int:
+    """Summarize the runs logged in ``raw`` (complete or not) exactly as ``run`` would."""
+    lines = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
+    metas = [line["meta"] for line in lines if "meta" in line]
+    if not metas:
+        raise SystemExit(f"{raw} has no meta line (written by runs from this version on)")
+    records = [line for line in lines if "system" in line]
+    meta = metas[0] | {"completed_runs": len(records)}
+    summary = report.summarize(records, meta)
+    report.write(summary, out)
+    print(report.markdown(summary))
+    if out.resolve() == DOCS_DIR.resolve():
+        page.write(DOCS_DIR, REPO_ROOT / "docs" / "benchmarks.md")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "setup":
         return setup()
+    if args.command == "summarize":
+        return summarize_raw(args.raw, args.out)
     if args.command == "report":
+        for path in sorted(DOCS_DIR.glob("*.json")):
+            summary = json.loads(path.read_text())
+            report.write(summary, DOCS_DIR)
+            print(report.markdown(summary))
         page.write(DOCS_DIR, REPO_ROOT / "docs" / "benchmarks.md")
         return 0
     return run(args)
