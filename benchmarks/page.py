@@ -82,6 +82,8 @@ CAVEATS = """\
 - It is one small machine ({cores} cores): the worker, the enqueuer or web server, the database
   or broker, the sampler and (under `--rtt`) the proxy all share the same cores, so CPU-heavy
   systems are penalised twice. Numbers from a bigger machine will differ; the ranking may too.
+  On a shared development machine other work can disturb a run; the min-max ranges show the
+  spread between the interleaved repeats.
 - It measures the framework's own overhead on trivial tasks. Real tasks that take milliseconds of
   CPU or I/O move every system towards the same bound.
 - The systems do not offer the same guarantees. django-sqltasks and django-tasks-db keep a result
