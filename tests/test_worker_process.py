@@ -121,15 +121,18 @@ def test_concurrent_workers_never_run_a_task_twice(
     worker_process: StartWorker, tmp_path: Path, workers: int
 ) -> None:
     log = tmp_path / "executions"
-    count = 300
+    count = 400
+    started = [
+        worker_process("--concurrency", "8", "--worker-id", f"w{n}") for n in range(workers)
+    ]
+    wait_for(lambda: WorkerRecord.objects.count() == workers)
     for i in range(count):
         tasks.record.enqueue(str(log), f"task-{i}")
-    started = [
-        worker_process("--burst", "--concurrency", "8", "--worker-id", f"w{n}")
-        for n in range(workers)
-    ]
+    wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=120)
     for worker in started:
-        assert worker.wait(timeout=120) == 0, worker.output
+        worker.signal(signal.SIGTERM)
+    for worker in started:
+        assert worker.wait(timeout=60) == 0, worker.output
     executions = Counter(line.split()[0] for line in lines(log))
     assert len(executions) == count
     assert max(executions.values()) == 1

@@ -1,0 +1,53 @@
+# Every command a contributor needs. The first two are the README's quickstart.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PG_URL ?= postgres://postgres@127.0.0.1:5432/sqltasks
+MYSQL_URL ?= mysql://root@127.0.0.1:3306/sqltasks
+
+.PHONY: example test venv test-postgres test-mariadb test-all test-django52 lint format migrations-check bench bench-smoke docs clean
+
+example: venv  ## Run the example project end to end on SQLite: migrate, enqueue, work, show results
+	$(PY) example_project/manage.py demo
+
+test: venv  ## Run the test suite (SQLite unless DATABASE_URL says otherwise)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+venv:
+	@VENV=$(VENV) scripts/venv.sh
+
+test-postgres: venv
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+test-mariadb:
+	WITH_MYSQL=1 VENV=$(VENV) scripts/venv.sh
+	DATABASE_URL=$(MYSQL_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+test-all: test test-postgres test-mariadb test-django52
+
+test-django52:  ## Django 5.2 with the django-tasks backport, on SQLite
+	VENV=.venv-52 DJANGO=5.2 scripts/venv.sh
+	.venv-52/bin/python -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check django_sqltasks tests
+	$(VENV)/bin/mypy django_sqltasks tests
+
+format: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format django_sqltasks tests
+
+migrations-check: venv  ## Fail when the models and the committed migrations disagree
+	$(PY) -m django makemigrations django_sqltasks --check --dry-run --settings tests.settings
+
+bench: venv  ## The full side-by-side benchmark (see docs/benchmarks.md)
+	$(PY) -m benchmarks run
+
+bench-smoke: venv
+	$(PY) -m benchmarks run --smoke
+
+docs: venv
+	$(VENV)/bin/mkdocs build --strict
+
+clean:
+	rm -rf .venv .venv-52 build dist *.egg-info tests/*.sqlite3*

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Create or update a virtual environment with the project, its test tools and linters.
+#
+#   scripts/venv.sh                 .venv on Python >= 3.12 with Django 6 (the default)
+#   VENV=.venv-52 DJANGO=5.2 scripts/venv.sh     Django 5.2 with the django-tasks backport
+#   WITH_MYSQL=1 scripts/venv.sh    also mysqlclient (needs the MariaDB/MySQL client headers)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+DJANGO=${DJANGO:-6}
+
+find_python() {
+    # Django 6 needs Python 3.12+; the backport runs on 3.10+.
+    local minimum=$1 candidate
+    local candidates=("${PYTHON:-}" python3.13 python3.12 python3)
+    if command -v pyenv >/dev/null 2>&1; then
+        candidates+=("$(pyenv root)"/versions/3.13*/bin/python3 "$(pyenv root)"/versions/3.12*/bin/python3)
+    fi
+    for candidate in "${candidates[@]}"; do
+        [ -n "$candidate" ] || continue
+        command -v "$candidate" >/dev/null 2>&1 || continue
+        if "$candidate" -c "import sys; sys.exit(sys.version_info < ($minimum))" 2>/dev/null; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
+    echo "No Python >= ${minimum/, /.} found; set PYTHON=/path/to/python3" >&2
+    return 1
+}
+
+if [ "$DJANGO" = "5.2" ]; then
+    python=$(find_python "3, 10")
+    extras="compat,postgres"
+else
+    python=$(find_python "3, 12")
+    extras="postgres"
+fi
+[ "${WITH_MYSQL:-0}" = "1" ] && extras="$extras,mysql"
+
+if ! command -v uv >/dev/null 2>&1; then
+    "$python" -m pip install --quiet --disable-pip-version-check uv
+fi
+uv=$(command -v uv || echo "$python -m uv")
+
+$uv venv --quiet --allow-existing --python "$python" "$VENV"
+$uv pip install --quiet --python "$VENV/bin/python" -e ".[$extras]" --group test --group lint
+if [ "$DJANGO" = "5.2" ]; then
+    $uv pip install --quiet --python "$VENV/bin/python" "django>=5.2,<6.0"
+fi
+echo "$VENV ready: $("$VENV/bin/python" -c 'import django, sys; print(f"Python {sys.version.split()[0]}, Django {django.get_version()}")')"
