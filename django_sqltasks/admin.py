@@ -49,19 +49,56 @@ class TaskRecordAdmin(TaskAdminBase):
     list_per_page = 50
     show_full_result_count = False
     fieldsets = (
-        (None, {"fields": ("id", "task_path", "status_badge", "backend_name", "queue_name",
-                           "priority")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "task_path",
+                    "status_badge",
+                    "backend_name",
+                    "queue_name",
+                    "priority",
+                )
+            },
+        ),
         (_("Call"), {"fields": ("args_display", "kwargs_display")}),
         (_("Outcome"), {"fields": ("return_value_display", "errors_display")}),
         (_("Attempts"), {"fields": ("attempts", "worker_ids", "owner")}),
-        (_("Times"), {"fields": ("enqueued_at", "run_after", "available_at", "started_at",
-                                 "last_attempted_at", "finished_at")}),
+        (
+            _("Times"),
+            {
+                "fields": (
+                    "enqueued_at",
+                    "run_after",
+                    "available_at",
+                    "started_at",
+                    "last_attempted_at",
+                    "finished_at",
+                )
+            },
+        ),
     )
     readonly_fields = (
-        "id", "task_path", "status_badge", "backend_name", "queue_name", "priority",
-        "args_display", "kwargs_display", "return_value_display", "errors_display", "attempts",
-        "worker_ids", "owner", "enqueued_at", "run_after", "available_at", "started_at",
-        "last_attempted_at", "finished_at",
+        "id",
+        "task_path",
+        "status_badge",
+        "backend_name",
+        "queue_name",
+        "priority",
+        "args_display",
+        "kwargs_display",
+        "return_value_display",
+        "errors_display",
+        "attempts",
+        "worker_ids",
+        "owner",
+        "enqueued_at",
+        "run_after",
+        "available_at",
+        "started_at",
+        "last_attempted_at",
+        "finished_at",
     )
 
     @admin.display(description=_("task"), ordering="task_path")
@@ -112,11 +149,26 @@ class TaskRecordAdmin(TaskAdminBase):
 
 @admin.register(WorkerRecord)
 class WorkerRecordAdmin(WorkerAdminBase):
-    list_display = ("id", "hostname", "pid", "backend_name", "concurrency", "started_at",
-                    "heartbeat_at")
+    list_display = (
+        "id",
+        "hostname",
+        "pid",
+        "backend_name",
+        "concurrency",
+        "started_at",
+        "heartbeat_at",
+    )
     ordering = ("-heartbeat_at",)
-    readonly_fields = ("id", "hostname", "pid", "backend_name", "queue_names", "concurrency",
-                       "started_at", "heartbeat_at")
+    readonly_fields = (
+        "id",
+        "hostname",
+        "pid",
+        "backend_name",
+        "queue_names",
+        "concurrency",
+        "started_at",
+        "heartbeat_at",
+    )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -75,12 +75,12 @@ class SQLTaskBackend(BaseTaskBackend):
         if self.options_error is not None:
             raise InvalidTaskBackend(str(self.options_error))
 
-    def _new_row(self, task: Task, args: Any, kwargs: Any) -> tuple[NewTask, TaskResult[Any]]:
+    def _new_row(self, task: Task, args: Any, kwargs: Any) -> tuple[NewTask, TaskResult]:
         self.validate_task(task)
         check_arguments(args, kwargs)
         now = timezone.now()
         task_id = new_task_id()
-        result = TaskResult(
+        result: TaskResult = TaskResult(
             task=task,
             id=str(task_id),
             status=TaskResultStatus.READY,
@@ -116,9 +116,7 @@ class SQLTaskBackend(BaseTaskBackend):
                 )
         return row, result
 
-    def enqueue(
-        self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]
-    ) -> TaskResult[Any]:
+    def enqueue(self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]) -> TaskResult:
         """Queue up a task: one INSERT on the caller's connection, so it joins their transaction."""
         self._check_usable()
         row, result = self._new_row(task, args, kwargs)
@@ -128,7 +126,7 @@ class SQLTaskBackend(BaseTaskBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    def get_result(self, result_id: str) -> TaskResult[Any]:
+    def get_result(self, result_id: str) -> TaskResult:
         """Return the task's current state; raise ``TaskResultDoesNotExist`` for an unknown id."""
         from .models import TaskRecord
 
@@ -144,7 +142,7 @@ class SQLTaskBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id) from e
         return record.task_result
 
-    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         from .checks import check_backend
 
-        yield from check_backend(self)
+        return list(check_backend(self))

@@ -90,4 +90,7 @@ def unsupported_version(alias: str) -> str | None:
 def _too_old(alias: str, product: str, version: Sequence[int], needed: Sequence[int]) -> str:
     have = ".".join(map(str, version[: len(needed) + 1]))
     need = ".".join(map(str, needed))
-    return f"Database {alias!r} runs {product} {have}; django-sqltasks needs {product} {need} or newer."
+    return (
+        f"Database {alias!r} runs {product} {have}; django-sqltasks needs {product} {need} "
+        "or newer."
+    )

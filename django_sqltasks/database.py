@@ -26,13 +26,17 @@ def is_transient(error: BaseException) -> bool:
     cause = error.__cause__
     # psycopg reports a server shutdown during a statement as a DatabaseError subclass.
     name = type(cause).__name__ if cause is not None else ""
-    return name in {"AdminShutdown", "OperationalError", "InterfaceError", "SerializationFailure",
-                    "DeadlockDetected", "QueryCanceled"}
+    return name in {
+        "AdminShutdown",
+        "OperationalError",
+        "InterfaceError",
+        "SerializationFailure",
+        "DeadlockDetected",
+        "QueryCanceled",
+    }
 
 
-def run_with_retries(
-    alias: str, fn: Callable[[], T], stopping: threading.Event | None = None
-) -> T:
+def run_with_retries(alias: str, fn: Callable[[], T], stopping: threading.Event | None = None) -> T:
     """Call ``fn`` (which uses ``connections[alias]``); on a transient error reconnect and retry."""
     attempt = 0
     while True:

@@ -13,13 +13,13 @@ class PayloadTooLarge(InvalidTask):
     """A task's encoded arguments exceed the backend's MAX_PAYLOAD_BYTES option."""
 
 
-class TaskNotFound(Exception):  # noqa: N818 - reads as a fact stored in a task's errors
+class TaskNotFound(Exception):
     """A stored task path does not import, or names something that is not a Task."""
 
 
-class WorkerLost(Exception):  # noqa: N818 - reads as a fact stored in a task's errors
+class WorkerLost(Exception):
     """The worker running a task stopped heartbeating; the task was put back to READY."""
 
 
-class WorkerStopped(Exception):  # noqa: N818 - reads as a fact stored in a task's errors
+class WorkerStopped(Exception):
     """The worker was forced to stop while the task ran; the task was put back to READY."""

@@ -25,7 +25,7 @@ class Attempt:
 
     row: ClaimedRow
     task: Task
-    result: TaskResult[Any]
+    result: TaskResult
 
     @property
     def is_async(self) -> bool:
@@ -49,7 +49,7 @@ def prepare(row: ClaimedRow) -> Attempt:
         run_after=row.run_after,
         backend=row.backend_name,
     )
-    result = TaskResult(
+    result: TaskResult = TaskResult(
         task=task,
         id=str(row.id),
         status=TaskResultStatus.RUNNING,
@@ -92,7 +92,7 @@ def failure(attempt_id: Any, exc: BaseException) -> Outcome:
     )
 
 
-def apply(result: TaskResult[Any], outcome: Outcome, return_value: Any = None) -> None:
+def apply(result: TaskResult, outcome: Outcome, return_value: Any = None) -> None:
     """Copy ``outcome`` onto the in-memory ``result``, as the database now holds it."""
     object.__setattr__(result, "status", TaskResultStatus(outcome.status))
     object.__setattr__(result, "finished_at", outcome.finished_at)

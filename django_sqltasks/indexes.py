@@ -11,7 +11,7 @@ from django.db.backends.ddl_references import Statement
 
 
 class PartialIndex(models.Index):
-    """Index ``fields`` over rows matching ``where``; without partial indexes, lead with ``fallback``.
+    """Index ``fields`` of rows matching ``where``; lacking partial indexes, lead with ``fallback``.
 
     ``where`` is kept out of ``Index.condition`` so that MySQL/MariaDB, which cannot build partial
     indexes, get a full index led by the filtered columns instead of a warning and no index at all.
@@ -38,7 +38,7 @@ class PartialIndex(models.Index):
     ) -> Statement:
         return self._concrete(schema_editor).create_sql(model, schema_editor, using, **kwargs)
 
-    def deconstruct(self) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
         path, args, kwargs = super().deconstruct()
         kwargs["where"] = self.where
         kwargs["fallback"] = self.fallback

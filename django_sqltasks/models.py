@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.db import models
 from django.utils import timezone
@@ -83,7 +83,8 @@ class TaskRecord(models.Model):
     errors = models.JSONField(_("errors"), default=list, blank=True)
     worker_ids = models.JSONField(_("worker ids"), default=list, blank=True)
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
-    owner = models.CharField(
+    # NULL, not "", means unowned: the running-index and the owner guards compare on it.
+    owner = models.CharField(  # noqa: DJ001
         _("owner"),
         max_length=64,
         null=True,
@@ -160,7 +161,7 @@ class TaskRecord(models.Model):
         return self.finished_at - start
 
     @property
-    def task_result(self) -> TaskResult[Any]:
+    def task_result(self) -> TaskResult:
         """Return this row as a Django Tasks ``TaskResult``."""
         from .results import result_from_row
 

@@ -60,7 +60,7 @@ def errors_from_json(errors: list[dict[str, str]]) -> list[TaskError]:
     ]
 
 
-def result_from_row(row: dict[str, Any], task: Task | None = None) -> TaskResult[Any]:
+def result_from_row(row: dict[str, Any], task: Task | None = None) -> TaskResult:
     """Build a complete ``TaskResult`` from a row's decoded column values."""
     if task is None:
         task = resolve_task(row["task_path"])
@@ -71,7 +71,7 @@ def result_from_row(row: dict[str, Any], task: Task | None = None) -> TaskResult
         run_after=row["run_after"],
         backend=row["backend_name"],
     )
-    result = TaskResult(
+    result: TaskResult = TaskResult(
         task=task,
         id=str(row["id"]),
         status=TaskResultStatus(row["status"]),

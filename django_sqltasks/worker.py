@@ -4,6 +4,7 @@ ones on a thread pool, and records their outcomes in batches."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -197,10 +198,8 @@ class Worker:
         """Sleep up to ``seconds``, waking early when a task finishes or a stop is asked."""
         assert self._wake is not None
         self._wake.clear()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
-        except TimeoutError:
-            pass
 
     async def _drain(self) -> None:
         """Wait for running tasks, up to the shutdown timeout, then requeue what is left."""
@@ -332,9 +331,7 @@ class Worker:
             written = await self._record(outcome)
             execution.apply(result, outcome, value)
             self._log_success(attempt, written)
-            await self._loop.run_in_executor(
-                self._pool, self._send_in_pool, task_finished, attempt
-            )
+            await self._loop.run_in_executor(self._pool, self._send_in_pool, task_finished, attempt)
 
     def _close_pool_connections(self) -> None:
         """Close the connections tasks opened on each pool thread, from that thread."""
@@ -345,10 +342,8 @@ class Worker:
 
         def close() -> None:
             connections.close_all()
-            try:
+            with contextlib.suppress(threading.BrokenBarrierError):
                 barrier.wait(timeout=5)  # hold this thread so each thread gets one call
-            except threading.BrokenBarrierError:
-                pass
 
         for future in [self._pool.submit(close) for _ in range(threads)]:
             future.result()
@@ -360,7 +355,9 @@ class Worker:
             close_old_connections()
 
     def _send(self, signal_: Any, attempt: execution.Attempt) -> None:
-        for receiver, response in signal_.send_robust(self.backend_class, task_result=attempt.result):
+        for receiver, response in signal_.send_robust(
+            self.backend_class, task_result=attempt.result
+        ):
             if isinstance(response, Exception):
                 logger.error(
                     "Signal receiver %r failed for task id=%s",
@@ -541,7 +538,8 @@ class Worker:
         records = WorkerRecord.objects.using(self.database)
         if not records.filter(id=self.worker_id).update(heartbeat_at=now):
             logger.warning(
-                "Worker row of worker_id=%s was gone (declared dead after a stall?); re-registering",
+                "Worker row of worker_id=%s was gone (declared dead after a stall?); "
+                "re-registering",
                 self.worker_id,
             )
             records.create(

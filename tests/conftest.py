@@ -48,7 +48,9 @@ class WorkerProcess:
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.args = args
-        self.log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
+            prefix="worker-", suffix=".log", delete=False
+        )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "django", "tasks_worker", *args],
             cwd=ROOT,

@@ -25,7 +25,7 @@ INSTALLED_APPS = [
     "tests",
 ]
 try:  # Django 5.2 runs Django Tasks from the backport, which is an app of its own
-    import django.tasks  # noqa: F401
+    import django.tasks
 except ImportError:
     INSTALLED_APPS.insert(0, "django_tasks")
 
@@ -83,7 +83,7 @@ TASKS = {
     "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
 }
 try:
-    import django.tasks  # noqa: F401, F811
+    import django.tasks  # noqa: F401
 except ImportError:
     TASKS["immediate"]["BACKEND"] = "django_tasks.backends.immediate.ImmediateBackend"
 

@@ -219,13 +219,20 @@ class TestTransactions:
         class Rollback(Exception):
             pass
 
-        with pytest.raises(Rollback), transaction.atomic():
-            result = tasks.noop.enqueue()
-            assert TaskRecord.objects.filter(id=result.id).exists()
-            raise Rollback
-        assert not TaskRecord.objects.filter(id=result.id).exists()
+        ids: list[str] = []
+
+        def enqueue_then_fail() -> None:
+            with transaction.atomic():
+                ids.append(tasks.noop.enqueue().id)
+                assert TaskRecord.objects.filter(id=ids[0]).exists()
+                raise Rollback
+
+        with pytest.raises(Rollback):
+            enqueue_then_fail()
+        result_id = ids[0]
+        assert not TaskRecord.objects.filter(id=result_id).exists()
         with pytest.raises(TaskResultDoesNotExist):
-            tasks.noop.get_result(result.id)
+            tasks.noop.get_result(result_id)
 
     def test_row_is_invisible_to_other_connections_until_commit(self) -> None:
         other = connections.create_connection("default")

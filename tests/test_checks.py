@@ -61,9 +61,10 @@ def test_unknown_database_alias_is_reported() -> None:
 
 
 def test_enqueue_refuses_to_run_with_invalid_options() -> None:
-    with override_settings(
-        TASKS={"default": {**BASE, "OPTIONS": {"POLL_INTERVAL": -1}}}
-    ), pytest.raises(InvalidTaskBackend, match="POLL_INTERVAL"):
+    with (
+        override_settings(TASKS={"default": {**BASE, "OPTIONS": {"POLL_INTERVAL": -1}}}),
+        pytest.raises(InvalidTaskBackend, match="POLL_INTERVAL"),
+    ):
         tasks.noop.enqueue()
 
 

@@ -141,8 +141,16 @@ def test_6_execution_follows_the_contract(run_worker: RunWorker) -> None:
     seen: dict[str, Any] = {}
 
     def on_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        seen.setdefault("started", (sender, task_result.status, list(task_result.worker_ids),
-                           task_result.started_at, task_result.last_attempted_at))
+        seen.setdefault(
+            "started",
+            (
+                sender,
+                task_result.status,
+                list(task_result.worker_ids),
+                task_result.started_at,
+                task_result.last_attempted_at,
+            ),
+        )
 
     def on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
         seen.setdefault("finished", []).append(

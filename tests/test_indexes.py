@@ -78,7 +78,5 @@ def test_rescue_uses_the_running_index() -> None:
         id__in=list(TaskRecord.objects.ready().values_list("id", flat=True)[:20])
     ).update(status=TaskResultStatus.RUNNING, owner="gone")
     table = TaskRecord._meta.db_table
-    plan = explain(
-        f"SELECT id FROM {table} WHERE status = 'RUNNING' AND owner = %s", ["gone"]
-    )
+    plan = explain(f"SELECT id FROM {table} WHERE status = 'RUNNING' AND owner = %s", ["gone"])
     assert "sqltasks_running_idx" in plan, plan

@@ -191,8 +191,11 @@ def test_worker_only_takes_its_queues(run_worker: RunWorker) -> None:
 
 
 def test_star_takes_every_queue(run_worker: RunWorker) -> None:
-    results = [tasks.noop.enqueue(), tasks.other_queue.enqueue(), tasks.sleep.using(
-        queue_name="slow").enqueue(0)]
+    results = [
+        tasks.noop.enqueue(),
+        tasks.other_queue.enqueue(),
+        tasks.sleep.using(queue_name="slow").enqueue(0),
+    ]
     run_worker(queue_names=["*"])
     assert all(
         TaskRecord.objects.get(id=r.id).status == TaskResultStatus.SUCCESSFUL for r in results

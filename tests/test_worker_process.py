@@ -122,9 +122,7 @@ def test_concurrent_workers_never_run_a_task_twice(
 ) -> None:
     log = tmp_path / "executions"
     count = 400
-    started = [
-        worker_process("--concurrency", "8", "--worker-id", f"w{n}") for n in range(workers)
-    ]
+    started = [worker_process("--concurrency", "8", "--worker-id", f"w{n}") for n in range(workers)]
     wait_for(lambda: WorkerRecord.objects.count() == workers)
     for i in range(count):
         tasks.record.enqueue(str(log), f"task-{i}")
@@ -137,8 +135,9 @@ def test_concurrent_workers_never_run_a_task_twice(
     assert len(executions) == count
     assert max(executions.values()) == 1
     assert TaskRecord.objects.succeeded().count() == count
-    owners = Counter(wid for ids in TaskRecord.objects.values_list("worker_ids", flat=True)
-                     for wid in ids)
+    owners = Counter(
+        wid for ids in TaskRecord.objects.values_list("worker_ids", flat=True) for wid in ids
+    )
     assert sum(owners.values()) == count
     pids = {line.split()[1] for line in lines(log)}
     assert len(pids) >= 2, "expected the work to be shared between processes"

@@ -10,7 +10,6 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .base import ClaimedRow, Dialect, NewTask, Outcome
 
-
 _dialects: dict[tuple[str, str], Dialect] = {}
 
 

@@ -134,7 +134,7 @@ class Dialect:
             value = datetime.fromisoformat(value)
         if self.use_tz and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
-        return value  # type: ignore[no-any-return]
+        return value
 
     def claimed_row(self, values: Sequence[Any]) -> ClaimedRow:
         row = dict(zip(RETURNED_COLUMNS, values, strict=True))
@@ -181,9 +181,8 @@ class Dialect:
         """Insert ``tasks`` in one multi-row INSERT."""
         j = self.json_placeholder
         row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, %s)"
-        sql = (
-            f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES "
-            + ", ".join([row] * len(tasks))
+        sql = f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
+            [row] * len(tasks)
         )
         params: list[Any] = []
         for task in tasks:
@@ -277,7 +276,9 @@ class Dialect:
             where_params=[backend_name, self.encode_datetime(live_since)],
             now=now,
             error_class=WORKER_LOST,
-            message_sql=self.concat(self.text_param, "COALESCE(t.owner, '(none)')", self.text_param),
+            message_sql=self.concat(
+                self.text_param, "COALESCE(t.owner, '(none)')", self.text_param
+            ),
             message_params=list(ORPHAN_MESSAGE),
         )
 
@@ -290,7 +291,7 @@ class Dialect:
         reason: str,
         keep: Sequence[uuid.UUID] = (),
     ) -> int:
-        """Put the RUNNING tasks of ``worker_id`` but ``keep`` back to READY, recording ``reason``."""
+        """Put RUNNING tasks of ``worker_id`` but ``keep`` back to READY, recording ``reason``."""
         where, params = "t.owner = %s", [worker_id]
         if keep:
             where += f" AND t.id NOT IN ({', '.join(['%s'] * len(keep))})"

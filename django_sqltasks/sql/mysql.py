@@ -1,4 +1,4 @@
-"""MySQL 8 and MariaDB 10.6+: SELECT ... FOR UPDATE SKIP LOCKED, then UPDATE, in one short transaction.
+"""MySQL 8 and MariaDB 10.6+: SELECT ... FOR UPDATE SKIP LOCKED, then UPDATE, in one transaction.
 
 Neither has UPDATE ... RETURNING, so the claim reads the rows it locks and computes what the
 UPDATE writes, instead of reading them back.

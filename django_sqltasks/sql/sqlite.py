@@ -11,7 +11,6 @@ from django.db.backends.utils import CursorWrapper
 
 from .base import (
     RETURNED_COLUMNS,
-    ClaimedRow,
     Dialect,
     Outcome,
 )

@@ -142,7 +142,9 @@ class Command(BaseCommand):
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("django_sqltasks")
-        level = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}.get(verbosity, logging.DEBUG)
+        level = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}.get(
+            verbosity, logging.DEBUG
+        )
         logger.setLevel(level)
         if not logger.hasHandlers():
             handler = logging.StreamHandler()
