@@ -21,7 +21,12 @@ if find_spec("django.tasks") is not None:
     )
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskError
-    from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+    from django.tasks.exceptions import (
+        InvalidTask,
+        InvalidTaskBackend,
+        TaskResultDoesNotExist,
+        TaskResultMismatch,
+    )
     from django.tasks.signals import task_enqueued, task_finished, task_started
 
     TASKS_LOGGER = "django.tasks"
@@ -30,7 +35,6 @@ elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by t
     from django_tasks import (  # type: ignore[no-redef]
         DEFAULT_TASK_BACKEND_ALIAS,
         DEFAULT_TASK_QUEUE_NAME,
-        Task,
         TaskContext,
         TaskResult,
         TaskResultStatus,
@@ -41,6 +45,7 @@ elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by t
     from django_tasks.base import (  # type: ignore[no-redef]
         TASK_MAX_PRIORITY,
         TASK_MIN_PRIORITY,
+        Task,
         TaskError,
     )
     from django_tasks.exceptions import (  # type: ignore[no-redef]
@@ -49,7 +54,10 @@ elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by t
     from django_tasks.exceptions import (  # type: ignore[no-redef]
         InvalidTaskError as InvalidTask,
     )
-    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
+    from django_tasks.exceptions import (  # type: ignore[no-redef]
+        TaskResultDoesNotExist,
+        TaskResultMismatch,
+    )
     from django_tasks.signals import (  # type: ignore[no-redef]
         task_enqueued,
         task_finished,
@@ -79,6 +87,7 @@ __all__ = [
     "TaskError",
     "TaskResult",
     "TaskResultDoesNotExist",
+    "TaskResultMismatch",
     "TaskResultStatus",
     "task",
     "task_backends",
