@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
+from inspect import iscoroutinefunction
 from typing import Any
 
 from django.utils import timezone
@@ -27,17 +28,16 @@ class Attempt:
     task: Task
     result: TaskResult
 
-    @property
-    def is_async(self) -> bool:
-        from inspect import iscoroutinefunction
-
-        return iscoroutinefunction(self.task.func)
-
     def call_args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         args: tuple[Any, ...] = tuple(self.result.args)
         if self.task.takes_context:
             args = (TaskContext(task_result=self.result), *args)
         return args, self.result.kwargs
+
+
+def is_async(task: Task) -> bool:
+    """Whether ``task`` is an ``async def`` function, to run on the event loop."""
+    return iscoroutinefunction(task.func)
 
 
 def prepare(row: ClaimedRow) -> Attempt:

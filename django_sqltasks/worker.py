@@ -1,5 +1,5 @@
 """The worker: claims batches of due tasks and runs them, async ones on an event loop, sync
-ones on a thread pool, and records their outcomes in batches."""
+ones on task threads, and records their outcomes in batches."""
 
 from __future__ import annotations
 
@@ -12,27 +12,29 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import timedelta
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from django.db import close_old_connections, connections
+from django.db import connections
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from . import execution
 from .backend import SQLTaskBackend
 from .compat import task_backends, task_finished, task_started
+from .completer import Batch, Completer
 from .database import run_with_retries
-from .exceptions import TaskNotFound
-from .sql import ClaimedRow, Outcome, dialect_for
+from .lease import Lease
+from .results import resolve_task
+from .sql import ClaimedRow, Dialect, Outcome, dialect_for
+from .threads import SignalThread, TaskThreads
 
 logger = logging.getLogger("django_sqltasks")
 
 T = TypeVar("T")
 
 MAX_WORKER_ID_LENGTH = 64
-MAX_COMPLETION_BATCH = 500  # outcomes written by one statement
 GATHER_DELAY = 0.002  # seconds to let more slots free up before claiming a small batch
 
 
@@ -73,21 +75,32 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()[:40]}-{get_random_string(12)}"
         self.poll_interval = poll_interval or task_backend.config.poll_interval
         self.shutdown_timeout = shutdown_timeout
-        self.lease_timeout = task_backend.config.lease_timeout
         self.heartbeat_interval = task_backend.config.heartbeat_interval
+        self.lease = Lease(
+            worker_id=self.worker_id,
+            backend_name=task_backend.alias,
+            database=self.database,
+            queue_names=self.queue_names,
+            concurrency=concurrency,
+            timeout=task_backend.config.lease_timeout,
+        )
 
         self.claimed = 0  # tasks claimed since start
-        self.processed = 0  # tasks whose outcome was written
-        self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
-        self._pending: list[tuple[Outcome, asyncio.Future[bool]]] = []
-        self._stopping = False
+        self.processed = 0  # task outcomes written
         self.abandoned = False  # True when the shutdown timeout left tasks running
+        self._finished = 0  # claimed tasks whose function has returned (any thread)
+        self._in_flight: set[uuid.UUID] = set()  # claimed, function not returned yet
+        self._count_lock = threading.Lock()
+        self._loop_waiting = False
+        self._async_jobs: set[asyncio.Task[None]] = set()
+        self._stopping = False
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._outcomes_ready: asyncio.Event | None = None
         self._db = ThreadPoolExecutor(1, thread_name_prefix="sqltasks-db")
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="sqltasks-task")
+        self._threads = TaskThreads(concurrency)
+        self._signals: SignalThread | None = None
+        self._completer = Completer(self._write_outcomes, self._db, self._on_written)
 
     # Public controls --------------------------------------------------------------------
 
@@ -104,11 +117,12 @@ class Worker:
             self._stopping = True
 
     def force_stop(self) -> None:
-        """Put this worker's running tasks back in the queue and exit the process now."""
+        """Write what is finished, put running tasks back in the queue, and exit now."""
         logger.warning("Forced stop worker_id=%s: requeueing running tasks", self.worker_id)
 
         def requeue() -> None:
             try:
+                self._completer.wait_idle(timeout=2)
                 self._requeue_owned("The worker was forced to stop while this task ran.")
             except Exception:
                 logger.exception("Could not requeue tasks of worker_id=%s", self.worker_id)
@@ -122,18 +136,23 @@ class Worker:
         logging.shutdown()
         os._exit(1)
 
+    @property
+    def running(self) -> int:
+        """Claimed tasks whose function has not returned yet."""
+        return self.claimed - self._finished
+
     # Main loop ---------------------------------------------------------------------------
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._outcomes_ready = asyncio.Event()
+        self._signals = SignalThread()
         self._install_signal_handlers()
-        await self._db_call(self._register)
-        heartbeat = threading.Thread(target=self._heartbeat_loop, name="sqltasks-heartbeat")
-        heartbeat.daemon = True
+        await self._db_call(self.lease.register)
+        heartbeat = threading.Thread(
+            target=self._heartbeat_loop, name="sqltasks-heartbeat", daemon=True
+        )
         heartbeat.start()
-        flusher = self._loop.create_task(self._flush_loop())
         logger.info(
             "Worker started worker_id=%s backend=%s database=%s queues=%s concurrency=%d",
             self.worker_id,
@@ -148,18 +167,15 @@ class Worker:
             await self._drain()
         finally:
             self._stopped.set()
-            await self._wait_outcomes_written()
-            flusher.cancel()
+            await asyncio.to_thread(self._completer.wait_idle, 30)
+            await asyncio.wrap_future(self._signals.post(lambda: None))
             heartbeat.join(timeout=self.heartbeat_interval + 5)
-            await self._db_call(self._unregister)
+            await self._db_call(self.lease.unregister)
             await self._loop.run_in_executor(self._db, connections.close_all)
             self._db.shutdown(wait=True)
-            if self.abandoned:
-                # Threads of requeued sync tasks cannot be stopped; do not wait for them.
-                self._pool.shutdown(wait=False, cancel_futures=True)
-            else:
-                self._close_pool_connections()
-                self._pool.shutdown(wait=True)
+            # Threads of requeued sync tasks cannot be stopped; do not wait for them.
+            await asyncio.to_thread(self._threads.stop, not self.abandoned)
+            self._signals.stop(timeout=5)
             logger.info(
                 "Worker stopped worker_id=%s processed=%d",
                 self.worker_id,
@@ -168,14 +184,14 @@ class Worker:
             )
 
     async def _claim_loop(self) -> None:
-        assert self._wake is not None
         while not self._stopping:
-            free = self.concurrency - len(self._running)
+            running = self.running
+            free = self.concurrency - running
             if self.max_tasks is not None:
                 free = min(free, self.max_tasks - self.claimed)
                 if free <= 0 and self.claimed >= self.max_tasks:
                     return
-            if free <= 0 or (0 < free < self.concurrency // 4 and self._running):
+            if free <= 0 or (running and free < self.concurrency // 4):
                 # Wait for more free slots, so claims come in batches rather than one by one.
                 await self._sleep(GATHER_DELAY if free > 0 else self.poll_interval)
                 continue
@@ -187,43 +203,54 @@ class Worker:
                 await self._sleep(self.poll_interval)
                 continue
             self.claimed += len(rows)
-            for row in rows:
-                self._start(row)
+            with self._count_lock:
+                self._in_flight.update(row.id for row in rows)
+            self._dispatch(rows)
             if len(rows) < free:
-                if self.burst and not rows and not self._running:
+                if self.burst and not rows and not self.running:
                     return
                 await self._sleep(self.poll_interval)
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep up to ``seconds``, waking early when a task finishes or a stop is asked."""
         assert self._wake is not None
+        with self._count_lock:
+            self._loop_waiting = True
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
 
+    def _task_done(self, task_id: uuid.UUID) -> None:
+        """Count a finished task function (from any thread) and wake a waiting claim loop."""
+        with self._count_lock:
+            self._finished += 1
+            self._in_flight.discard(task_id)
+            wake, self._loop_waiting = self._loop_waiting, False
+        if wake and self._loop is not None and self._wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
+                self._loop.call_soon_threadsafe(self._wake.set)
+
     async def _drain(self) -> None:
         """Wait for running tasks, up to the shutdown timeout, then requeue what is left."""
-        if not self._running:
+        if not self.running:
             return
-        logger.info(
-            "Waiting for %d running task(s) worker_id=%s", len(self._running), self.worker_id
+        logger.info("Waiting for %d running task(s) worker_id=%s", self.running, self.worker_id)
+        loop = asyncio.get_running_loop()
+        deadline = None if self.shutdown_timeout is None else loop.time() + self.shutdown_timeout
+        while self.running and (deadline is None or loop.time() < deadline):
+            await self._sleep(0.1 if deadline is None else min(0.1, deadline - loop.time()))
+        if not self.running:
+            return
+        logger.warning(
+            "Shutdown timeout: requeueing %d running task(s) worker_id=%s",
+            self.running,
+            self.worker_id,
         )
-        _, still_running = await asyncio.wait(
-            list(self._running.values()), timeout=self.shutdown_timeout
-        )
-        if still_running:
-            logger.warning(
-                "Shutdown timeout: requeueing %d running task(s) worker_id=%s",
-                len(still_running),
-                self.worker_id,
-            )
-            self.abandoned = True
-            await self._wait_outcomes_written()
-            await self._db_call(
-                self._requeue_owned, "The worker stopped before this task finished."
-            )
-            for job in still_running:
-                job.cancel()  # async tasks stop here; sync threads run on, their result unused
+        self.abandoned = True
+        await asyncio.to_thread(self._completer.wait_idle, 30)
+        await self._db_call(self._requeue_owned, "The worker stopped before this task finished.")
+        for job in list(self._async_jobs):
+            job.cancel()  # async tasks stop here; sync threads run on, their result unused
 
     def _begin_stop(self) -> None:
         if self._stopping:
@@ -247,132 +274,87 @@ class Worker:
         logger.warning(
             "Received %s: finishing %d running task(s), then exiting (send it again to stop now)",
             name,
-            len(self._running),
+            self.running,
         )
         self._begin_stop()
 
     # Running tasks -----------------------------------------------------------------------
 
-    def _start(self, row: ClaimedRow) -> None:
-        assert self._loop is not None
-        job = self._loop.create_task(self._execute(row))
-        self._running[row.id] = job
-        job.add_done_callback(lambda _: self._finished(row.id))
+    def _dispatch(self, rows: list[ClaimedRow]) -> None:
+        async_rows = []
+        for row in rows:
+            try:
+                is_async = execution.is_async(resolve_task(row.task_path))
+            except Exception:
+                is_async = False  # the task thread records why it cannot run
+            if is_async:
+                async_rows.append(row)
+            else:
+                self._threads.submit(self._run_sync, row)
+        if async_rows:
+            assert self._loop is not None
+            job = self._loop.create_task(self._start_async(async_rows))
+            self._async_jobs.add(job)
+            job.add_done_callback(self._async_jobs.discard)
 
-    def _finished(self, task_id: uuid.UUID) -> None:
-        self._running.pop(task_id, None)
-        if self._wake is not None:
-            self._wake.set()
-
-    async def _execute(self, row: ClaimedRow) -> None:
-        assert self._loop is not None
+    def _run_sync(self, row: ClaimedRow) -> None:
+        """Run a sync task on this task thread, up to queueing its outcome."""
         try:
-            attempt = execution.prepare(row)
-        except TaskNotFound as e:
-            logger.error("Task id=%s cannot run: %s", row.id, e)
-            await self._record(execution.failure(row.id, e))
-            return
-        except Exception as e:
-            logger.exception("Task id=%s path=%s could not be prepared", row.id, row.task_path)
-            await self._record(execution.failure(row.id, e))
-            return
-        if attempt.is_async:
-            await self._run_async(attempt)
-        else:
-            await self._loop.run_in_executor(self._pool, self._run_sync, attempt)
-
-    def _run_sync(self, attempt: execution.Attempt) -> None:
-        """Run a sync task on this pool thread, from task_started to task_finished."""
-        assert self._loop is not None
-        result = attempt.result
-        self._send(task_started, attempt)
-        try:
-            args, kwargs = attempt.call_args()
-            outcome, value = execution.success(attempt.row.id, attempt.task.func(*args, **kwargs))
-        except BaseException as e:  # a task's SystemExit or KeyboardInterrupt fails the task only
-            outcome = execution.failure(attempt.row.id, e)
-            written = self._record_threadsafe(outcome)
-            execution.apply(result, outcome)
-            self._log_failure(attempt, written)
-            self._send(task_finished, attempt)  # inside except: receivers see sys.exc_info()
-        else:
-            written = self._record_threadsafe(outcome)
-            execution.apply(result, outcome, value)
-            self._log_success(attempt, written)
-            self._send(task_finished, attempt)
+            attempt = self._prepare(row)
+            if attempt is None:
+                return
+            self._send(task_started, attempt)
+            try:
+                args, kwargs = attempt.call_args()
+                outcome, value = execution.success(row.id, attempt.task.func(*args, **kwargs))
+            except BaseException as e:  # a task's SystemExit or KeyboardInterrupt fails it only
+                self._failed(attempt, e)
+            else:
+                self._succeeded(attempt, outcome, value)
         finally:
-            close_old_connections()
+            self._task_done(row.id)
+
+    async def _start_async(self, rows: list[ClaimedRow]) -> None:
+        """Send task_started for a batch of async tasks in one hop, then run them on the loop."""
+        attempts = []
+        for row in rows:
+            attempt = self._prepare(row)
+            if attempt is None:
+                self._task_done(row.id)
+            else:
+                attempts.append(attempt)
+        assert self._signals is not None
+        await asyncio.wrap_future(self._signals.post(self._send_each, task_started, attempts))
+        for attempt in attempts:
+            job = asyncio.get_running_loop().create_task(self._run_async(attempt))
+            self._async_jobs.add(job)
+            job.add_done_callback(self._async_jobs.discard)
 
     async def _run_async(self, attempt: execution.Attempt) -> None:
-        """Run an async task on the event loop; signals go to the pool, where ORM calls work."""
-        assert self._loop is not None
-        result = attempt.result
-        await self._loop.run_in_executor(self._pool, self._send_in_pool, task_started, attempt)
         try:
             args, kwargs = attempt.call_args()
-            outcome, value = execution.success(
-                attempt.row.id, await attempt.task.func(*args, **kwargs)
-            )
-        except asyncio.CancelledError:
+            value = await attempt.task.func(*args, **kwargs)
+            outcome, value = execution.success(attempt.row.id, value)
+        except asyncio.CancelledError as e:
             if self.abandoned:
                 raise  # cancelled by the shutdown timeout, and requeued already
-            outcome = execution.failure(attempt.row.id, asyncio.CancelledError())
-            written = await self._record(outcome)
-            execution.apply(result, outcome)
-            self._log_failure(attempt, written, None)
-            await self._loop.run_in_executor(self._pool, self._send_in_pool, task_finished, attempt)
+            self._failed(attempt, e)
         except BaseException as e:
-            outcome = execution.failure(attempt.row.id, e)
-            written = await self._record(outcome)
-            execution.apply(result, outcome)
-            self._log_failure(attempt, written, e)
-            await self._loop.run_in_executor(self._pool, self._send_failed, attempt, e)
+            self._failed(attempt, e)
         else:
-            written = await self._record(outcome)
-            execution.apply(result, outcome, value)
-            self._log_success(attempt, written)
-            await self._loop.run_in_executor(self._pool, self._send_in_pool, task_finished, attempt)
-
-    def _close_pool_connections(self) -> None:
-        """Close the connections tasks opened on each pool thread, from that thread."""
-        threads = len(self._pool._threads)
-        if not threads:
-            return
-        barrier = threading.Barrier(threads)
-
-        def close() -> None:
-            connections.close_all()
-            with contextlib.suppress(threading.BrokenBarrierError):
-                barrier.wait(timeout=5)  # hold this thread so each thread gets one call
-
-        for future in [self._pool.submit(close) for _ in range(threads)]:
-            future.result()
-
-    def _send_in_pool(self, signal_: Any, attempt: execution.Attempt) -> None:
-        try:
-            self._send(signal_, attempt)
+            self._succeeded(attempt, outcome, value)
         finally:
-            close_old_connections()
+            self._task_done(attempt.row.id)
 
-    def _send(self, signal_: Any, attempt: execution.Attempt) -> None:
-        for receiver, response in signal_.send_robust(
-            self.backend_class, task_result=attempt.result
-        ):
-            if isinstance(response, Exception):
-                logger.error(
-                    "Signal receiver %r failed for task id=%s",
-                    receiver,
-                    attempt.result.id,
-                    exc_info=response,
-                )
-
-    def _send_failed(self, attempt: execution.Attempt, exc: BaseException) -> None:
+    def _prepare(self, row: ClaimedRow) -> execution.Attempt | None:
         try:
-            raise exc
-        except BaseException:
-            self._send_in_pool(task_finished, attempt)  # receivers see the task's exception
+            return execution.prepare(row)
+        except Exception as e:
+            logger.error("Task id=%s path=%s cannot run: %s", row.id, row.task_path, e)
+            self._completer.submit(execution.failure(row.id, e), None)
+            return None
 
-    def _log_success(self, attempt: execution.Attempt, written: bool) -> None:
+    def _succeeded(self, attempt: execution.Attempt, outcome: Outcome, value: Any) -> None:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "Task id=%s path=%s state=SUCCESSFUL attempt=%d",
@@ -381,68 +363,54 @@ class Worker:
                 attempt.row.attempts,
                 extra={"action": "task_successful", "task_id": attempt.result.id},
             )
+        self._completer.submit(outcome, (attempt, None, value))
 
-    def _log_failure(
-        self, attempt: execution.Attempt, written: bool, exc: BaseException | None = None
-    ) -> None:
+    def _failed(self, attempt: execution.Attempt, exc: BaseException) -> None:
         logger.error(
             "Task id=%s path=%s state=FAILED attempt=%d",
             attempt.result.id,
             attempt.task.module_path,
             attempt.row.attempts,
-            exc_info=exc if exc is not None else True,
+            exc_info=exc,
             extra={"action": "task_failed", "task_id": attempt.result.id},
         )
+        self._completer.submit(execution.failure(attempt.row.id, exc), (attempt, exc, None))
 
-    # Recording outcomes ------------------------------------------------------------------
+    # Signals (on the signal thread, after the outcome is stored) ----------------------------
 
-    async def _record(self, outcome: Outcome) -> bool:
-        """Queue ``outcome`` for the next batched write; return whether the row was ours."""
-        assert self._loop is not None and self._outcomes_ready is not None
-        future: asyncio.Future[bool] = self._loop.create_future()
-        self._pending.append((outcome, future))
-        self._outcomes_ready.set()
-        return await future
+    def _on_written(self, batch: Batch) -> None:
+        self.processed += len(batch.outcomes)
+        assert self._signals is not None
+        self._signals.post(self._send_finished, batch)
 
-    def _record_threadsafe(self, outcome: Outcome) -> bool:
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(self._record(outcome), self._loop).result()
-
-    async def _flush_loop(self) -> None:
-        """Write pending outcomes; while one write runs, the next batch gathers."""
-        assert self._outcomes_ready is not None
-        while True:
-            await self._outcomes_ready.wait()
-            batch = self._pending[:MAX_COMPLETION_BATCH]
-            del self._pending[:MAX_COMPLETION_BATCH]
-            if not self._pending:
-                self._outcomes_ready.clear()
-            if not batch:
+    def _send_finished(self, batch: Batch) -> None:
+        for outcome, context in zip(batch.outcomes, batch.contexts, strict=True):
+            if context is None or outcome.id not in batch.written:
+                continue  # a task that never started, or that another worker holds now
+            attempt, exc, value = context
+            execution.apply(attempt.result, outcome, value)
+            if exc is None:
+                self._send(task_finished, attempt)
                 continue
-            outcomes = [outcome for outcome, _ in batch]
-            while True:
-                try:
-                    written = await self._db_call(self._complete, outcomes)
-                    break
-                except Exception:
-                    logger.exception("Writing %d outcome(s) failed; retrying", len(outcomes))
-                    await asyncio.sleep(1.0)
-            self.processed += len(batch)
-            for outcome, future in batch:
-                if not future.done():
-                    future.set_result(outcome.id in written)
-                if outcome.id not in written:
-                    logger.warning(
-                        "Task id=%s was no longer held by worker_id=%s (rescued by another "
-                        "worker?); its outcome was not recorded",
-                        outcome.id,
-                        self.worker_id,
-                    )
+            try:
+                raise exc
+            except BaseException:
+                self._send(task_finished, attempt)  # receivers see the task's exception
 
-    async def _wait_outcomes_written(self) -> None:
-        futures = [future for _, future in self._pending]
-        if futures:
-            await asyncio.wait(futures, timeout=30)
+    def _send_each(self, signal_: Any, attempts: list[execution.Attempt]) -> None:
+        for attempt in attempts:
+            self._send(signal_, attempt)
+
+    def _send(self, signal_: Any, attempt: execution.Attempt) -> None:
+        responses = signal_.send_robust(self.backend_class, task_result=attempt.result)
+        for receiver, response in responses:
+            if isinstance(response, Exception):
+                logger.error(
+                    "Signal receiver %r failed for task id=%s",
+                    receiver,
+                    attempt.result.id,
+                    exc_info=response,
+                )
 
     # Database calls (all on the one database thread) -------------------------------------
 
@@ -458,10 +426,10 @@ class Worker:
         except Exception:
             logger.exception("Database call %s failed", getattr(fn, "__name__", fn))
 
-    def _cursor_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def _cursor_call(self, fn: Callable[[Dialect, CursorWrapper], T]) -> T:
         connection = connections[self.database]
         with connection.cursor() as cursor:
-            return fn(dialect_for(connection), cursor, *args, **kwargs)
+            return fn(dialect_for(connection), cursor)
 
     def _claim(self, limit: int) -> list[ClaimedRow]:
         return self._cursor_call(
@@ -475,19 +443,24 @@ class Worker:
             )
         )
 
-    def _complete(self, outcomes: list[Outcome]) -> set[uuid.UUID]:
-        return self._cursor_call(lambda d, c: d.complete(c, self.worker_id, outcomes))
+    def _write_outcomes(self, outcomes: list[Outcome]) -> set[Any]:
+        return run_with_retries(
+            self.database,
+            lambda: self._cursor_call(lambda d, c: d.complete(c, self.worker_id, outcomes)),
+            self._stopped,
+        )
 
     def _reconcile(self) -> None:
         """After a failed claim, requeue rows the claim may have taken without our knowing."""
-        keep = list(self._running)
+        with self._count_lock:
+            keep = self._in_flight | self._completer.pending_ids()
         count = self._cursor_call(
             lambda d, c: d.requeue_owned(
                 c,
                 worker_id=self.worker_id,
                 now=timezone.now(),
                 reason="The claim that took this task failed before the worker saw it.",
-                keep=keep,
+                keep=list(keep),
             )
         )
         if count:
@@ -500,84 +473,11 @@ class Worker:
             )
         )
 
-    def _register(self) -> None:
-        from .models import WorkerRecord
-
-        now = timezone.now()
-        records = WorkerRecord.objects.using(self.database)
-        existing = records.filter(id=self.worker_id).first()
-        if existing is not None:
-            if existing.heartbeat_at >= now - timedelta(seconds=self.lease_timeout):
-                raise RuntimeError(
-                    f"Worker id {self.worker_id!r} is in use by a live worker "
-                    f"(pid {existing.pid} on {existing.hostname!r}); choose another --worker-id."
-                )
-            self._rescue(now)
-            existing.delete()
-        records.create(
-            id=self.worker_id,
-            backend_name=self.backend.alias,
-            queue_names=self.queue_names or ["*"],
-            hostname=socket.gethostname()[:255],
-            pid=os.getpid(),
-            concurrency=self.concurrency,
-            started_at=now,
-            heartbeat_at=now,
-        )
-        self._rescue(now)
-
-    def _unregister(self) -> None:
-        from .models import WorkerRecord
-
-        WorkerRecord.objects.using(self.database).filter(id=self.worker_id).delete()
-
-    def _heartbeat(self) -> None:
-        from .models import WorkerRecord
-
-        now = timezone.now()
-        records = WorkerRecord.objects.using(self.database)
-        if not records.filter(id=self.worker_id).update(heartbeat_at=now):
-            logger.warning(
-                "Worker row of worker_id=%s was gone (declared dead after a stall?); "
-                "re-registering",
-                self.worker_id,
-            )
-            records.create(
-                id=self.worker_id,
-                backend_name=self.backend.alias,
-                queue_names=self.queue_names or ["*"],
-                hostname=socket.gethostname()[:255],
-                pid=os.getpid(),
-                concurrency=self.concurrency,
-                started_at=now,
-                heartbeat_at=now,
-            )
-        self._rescue(now)
-
-    def _rescue(self, now: Any) -> None:
-        """Requeue tasks of workers whose lease expired, then forget those workers."""
-        from .models import WorkerRecord
-
-        cutoff = now - timedelta(seconds=self.lease_timeout)
-        count = self._cursor_call(
-            lambda d, c: d.requeue_orphans(
-                c, backend_name=self.backend.alias, live_since=cutoff, now=now
-            )
-        )
-        if count:
-            logger.warning(
-                "Rescued %d task(s) of workers silent for over %ss",
-                count,
-                self.lease_timeout,
-                extra={"action": "rescue", "count": count},
-            )
-        WorkerRecord.objects.using(self.database).filter(heartbeat_at__lt=cutoff).delete()
-
     def _heartbeat_loop(self) -> None:
         """Beat on a thread of its own, so a busy event loop cannot starve the lease."""
         while not self._stopped.wait(self.heartbeat_interval):
-            future: Future[Any] = self._db.submit(
-                run_with_retries, self.database, self._heartbeat, self._stopped
+            future = self._db.submit(
+                run_with_retries, self.database, self.lease.heartbeat, self._stopped
             )
             try:
                 future.result()
