@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -14,35 +15,59 @@ from django.db import close_old_connections, connections
 logger = logging.getLogger("django_sqltasks")
 
 _STOP = object()
+MIN_THREADS = 2  # started up front; more are added only when tasks wait
 
 
 class TaskThreads:
-    """Up to ``size`` threads running sync tasks, started only as the load needs them.
+    """Up to ``size`` threads running sync tasks, added only while queued tasks wait.
 
-    Lighter than ``ThreadPoolExecutor`` on the hot path: no future per task, one C-level
-    queue hand-off. Each thread closes its database connections when it exits.
+    Fast tasks are run back to back by the threads already there, which saves a thread
+    hand-off per task; when tasks block (I/O, sleeps), queued ones wait at most ``spawn_after``
+    seconds before ``balance()`` adds threads for them. Each thread closes its database
+    connections when it exits.
     """
 
-    def __init__(self, size: int, name: str = "sqltasks-task") -> None:
+    def __init__(self, size: int, name: str = "sqltasks-task", spawn_after: float = 0.002) -> None:
         self.size = size
+        self.spawn_after = spawn_after
         self._name = name
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
-        self._idle = 0
+        self._queued = 0  # submitted, not yet taken by a thread
+        self._last_take = time.monotonic()
+
+    @property
+    def queued(self) -> int:
+        return self._queued
 
     def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
-        """Run ``fn(arg)`` on a task thread, starting one if none is idle."""
+        """Run ``fn(arg)`` on a task thread."""
         with self._lock:
-            if self._idle:
-                self._idle -= 1
-            elif len(self._threads) < self.size:
-                thread = threading.Thread(
-                    target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True
-                )
-                self._threads.append(thread)
-                thread.start()
+            if not self._queued:
+                self._last_take = time.monotonic()  # waiting starts now, not at the last take
+            self._queued += 1
+            if len(self._threads) < min(self.size, MIN_THREADS):
+                self._start_thread()
         self._queue.put((fn, arg))
+
+    def balance(self) -> bool:
+        """Add threads for tasks that have waited too long; return whether any still wait."""
+        with self._lock:
+            if not self._queued:
+                return False
+            if time.monotonic() - self._last_take >= self.spawn_after:
+                for _ in range(min(self._queued, self.size - len(self._threads))):
+                    self._start_thread()
+                self._last_take = time.monotonic()
+            return True
+
+    def _start_thread(self) -> None:
+        thread = threading.Thread(
+            target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True
+        )
+        self._threads.append(thread)
+        thread.start()
 
     def _run(self) -> None:
         try:
@@ -50,6 +75,9 @@ class TaskThreads:
                 item = self._queue.get()
                 if item is _STOP:
                     return
+                with self._lock:
+                    self._queued -= 1
+                    self._last_take = time.monotonic()
                 fn, arg = item
                 try:
                     fn(arg)
@@ -57,8 +85,6 @@ class TaskThreads:
                     logger.exception("Unexpected error on a task thread")
                 finally:
                     close_old_connections()
-                with self._lock:
-                    self._idle += 1
         finally:
             connections.close_all()
 

@@ -91,7 +91,7 @@ class Worker:
         self._finished = 0  # claimed tasks whose function has returned (any thread)
         self._in_flight: set[uuid.UUID] = set()  # claimed, function not returned yet
         self._count_lock = threading.Lock()
-        self._loop_waiting = False
+        self._wake_below = 0  # the claim loop wants waking once this few tasks run
         self._async_jobs: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._stopped = threading.Event()
@@ -212,10 +212,13 @@ class Worker:
                 await self._sleep(self.poll_interval)
 
     async def _sleep(self, seconds: float) -> None:
-        """Sleep up to ``seconds``, waking early when a task finishes or a stop is asked."""
+        """Sleep up to ``seconds``; wake early once a quarter of the slots are free, all tasks
+        are done, or a stop is asked."""
         assert self._wake is not None
+        if self._threads.balance():
+            seconds = min(seconds, self._threads.spawn_after)
         with self._count_lock:
-            self._loop_waiting = True
+            self._wake_below = self.concurrency - max(1, self.concurrency // 4)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
@@ -225,7 +228,9 @@ class Worker:
         with self._count_lock:
             self._finished += 1
             self._in_flight.discard(task_id)
-            wake, self._loop_waiting = self._loop_waiting, False
+            wake = self.claimed - self._finished <= self._wake_below
+            if wake:
+                self._wake_below = -1  # once is enough until the loop sleeps again
         if wake and self._loop is not None and self._wake is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
                 self._loop.call_soon_threadsafe(self._wake.set)
