@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import re
 import shutil
@@ -25,6 +26,7 @@ DOCS_DIR = REPO_ROOT / "docs" / "benchmarks"
 SMOKE_DIR = REPO_ROOT / "benchmarks" / "results" / "smoke"
 REQUIREMENTS = REPO_ROOT / "benchmarks" / "requirements.txt"
 
+LOCK_PATH = Path(tempfile.gettempdir()) / "django-sqltasks-bench.lock"
 SMOKE_TASKS = 300
 SMOKE_PROBES = 5
 
@@ -133,6 +135,13 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     plan = make_plan(args)
+    # Two runs at once would flush each other's databases and share the CPU.
+    lock = open(LOCK_PATH, "w")  # noqa: SIM115 - held for the whole run
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        console.print(f"[red]another benchmark run holds {LOCK_PATH}; wait for it to finish")
+        return 2
     processes.install_cleanup()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     RAW_DIR.mkdir(parents=True, exist_ok=True)

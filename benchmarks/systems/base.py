@@ -136,6 +136,9 @@ def common_settings(endpoints: Endpoints) -> dict[str, Any]:
             "disable_existing_loggers": False,
             "handlers": {"console": {"class": "logging.StreamHandler"}},
             "root": {"handlers": ["console"], "level": "WARNING"},
+            # Django's default config sets the "django" logger to INFO, which would print
+            # django.tasks' per-task "Task id=... state=..." lines for Django Tasks backends.
+            "loggers": {"django": {"level": "WARNING"}},
         },
         "DATABASES": {"default": sqlite_database(endpoints, "unused")},
     }

@@ -19,6 +19,13 @@ from benchmarks.systems.base import (
 DATABASE_NAME = "bench_sqltasks"
 
 
+def _sqlite_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
+    """SQLite as docs/databases.md tells our users to set it up: WAL and a 20 s lock timeout."""
+    database = sqlite_database(endpoints, name)
+    database["OPTIONS"] = {"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20}
+    return database
+
+
 def _settings(
     database: Callable[[Endpoints, str], dict[str, Any]],
 ) -> Callable[[Endpoints], dict[str, Any]]:
@@ -76,7 +83,7 @@ def _system(
 SQLTASKS_PG = _system(
     "sqltasks-pg", "django-sqltasks (PostgreSQL)", "postgresql", postgres_database
 )
-SQLTASKS_SQLITE = _system("sqltasks-sqlite", "django-sqltasks (SQLite)", None, sqlite_database)
+SQLTASKS_SQLITE = _system("sqltasks-sqlite", "django-sqltasks (SQLite)", None, _sqlite_database)
 SQLTASKS_MARIADB = _system(
     "sqltasks-mariadb", "django-sqltasks (MariaDB)", "mariadb", mariadb_database
 )
