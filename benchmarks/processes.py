@@ -39,11 +39,13 @@ def spawn(argv: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Pop
 
 
 def _signal_all(pgid: int, members: Sequence[psutil.Process], signum: int) -> None:
+    """Signal the process group once, and any descendant that left it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
     for member in members:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            member.send_signal(signum)
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            if os.getpgid(member.pid) != pgid:
+                member.send_signal(signum)
 
 
 def stop(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE) -> None:
