@@ -151,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     direct = Endpoints(state_dir=state_dir)
     meta: dict[str, Any] = {
         "profile": plan.profile,
+        "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
         "started_at": stamp,
         "tasks": plan.tasks,
         "repeat": plan.repeat,

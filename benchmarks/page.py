@@ -207,9 +207,12 @@ def write(docs_dir: Path, page: Path) -> None:
         ),
         CAVEATS.format(cores=first["machine"]["cores"]),
         _settings_table(),
-        "## Results\n\nTo reproduce: `python -m benchmarks run` (all systems, 3 repeats, about "
-        "an hour here) and `python -m benchmarks run --rtt 2ms --systems sqltasks-pg,vtasks-valkey "
-        "--scenarios noop,sleep,latency`. In Docker: `docker compose run --rm bench`.\n",
+        "## Results\n\nThe figures below come from `python -m benchmarks run --probes 10 "
+        "--http-requests 1000` (all systems and scenarios, 5,000 tasks, 3 repeats: about 40 "
+        "minutes on this machine) and `python -m benchmarks run --rtt 2ms --systems "
+        "sqltasks-pg,vtasks-valkey --scenarios noop,sleep,latency --repeat 1 --probes 10`. "
+        "`-n 50000` gives the larger steady-state count. In Docker: `docker compose run --rm "
+        "bench` (see `compose.yml` for netem). CI runs `python -m benchmarks run --smoke`.\n",
     ]
     parts += [_profile_section(s, docs_dir) for s in summaries]
     page.write_text("\n".join(parts))

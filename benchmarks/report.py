@@ -130,11 +130,13 @@ def markdown(summary: dict[str, Any]) -> str:
     """Every table of one summary, with a heading per scenario."""
     meta = summary["meta"]
     rtt = meta.get("rtt_through_proxy_ms") or meta.get("rtt_measured_ms") or {}
+    command = f"Command: `{meta['command']}`. " if meta.get("command") else ""
     parts = [
         f"### Profile `{meta['profile']}`: {meta['tasks']:,} tasks, {meta['repeat']} repeat(s), "
         f"requested added RTT {meta['rtt_requested_ms']:g} ms",
         "",
-        "Measured round trip per service (median of 50 `SELECT 1`/`PING`): "
+        command
+        + "Measured round trip per service (median of 50 `SELECT 1`/`PING`): "
         + ", ".join(f"{k} {v:.3f} ms" for k, v in sorted(rtt.items())),
     ]
     for scenario in COLUMNS:
