@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.core import checks
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.utils import timezone
 
 from .compat import (
@@ -25,6 +26,7 @@ from .ids import new_task_id
 from .options import BackendOptions, OptionError
 from .serialization import check_arguments, dumps
 from .sql import NewTask, dialect_for
+from .wakeup import has_local_listeners, notify_local
 
 if TYPE_CHECKING:
     from .models import TaskRecord
@@ -120,9 +122,14 @@ class SQLTaskBackend(BaseTaskBackend):
         """Queue up a task: one INSERT on the caller's connection, so it joins their transaction."""
         self._check_usable()
         row, result = self._new_row(task, args, kwargs)
-        connection = connections[self.database]
+        database = self.database
+        connection = connections[database]
         with connection.cursor() as cursor:
-            dialect_for(connection).insert(cursor, [row])
+            dialect_for(connection).insert(cursor, [row], notify=self.config.notify)
+        if has_local_listeners(database):
+            transaction.on_commit(
+                partial(notify_local, database, row.queue_name), using=database, robust=True
+            )
         task_enqueued.send(type(self), task_result=result)
         return result
 

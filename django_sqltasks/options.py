@@ -25,6 +25,7 @@ class BackendOptions:
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
     poll_interval: float = DEFAULT_POLL_INTERVAL
     max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES
+    notify: bool = True
 
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
@@ -58,6 +59,8 @@ class BackendOptions:
                 f"of LEASE_TIMEOUT ({self.lease_timeout}s), or live workers would lose their "
                 "tasks to a rescue."
             )
+        if not isinstance(self.notify, bool):
+            raise OptionError(f"{where}['NOTIFY'] must be True or False, not {self.notify!r}.")
         size = self.max_payload_bytes
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise OptionError(

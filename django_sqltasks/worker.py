@@ -29,6 +29,7 @@ from .lease import Lease
 from .results import resolve_task
 from .sql import ClaimedRow, Dialect, Outcome, dialect_for
 from .threads import SignalThread, TaskThreads
+from .wakeup import Wakeup, wakeup_for
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -36,6 +37,7 @@ T = TypeVar("T")
 
 MAX_WORKER_ID_LENGTH = 64
 GATHER_DELAY = 0.002  # seconds to let more slots free up before claiming a small batch
+BUSY_POLL = 0.01  # seconds before polling again right after finding work; doubles when idle
 
 
 class Worker:
@@ -100,6 +102,9 @@ class Worker:
         self._db = ThreadPoolExecutor(1, thread_name_prefix="sqltasks-db")
         self._threads = TaskThreads(concurrency)
         self._signals: SignalThread | None = None
+        self._wakeup: Wakeup | None = None
+        self._wake_pending = False
+        self._idle_sleep = self.poll_interval
         self._completer = Completer(self._write_outcomes, self._db, self._on_written)
 
     # Public controls --------------------------------------------------------------------
@@ -149,6 +154,13 @@ class Worker:
         self._signals = SignalThread()
         self._install_signal_handlers()
         await self._db_call(self.lease.register)
+        self._wakeup = wakeup_for(
+            self.database,
+            connections[self.database].vendor,
+            self.backend.config.notify,
+            self._on_wake,
+        )
+        self._wakeup.start()
         heartbeat = threading.Thread(
             target=self._heartbeat_loop, name="sqltasks-heartbeat", daemon=True
         )
@@ -167,6 +179,8 @@ class Worker:
             await self._drain()
         finally:
             self._stopped.set()
+            if self._wakeup is not None:
+                self._wakeup.stop()
             await asyncio.to_thread(self._completer.wait_idle, 30)
             await asyncio.wrap_future(self._signals.post(lambda: None))
             heartbeat.join(timeout=self.heartbeat_interval + 5)
@@ -209,7 +223,13 @@ class Worker:
             if len(rows) < free:
                 if self.burst and not rows and not self.running:
                     return
-                await self._sleep(self.poll_interval)
+                # Poll soon after finding work, then back off to the poll interval.
+                idle, self._idle_sleep = (
+                    (BUSY_POLL, BUSY_POLL * 2)
+                    if rows
+                    else (self._idle_sleep, min(self.poll_interval, self._idle_sleep * 2))
+                )
+                await self._sleep(min(idle, self.poll_interval))
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep up to ``seconds``; wake early once a quarter of the slots are free, all tasks
@@ -222,6 +242,23 @@ class Worker:
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+
+    def _on_wake(self, queue_name: str | None) -> None:
+        """A task may have been enqueued (from the wake-up thread): claim without waiting."""
+        queues = self.queue_names
+        if queue_name is not None and queues is not None and queue_name not in queues:
+            return
+        if self._wake_pending or self._loop is None or self._wake is None:
+            return
+        self._wake_pending = True
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            self._loop.call_soon_threadsafe(self._woken)
+
+    def _woken(self) -> None:
+        self._wake_pending = False
+        self._idle_sleep = BUSY_POLL
+        assert self._wake is not None
+        self._wake.set()
 
     def _task_done(self, task_id: uuid.UUID) -> None:
         """Count a finished task function (from any thread) and wake a waiting claim loop."""

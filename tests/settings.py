@@ -77,7 +77,7 @@ TASKS = {
         "OPTIONS": {
             "LEASE_TIMEOUT": float(os.environ.get("SQLTASKS_LEASE_TIMEOUT", "30")),
             "HEARTBEAT_INTERVAL": float(os.environ.get("SQLTASKS_HEARTBEAT_INTERVAL", "5")),
-            "POLL_INTERVAL": 0.05,
+            "POLL_INTERVAL": float(os.environ.get("SQLTASKS_POLL_INTERVAL", "0.05")),
         },
     },
     "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},

@@ -123,3 +123,9 @@ def count_rows() -> int:
     from django_sqltasks.models import TaskRecord
 
     return TaskRecord.objects.count()
+
+
+@task
+def clock() -> float:
+    """Return when it ran: lets a test measure enqueue-to-start latency."""
+    return time.time()

@@ -251,3 +251,52 @@ class TestTransactions:
             assert tasks.noop.get_result(result.id).status == TaskResultStatus.READY
         finally:
             other.close()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN/NOTIFY is PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+class TestNotify:
+    def listen(self) -> Any:
+        import psycopg
+
+        params = connection.get_connection_params()
+        for key in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(key, None)
+        listener = psycopg.connect(**params, autocommit=True)
+        listener.execute("LISTEN sqltasks")
+        return listener
+
+    def test_enqueue_notifies_at_commit_and_not_on_rollback(self) -> None:
+        listener = self.listen()
+        try:
+
+            def enqueue_then_roll_back() -> None:
+                with transaction.atomic():
+                    tasks.noop.enqueue()
+                    raise RuntimeError("roll back")
+
+            with pytest.raises(RuntimeError):
+                enqueue_then_roll_back()
+            assert list(listener.notifies(timeout=0.3)) == []
+            with transaction.atomic():
+                tasks.other_queue.enqueue()
+                assert list(listener.notifies(timeout=0.3)) == []  # not before commit
+            received = [n.payload for n in listener.notifies(timeout=1, stop_after=1)]
+            assert received == ["other"]
+        finally:
+            listener.close()
+
+    def test_notify_option_off_sends_nothing(self, settings: Any) -> None:
+        settings.TASKS = {
+            **settings.TASKS,
+            "default": {
+                **settings.TASKS["default"],
+                "OPTIONS": {**settings.TASKS["default"]["OPTIONS"], "NOTIFY": False},
+            },
+        }
+        listener = self.listen()
+        try:
+            tasks.noop.enqueue()
+            assert list(listener.notifies(timeout=0.3)) == []
+        finally:
+            listener.close()

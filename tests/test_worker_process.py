@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord, WorkerRecord
@@ -151,6 +152,25 @@ def test_a_crashing_task_does_not_take_the_worker_down(worker_process: StartWork
     for result in bad:
         assert tasks.noop.get_backend().get_result(result.id).status == TaskResultStatus.FAILED
     assert tasks.add.get_result(good.id).return_value == 3
+
+
+@pytest.mark.skipif(
+    connection.vendor == "mysql", reason="MySQL has no wake-up channel; its workers poll"
+)
+def test_an_idle_worker_wakes_up_on_enqueue(worker_process: StartWorker) -> None:
+    worker = worker_process("--concurrency", "2", env={"SQLTASKS_POLL_INTERVAL": "30"})
+    wait_for(lambda: WorkerRecord.objects.exists())
+    time.sleep(1.0)  # the worker has polled once and is now waiting
+    timings = []
+    for _ in range(5):
+        started = time.time()
+        result = tasks.clock.enqueue()
+        wait_for(lambda: tasks.clock.get_result(result.id).is_finished, timeout=10)  # noqa: B023
+        timings.append(tasks.clock.get_result(result.id).return_value - started)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.output
+    # Far below the 30 s poll interval: the enqueue woke the worker.
+    assert max(timings) < 2.0, timings
 
 
 @pytest.mark.parametrize(

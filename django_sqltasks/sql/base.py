@@ -177,17 +177,19 @@ class Dialect:
 
     json_placeholder = "%s"
 
-    def insert(self, cursor: CursorWrapper, tasks: Sequence[NewTask]) -> None:
-        """Insert ``tasks`` in one multi-row INSERT."""
+    def insert_sql(self, count: int) -> str:
         j = self.json_placeholder
         row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, %s)"
-        sql = f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
-            [row] * len(tasks)
+        return f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
+            [row] * count
         )
+
+    def insert(self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False) -> None:
+        """Insert ``tasks`` in one multi-row INSERT; ``notify`` wakes listening workers."""
         params: list[Any] = []
         for task in tasks:
             params.extend(self.insert_params(task))
-        cursor.execute(sql, params)
+        cursor.execute(self.insert_sql(len(tasks)), params)
 
     def claim_sql(
         self,

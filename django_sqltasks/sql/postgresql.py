@@ -9,11 +9,8 @@ from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
-from .base import (
-    RETURNED_COLUMNS,
-    Dialect,
-    Outcome,
-)
+from ..wakeup import CHANNEL
+from .base import RETURNED_COLUMNS, Dialect, NewTask, Outcome
 
 RETURNING = ", ".join(f"t.{c}" for c in RETURNED_COLUMNS)
 
@@ -31,6 +28,21 @@ class PostgreSQLDialect(Dialect):
 
     def encode_id(self, value: uuid.UUID) -> Any:
         return value
+
+    def insert(self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False) -> None:
+        params: list[Any] = []
+        for task in tasks:
+            params.extend(self.insert_params(task))
+        sql = self.insert_sql(len(tasks))
+        if notify:
+            # One round trip: the notification rides on the INSERT and, like the rows, is
+            # delivered at commit (or never, on rollback). One per distinct queue.
+            sql = (
+                f"WITH inserted AS ({sql} RETURNING queue_name) "
+                f"SELECT pg_notify('{CHANNEL}', q) FROM (SELECT DISTINCT queue_name AS q "
+                "FROM inserted) AS queues"
+            )
+        cursor.execute(sql, params)
 
     def claim_sql(
         self,

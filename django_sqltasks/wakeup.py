@@ -1,0 +1,138 @@
+"""Waking an idle worker when a task is enqueued, instead of waiting for its next poll.
+
+PostgreSQL: ``LISTEN``/``NOTIFY`` (the enqueue's INSERT notifies, so the message arrives at
+commit). SQLite: enqueues in the same process wake workers directly, and a thread watches
+``PRAGMA data_version``, which changes when another process commits. MySQL has neither; its
+workers poll, faster while work keeps arriving. Polling stays on everywhere as the fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
+
+logger = logging.getLogger("django_sqltasks")
+
+CHANNEL = "sqltasks"  # payload: the queue name of the enqueued task(s)
+LISTEN_TIMEOUT = 1.0  # seconds between checks for a stop while listening
+RECONNECT_DELAY = 1.0  # seconds before listening again after a lost connection
+SQLITE_PROBE_INTERVAL = 0.002  # seconds between PRAGMA data_version checks
+
+OnWake = Callable[[str | None], None]  # called with the queue name, or None for "anything"
+
+_local_lock = threading.Lock()
+_local: dict[str, list[OnWake]] = {}
+
+
+def notify_local(database: str, queue_name: str) -> None:
+    """Wake workers of this process that serve ``database`` (SQLite's enqueue calls this)."""
+    for on_wake in _local.get(database, ()):
+        on_wake(queue_name)
+
+
+def has_local_listeners(database: str) -> bool:
+    return bool(_local.get(database))
+
+
+class Wakeup:
+    """Calls ``on_wake`` from a background thread when new tasks may be due."""
+
+    def __init__(self, database: str, on_wake: OnWake) -> None:
+        self.database = database
+        self.on_wake = on_wake
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        with _local_lock:
+            _local.setdefault(self.database, []).append(self.on_wake)
+        target = self._target()
+        if target is not None:
+            self._thread = threading.Thread(target=target, name="sqltasks-wakeup", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        with _local_lock:
+            listeners = _local.get(self.database, [])
+            if self.on_wake in listeners:
+                listeners.remove(self.on_wake)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=LISTEN_TIMEOUT + 1)
+
+    def _target(self) -> Callable[[], None] | None:
+        return None
+
+
+class PostgresListener(Wakeup):
+    """LISTEN on a connection of its own (not pooled: pgbouncer transaction mode breaks it)."""
+
+    def _target(self) -> Callable[[], None] | None:
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            logger.info("psycopg 3 is not installed: workers poll instead of listening")
+            return None
+        return self._listen
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        params = connections[self.database].get_connection_params()
+        for key in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
+            params.pop(key, None)
+        return psycopg.connect(**params, autocommit=True)
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._connect() as connection:
+                    connection.execute(f"LISTEN {CHANNEL}")
+                    self.on_wake(None)  # anything sent while we were not listening
+                    while not self._stop.is_set():
+                        for notify in connection.notifies(timeout=LISTEN_TIMEOUT):
+                            self.on_wake(notify.payload or None)
+            except Exception as e:
+                if self._stop.is_set():
+                    return
+                logger.warning("Listening for new tasks failed (%s); polling until it is back", e)
+                self._stop.wait(RECONNECT_DELAY)
+
+
+class SQLiteProbe(Wakeup):
+    """Watch ``PRAGMA data_version``: it changes when another connection commits."""
+
+    def _target(self) -> Callable[[], None] | None:
+        name = str(connections[self.database].settings_dict["NAME"])
+        if not name or name == ":memory:" or name.startswith("file::memory:"):
+            return None
+        return lambda: self._probe(name)
+
+    def _probe(self, name: str) -> None:
+        connection = sqlite3.connect(name, check_same_thread=False, uri=name.startswith("file:"))
+        try:
+            last = None
+            while not self._stop.wait(SQLITE_PROBE_INTERVAL):
+                try:
+                    version = connection.execute("PRAGMA data_version").fetchone()[0]
+                except sqlite3.Error:
+                    continue
+                if last is not None and version != last:
+                    self.on_wake(None)
+                last = version
+        finally:
+            connection.close()
+
+
+def wakeup_for(database: str, vendor: str, notify: bool, on_wake: OnWake) -> Wakeup:
+    """Return the way workers on ``database`` learn about new tasks."""
+    if vendor == "postgresql" and notify:
+        return PostgresListener(database, on_wake)
+    if vendor == "sqlite":
+        return SQLiteProbe(database, on_wake)
+    return Wakeup(database, on_wake)
