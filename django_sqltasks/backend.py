@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.core import checks
 from django.db import connections, router, transaction
 from django.utils import timezone
@@ -106,10 +107,12 @@ class SQLTaskBackend(BaseTaskBackend):
             kwargs=result.kwargs,
             enqueued_at=now,
             run_after=task.run_after,
+            args_json=dumps(result.args),
+            kwargs_json=dumps(result.kwargs),
         )
         limit = self.config.max_payload_bytes
         if limit is not None:
-            size = len(dumps(row.args)) + len(dumps(row.kwargs))
+            size = len(row.args_json) + len(row.kwargs_json)
             if size > limit:
                 raise PayloadTooLarge(
                     f"Task arguments of {task.module_path} encode to {size} bytes, over the "
@@ -122,16 +125,96 @@ class SQLTaskBackend(BaseTaskBackend):
         """Queue up a task: one INSERT on the caller's connection, so it joins their transaction."""
         self._check_usable()
         row, result = self._new_row(task, args, kwargs)
+        self._write_or_defer([row], [result])
+        return result
+
+    def enqueue_many(
+        self, task: Task, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]
+    ) -> list[TaskResult]:
+        """Queue up ``task`` once per ``(args, kwargs)`` in ``calls``, in as few statements as
+        the database allows (COPY on PostgreSQL); return the results in the same order.
+
+        Every call is checked before anything is written: one bad call raises (naming its
+        index) and enqueues nothing.
+        """
+        self._check_usable()
+        rows, results = self._new_rows(task, calls)
+        if rows:
+            self._write_or_defer(rows, results)
+        return results
+
+    def _new_rows(
+        self, task: Task, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]
+    ) -> tuple[list[NewTask], list[TaskResult]]:
+        rows: list[NewTask] = []
+        results: list[TaskResult] = []
+        for index, call in enumerate(calls):
+            try:
+                args, kwargs = call
+            except (TypeError, ValueError) as e:
+                raise TypeError(
+                    f"calls[{index}] must be an (args, kwargs) pair, not {call!r}."
+                ) from e
+            try:
+                row, result = self._new_row(task, args, kwargs)
+            except (TypeError, ValueError, InvalidTask) as e:
+                raise type(e)(f"calls[{index}]: {e}") from e
+            rows.append(row)
+            results.append(result)
+        return rows, results
+
+    def _write_or_defer(self, rows: list[NewTask], results: list[TaskResult]) -> None:
+        on_commit = self.config.enqueue_on_commit
+        if on_commit:
+            alias = self.database if on_commit is True else on_commit
+            if connections[alias].in_atomic_block:
+                transaction.on_commit(partial(self._write, rows, results), using=alias)
+                return
+        self._write(rows, results)
+
+    def _write(self, rows: list[NewTask], results: list[TaskResult]) -> None:
         database = self.database
         connection = connections[database]
+        dialect = dialect_for(connection)
         with connection.cursor() as cursor:
-            dialect_for(connection).insert(cursor, [row], notify=self.config.notify)
+            if len(rows) == 1:
+                dialect.insert(cursor, rows, notify=self.config.notify)
+            else:
+                dialect.bulk_insert(cursor, rows, notify=self.config.notify)
         if has_local_listeners(database):
-            transaction.on_commit(
-                partial(notify_local, database, row.queue_name), using=database, robust=True
-            )
-        task_enqueued.send(type(self), task_result=result)
+            queues = sorted({row.queue_name for row in rows})
+            for queue_name in queues:
+                transaction.on_commit(
+                    partial(notify_local, database, queue_name), using=database, robust=True
+                )
+        for result in results:
+            task_enqueued.send(type(self), task_result=result)
+
+    async def aenqueue(self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]) -> TaskResult:
+        """Queue up a task from async code, sharing INSERTs with concurrent calls.
+
+        It commits on its own (see docs/transactions.md); on PostgreSQL it runs on the event
+        loop itself.
+        """
+        from .aio import coalescer_for
+
+        self._check_usable()
+        row, result = self._new_row(task, args, kwargs)
+        coalescer = await coalescer_for(self)
+        await coalescer.submit(row, result)
         return result
+
+    async def aenqueue_many(
+        self, task: Task, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]
+    ) -> list[TaskResult]:
+        """Async ``enqueue_many``: one thread hop, one transaction of its own."""
+        return await sync_to_async(self._enqueue_many_committed)(task, list(calls))
+
+    def _enqueue_many_committed(
+        self, task: Task, calls: list[tuple[Sequence[Any], dict[str, Any]]]
+    ) -> list[TaskResult]:
+        with transaction.atomic(using=self.database):
+            return self.enqueue_many(task, calls)
 
     def get_result(self, result_id: str) -> TaskResult:
         """Return the task's current state; raise ``TaskResultDoesNotExist`` for an unknown id."""
@@ -148,6 +231,14 @@ class SQLTaskBackend(BaseTaskBackend):
         except TaskRecord.DoesNotExist as e:
             raise TaskResultDoesNotExist(result_id) from e
         return record.task_result
+
+    async def aget_result(self, result_id: str) -> TaskResult:
+        """Async ``get_result``: on the event loop itself on PostgreSQL."""
+        from .aio import coalescer_for
+
+        coalescer = await coalescer_for(self)
+        result: TaskResult = await coalescer.get_result(result_id)
+        return result
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         from .checks import check_backend

@@ -26,6 +26,7 @@ class BackendOptions:
     poll_interval: float = DEFAULT_POLL_INTERVAL
     max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES
     notify: bool = True
+    enqueue_on_commit: bool | str = False
 
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
@@ -61,6 +62,11 @@ class BackendOptions:
             )
         if not isinstance(self.notify, bool):
             raise OptionError(f"{where}['NOTIFY'] must be True or False, not {self.notify!r}.")
+        if not isinstance(self.enqueue_on_commit, (bool, str)) or self.enqueue_on_commit == "":
+            raise OptionError(
+                f"{where}['ENQUEUE_ON_COMMIT'] must be True, False or a database alias, not "
+                f"{self.enqueue_on_commit!r}."
+            )
         size = self.max_payload_bytes
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise OptionError(

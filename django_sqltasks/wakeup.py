@@ -83,10 +83,9 @@ class PostgresListener(Wakeup):
     def _connect(self) -> Any:
         import psycopg
 
-        params = connections[self.database].get_connection_params()
-        for key in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
-            params.pop(key, None)
-        return psycopg.connect(**params, autocommit=True)
+        from .pg import connection_params
+
+        return psycopg.connect(**connection_params(self.database), autocommit=True)
 
     def _listen(self) -> None:
         while not self._stop.is_set():

@@ -70,6 +70,8 @@ class NewTask:
     kwargs: dict[str, Any]
     enqueued_at: datetime
     run_after: datetime | None
+    args_json: str = ""  # args and kwargs encoded once, by the backend
+    kwargs_json: str = ""
 
 
 @dataclass(slots=True)
@@ -163,8 +165,8 @@ class Dialect:
             task.queue_name,
             task.priority,
             "READY",
-            dumps(task.args),
-            dumps(task.kwargs),
+            task.args_json or dumps(task.args),
+            task.kwargs_json or dumps(task.kwargs),
             "[]",
             "[]",
             0,
@@ -184,12 +186,27 @@ class Dialect:
             [row] * count
         )
 
-    def insert(self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False) -> None:
-        """Insert ``tasks`` in one multi-row INSERT; ``notify`` wakes listening workers."""
+    def insert_statement(
+        self, tasks: Sequence[NewTask], notify: bool = False
+    ) -> tuple[str, list[Any]]:
+        """One multi-row INSERT of ``tasks``; ``notify`` wakes listening workers."""
         params: list[Any] = []
         for task in tasks:
             params.extend(self.insert_params(task))
-        cursor.execute(self.insert_sql(len(tasks)), params)
+        return self.insert_sql(len(tasks)), params
+
+    def insert(self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False) -> None:
+        """Insert ``tasks`` in one statement, on the caller's connection and transaction."""
+        cursor.execute(*self.insert_statement(tasks, notify))
+
+    bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 14 per row
+
+    def bulk_insert(
+        self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False
+    ) -> None:
+        """Insert many ``tasks`` on the caller's connection, in as few statements as allowed."""
+        for start in range(0, len(tasks), self.bulk_chunk):
+            self.insert(cursor, tasks[start : start + self.bulk_chunk], notify=notify)
 
     def claim_sql(
         self,

@@ -10,7 +10,7 @@ from typing import Any
 from django.db.backends.utils import CursorWrapper
 
 from ..wakeup import CHANNEL
-from .base import RETURNED_COLUMNS, Dialect, NewTask, Outcome
+from .base import INSERT_COLUMNS, RETURNED_COLUMNS, Dialect, NewTask, Outcome
 
 RETURNING = ", ".join(f"t.{c}" for c in RETURNED_COLUMNS)
 
@@ -29,11 +29,10 @@ class PostgreSQLDialect(Dialect):
     def encode_id(self, value: uuid.UUID) -> Any:
         return value
 
-    def insert(self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False) -> None:
-        params: list[Any] = []
-        for task in tasks:
-            params.extend(self.insert_params(task))
-        sql = self.insert_sql(len(tasks))
+    def insert_statement(
+        self, tasks: Sequence[NewTask], notify: bool = False
+    ) -> tuple[str, list[Any]]:
+        sql, params = super().insert_statement(tasks)
         if notify:
             # One round trip: the notification rides on the INSERT and, like the rows, is
             # delivered at commit (or never, on rollback). One per distinct queue.
@@ -42,7 +41,24 @@ class PostgreSQLDialect(Dialect):
                 f"SELECT pg_notify('{CHANNEL}', q) FROM (SELECT DISTINCT queue_name AS q "
                 "FROM inserted) AS queues"
             )
-        cursor.execute(sql, params)
+        return sql, params
+
+    def bulk_insert(
+        self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False
+    ) -> None:
+        raw = cursor.cursor
+        if not hasattr(raw, "copy"):  # psycopg2: multi-row INSERTs
+            super().bulk_insert(cursor, tasks, notify=notify)
+            return
+        # COPY is several times faster than INSERT for thousands of rows.
+        with raw.copy(f"COPY {self.tasks} ({', '.join(INSERT_COLUMNS)}) FROM STDIN") as copy:
+            for task in tasks:
+                copy.write_row(self.insert_params(task))
+        if notify:
+            queues = sorted({task.queue_name for task in tasks})
+            cursor.execute(
+                f"SELECT pg_notify('{CHANNEL}', q) FROM unnest(%s::text[]) AS q", [queues]
+            )
 
     def claim_sql(
         self,

@@ -1,0 +1,258 @@
+"""``aenqueue`` without a thread per call: concurrent enqueues on one event loop share INSERTs.
+
+On PostgreSQL with psycopg 3, rows are written on the loop itself through a small async
+connection pool (one per event loop, closed when the loop shuts down). Elsewhere (SQLite,
+MySQL) there is no async driver, so a batch is written by one ``sync_to_async`` call: one
+thread hop and one INSERT per batch instead of per task.
+
+Either way a batch gathers for one turn of the loop (no timer) and holds at most
+``MAX_BATCH`` rows. If a batch INSERT fails, its rows are written one by one, so each caller
+gets its own result or its own error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+from .sql import NewTask, dialect_for
+
+if TYPE_CHECKING:
+    from .backend import SQLTaskBackend
+
+logger = logging.getLogger("django_sqltasks")
+
+MAX_BATCH = 500  # rows per INSERT
+POOL_SIZE = 4  # connections per event loop; batches beyond this wait for one
+
+
+class Coalescer:
+    """Gather rows from concurrent ``aenqueue`` calls on one loop into few INSERTs."""
+
+    def __init__(self, backend: SQLTaskBackend, loop: asyncio.AbstractEventLoop) -> None:
+        self.backend = backend
+        self.database = backend.database
+        self.loop = loop
+        self._pending: list[tuple[NewTask, asyncio.Future[None]]] = []
+        self._results: dict[Any, Any] = {}  # row id -> TaskResult, for the enqueued signal
+        self._scheduled = False
+        self._writer: Writer | None = None
+
+    async def submit(self, row: NewTask, result: Any) -> None:
+        """Write ``row`` with whatever else is being enqueued now; raise its own error.
+
+        ``task_enqueued`` is sent for the whole batch in one thread hop once it is written.
+        """
+        future: asyncio.Future[None] = self.loop.create_future()
+        self._pending.append((row, future))
+        self._results[row.id] = result
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._start_flush)  # after the callers of this turn
+        await future
+
+    def _start_flush(self) -> None:
+        self._scheduled = False
+        while self._pending:
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self.loop.create_task(self._flush(batch))
+
+    async def _flush(self, batch: list[tuple[NewTask, asyncio.Future[None]]]) -> None:
+        results = [self._results.pop(row.id) for row, _ in batch]
+        written: list[Any] = []
+        try:
+            writer = await self._get_writer()
+            await writer.insert([row for row, _ in batch], self.backend.config.notify)
+            written = results
+            await self._send_enqueued(written)
+        except Exception as e:
+            if not written and len(batch) > 1:
+                await self._flush_one_by_one(batch, results)
+                return
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(e)
+            return
+        _settle(batch)
+
+    async def _flush_one_by_one(
+        self, batch: list[tuple[NewTask, asyncio.Future[None]]], results: list[Any]
+    ) -> None:
+        """A batch failed: write its rows alone, so only the bad ones fail."""
+        writer = await self._get_writer()
+        for (row, future), result in zip(batch, results, strict=True):
+            try:
+                await writer.insert([row], self.backend.config.notify)
+                await self._send_enqueued([result])
+            except Exception as e:
+                if not future.done():
+                    future.set_exception(e)
+            else:
+                if not future.done():
+                    future.set_result(None)
+
+    async def _send_enqueued(self, results: list[Any]) -> None:
+        await sync_to_async(_send_enqueued)(type(self.backend), results)
+
+    async def get_result(self, result_id: str) -> Any:
+        """Read a result: on the loop on PostgreSQL, else through Django's async path."""
+        writer = await self._get_writer()
+        if isinstance(writer, PostgresWriter):
+            return await writer.get_result(self.backend, result_id)
+        return await sync_to_async(self.backend.get_result)(result_id)
+
+    async def _get_writer(self) -> Writer:
+        if self._writer is None:
+            self._writer = await Writer.create(self.database, self.loop)
+        return self._writer
+
+    async def aclose(self) -> None:
+        if self._writer is not None:
+            await self._writer.aclose()
+            self._writer = None
+
+
+def _send_enqueued(sender: type, results: list[Any]) -> None:
+    from .compat import task_enqueued
+
+    for result in results:
+        task_enqueued.send(sender, task_result=result)
+
+
+def _settle(batch: list[tuple[NewTask, asyncio.Future[None]]]) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_result(None)
+
+
+class Writer:
+    """Writes batches of rows: natively on PostgreSQL, through one thread hop elsewhere."""
+
+    @staticmethod
+    async def create(database: str, loop: asyncio.AbstractEventLoop) -> Writer:
+        if connections[database].vendor == "postgresql":
+            try:
+                return await PostgresWriter.open(database)
+            except ImportError:
+                logger.info("psycopg_pool is not installed: aenqueue writes through a thread")
+        return ThreadWriter(database)
+
+    async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        return None
+
+
+class ThreadWriter(Writer):
+    """One ``sync_to_async`` call (on the thread Django's async ORM uses) per batch."""
+
+    def __init__(self, database: str) -> None:
+        self.database = database
+        self._insert = sync_to_async(self._insert_sync, thread_sensitive=True)
+
+    def _insert_sync(self, rows: Sequence[NewTask], notify: bool) -> None:
+        connection = connections[self.database]
+        with connection.cursor() as cursor:
+            dialect_for(connection).insert(cursor, rows, notify=notify)
+
+    async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
+        await self._insert(rows, notify)
+
+
+class PostgresWriter(Writer):
+    """A psycopg ``AsyncConnectionPool`` on the caller's event loop."""
+
+    def __init__(self, database: str, pool: Any) -> None:
+        self.database = database
+        self.pool = pool
+        self.dialect = dialect_for(connections[database])
+
+    @classmethod
+    async def open(cls, database: str) -> PostgresWriter:
+        from psycopg_pool import AsyncConnectionPool
+
+        from .pg import connection_params
+
+        pool = AsyncConnectionPool(
+            kwargs={**connection_params(database), "autocommit": True},
+            min_size=1,
+            max_size=POOL_SIZE,
+            open=False,
+            name=f"sqltasks-{database}",
+        )
+        await pool.open()
+        return cls(database, pool)
+
+    async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
+        sql, params = self.dialect.insert_statement(rows, notify)
+        async with self.pool.connection() as connection:
+            await connection.execute(sql, params)
+
+    async def get_result(self, backend: SQLTaskBackend, result_id: str) -> Any:
+        import uuid
+
+        from .compat import TaskResultDoesNotExist
+        from .models import TaskRecord
+        from .results import result_from_row
+
+        try:
+            task_id = uuid.UUID(str(result_id))
+        except ValueError as e:
+            raise TaskResultDoesNotExist(result_id) from e
+        columns = [f.attname for f in TaskRecord._meta.concrete_fields]
+        async with self.pool.connection() as connection:
+            cursor = await connection.execute(
+                f"SELECT {', '.join(columns)} FROM {self.dialect.tasks} "
+                "WHERE id = %s AND backend_name = %s",
+                [task_id, backend.alias],
+            )
+            values = await cursor.fetchone()
+        if values is None:
+            raise TaskResultDoesNotExist(result_id)
+        return result_from_row(dict(zip(columns, values, strict=True)))
+
+    async def aclose(self) -> None:
+        await self.pool.close()
+
+
+_coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Coalescer]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def coalescer_for(backend: SQLTaskBackend) -> Coalescer:
+    """Return this loop's coalescer for ``backend``, closing it when the loop shuts down."""
+    loop = asyncio.get_running_loop()
+    per_loop = _coalescers.get(loop)
+    if per_loop is None:
+        per_loop = _coalescers[loop] = {}
+    coalescer = per_loop.get(backend.alias)
+    if coalescer is None:
+        coalescer = per_loop[backend.alias] = Coalescer(backend, loop)
+        await _close_at_loop_shutdown(coalescer.aclose)
+    return coalescer
+
+
+_keep_alive: set[AsyncIterator[None]] = set()
+
+
+async def _close_at_loop_shutdown(close: Callable[[], Any]) -> None:
+    """Run ``close`` when the loop finalizes async generators (``asyncio.run`` does, at exit)."""
+
+    async def closer() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            _keep_alive.discard(agen)
+            await close()
+
+    agen = closer()
+    _keep_alive.add(agen)
+    await agen.__anext__()

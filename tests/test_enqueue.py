@@ -1,0 +1,229 @@
+"""Enqueueing at speed: coalesced aenqueue, bulk enqueue_many, and their transaction rules."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection, connections, transaction
+
+from django_sqltasks import aio
+from django_sqltasks.compat import TaskResultStatus, task_backends, task_enqueued
+from django_sqltasks.exceptions import InvalidTaskArguments
+from django_sqltasks.models import TaskRecord
+from tests import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def close_thread_connections() -> None:
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
+def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record how many rows each INSERT of the coalescer carried (the INSERT still runs)."""
+    sizes: list[int] = []
+    for writer in (aio.PostgresWriter, aio.ThreadWriter):
+        original = writer.insert
+
+        async def insert(self: Any, rows: Any, notify: bool, _original: Any = original) -> None:
+            sizes.append(len(rows))
+            await _original(self, rows, notify)
+
+        monkeypatch.setattr(writer, "insert", insert)
+    return sizes
+
+
+async def test_concurrent_aenqueues_share_inserts(batch_sizes: list[int]) -> None:
+    results = await asyncio.gather(*(tasks.add.aenqueue(i, 1) for i in range(300)))
+    assert len({r.id for r in results}) == 300
+    assert sum(batch_sizes) == 300
+    assert len(batch_sizes) < 30, batch_sizes  # far fewer statements than tasks
+    writer = (await aio.coalescer_for(task_backends["default"]))._writer
+    expected = aio.PostgresWriter if connection.vendor == "postgresql" else aio.ThreadWriter
+    assert type(writer) is expected  # native on the loop on PostgreSQL
+    assert await TaskRecord.objects.acount() == 300
+    fetched = await tasks.add.aget_result(results[17].id)
+    assert fetched.args == [17, 1]
+    assert fetched.status == TaskResultStatus.READY
+    await close_thread_connections()
+
+
+async def test_each_caller_gets_its_own_error() -> None:
+    from datetime import date
+
+    outcomes = await asyncio.gather(
+        tasks.add.aenqueue(1, 2),
+        tasks.echo.aenqueue(date.today()),
+        tasks.add.aenqueue(3, 4),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], InvalidTaskArguments)
+    assert "args[0] is a datetime.date" in str(outcomes[1])
+    for result in (outcomes[0], outcomes[2]):
+        assert (await tasks.add.aget_result(result.id)).status == TaskResultStatus.READY
+    assert await TaskRecord.objects.acount() == 2
+    await close_thread_connections()
+
+
+async def test_a_row_the_database_refuses_fails_alone() -> None:
+    backend = task_backends["default"]
+    coalescer = await aio.coalescer_for(backend)
+    good = [backend._new_row(tasks.add, (i, i), {}) for i in range(5)]
+    bad_row, bad_result = backend._new_row(tasks.add, (0, 0), {})
+    bad_row.priority = 1000  # past the CHECK constraint: only the database can refuse it
+    outcomes = await asyncio.gather(
+        *(coalescer.submit(row, result) for row, result in good[:2]),
+        coalescer.submit(bad_row, bad_result),
+        *(coalescer.submit(row, result) for row, result in good[2:]),
+        return_exceptions=True,
+    )
+    assert [isinstance(o, Exception) for o in outcomes] == [False, False, True, False, False, False]
+    assert await TaskRecord.objects.acount() == 5
+    assert not await TaskRecord.objects.filter(id=bad_row.id).aexists()
+    await close_thread_connections()
+
+
+async def test_aenqueue_sends_task_enqueued_for_each_task() -> None:
+    received: list[Any] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        received.append((sender, task_result.id))
+
+    task_enqueued.connect(receiver)
+    try:
+        results = await asyncio.gather(*(tasks.noop.aenqueue() for _ in range(20)))
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert sorted(received) == sorted((type(task_backends["default"]), r.id) for r in results)
+    await close_thread_connections()
+
+
+def hold_write_lock(seconds: float, locked: threading.Event) -> None:
+    """Block writes to the task table from another connection for ``seconds``."""
+    other = connections.create_connection("default")
+    table = TaskRecord._meta.db_table
+    try:
+        with other.cursor() as cursor:
+            if other.vendor == "sqlite":
+                other.connection.isolation_level = None
+                cursor.execute("BEGIN IMMEDIATE")
+            elif other.vendor == "postgresql":
+                other.set_autocommit(False)
+                cursor.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            else:
+                cursor.execute(f"LOCK TABLES {table} WRITE")
+            locked.set()
+            time.sleep(seconds)
+            if other.vendor == "mysql":
+                cursor.execute("UNLOCK TABLES")
+            else:
+                cursor.execute("COMMIT") if other.vendor == "sqlite" else other.commit()
+    finally:
+        other.close()
+
+
+async def test_enqueue_never_blocks_the_event_loop() -> None:
+    locked = threading.Event()
+    blocker = threading.Thread(target=hold_write_lock, args=(0.6, locked))
+    blocker.start()
+    await asyncio.to_thread(locked.wait, 10)
+    lags: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.005)
+            lags.append(time.perf_counter() - before - 0.005)
+
+    tick = asyncio.create_task(ticker())
+    started = time.perf_counter()
+    results = await asyncio.gather(*(tasks.noop.aenqueue() for _ in range(50)))
+    waited = time.perf_counter() - started
+    tick.cancel()
+    await asyncio.to_thread(blocker.join)
+    assert len(results) == 50
+    assert waited > 0.3  # the INSERTs really waited for the lock...
+    assert max(lags) < 0.1, max(lags)  # ...while the loop kept running
+    await close_thread_connections()
+
+
+class TestEnqueueMany:
+    def test_writes_every_call_in_order(self) -> None:
+        calls = [((i, i), {}) for i in range(2500)]
+        results = task_backends["default"].enqueue_many(tasks.add, calls)
+        assert [r.args for r in results] == [[i, i] for i in range(2500)]
+        assert TaskRecord.objects.count() == 2500
+        stored = TaskRecord.objects.get(id=results[1234].id)
+        assert stored.args == [1234, 1234] and stored.status == TaskResultStatus.READY
+
+    def test_one_bad_call_names_its_index_and_writes_nothing(self) -> None:
+        calls: list[Any] = [((1, 2), {}), ((1,), {"b": {1, 2}}), ((3, 4), {})]
+        with pytest.raises(InvalidTaskArguments, match=r"calls\[1\]: .*kwargs\['b'\]"):
+            task_backends["default"].enqueue_many(tasks.add, calls)
+        assert not TaskRecord.objects.exists()
+
+    def test_malformed_call_is_refused(self) -> None:
+        with pytest.raises(TypeError, match=r"calls\[0\] must be an \(args, kwargs\) pair"):
+            task_backends["default"].enqueue_many(tasks.add, [(1, 2, 3)])  # type: ignore[list-item]
+
+    def test_joins_the_callers_transaction(self) -> None:
+        def enqueue_then_fail() -> None:
+            with transaction.atomic():
+                task_backends["default"].enqueue_many(tasks.noop, [((), {})] * 10)
+                raise RuntimeError
+
+        with pytest.raises(RuntimeError):
+            enqueue_then_fail()
+        assert not TaskRecord.objects.exists()
+
+    async def test_aenqueue_many_commits_on_its_own(self) -> None:
+        results = await task_backends["default"].aenqueue_many(tasks.noop, [((), {})] * 100)
+        assert len(results) == 100
+        assert await TaskRecord.objects.acount() == 100
+        await close_thread_connections()
+
+
+class TestEnqueueOnCommit:
+    @pytest.fixture(autouse=True)
+    def on_commit(self, settings: Any) -> None:
+        settings.TASKS = {
+            **settings.TASKS,
+            "default": {
+                **settings.TASKS["default"],
+                "OPTIONS": {**settings.TASKS["default"]["OPTIONS"], "ENQUEUE_ON_COMMIT": True},
+            },
+        }
+
+    def test_waits_for_commit(self) -> None:
+        with transaction.atomic():
+            result = tasks.noop.enqueue()
+            assert not TaskRecord.objects.filter(id=result.id).exists()
+        assert TaskRecord.objects.filter(id=result.id).exists()
+
+    def test_never_writes_on_rollback(self) -> None:
+        def enqueue_then_fail() -> None:
+            with transaction.atomic():
+                tasks.noop.enqueue()
+                raise RuntimeError
+
+        with pytest.raises(RuntimeError):
+            enqueue_then_fail()
+        assert not TaskRecord.objects.exists()
+
+    def test_writes_at_once_outside_a_transaction(self) -> None:
+        result = tasks.noop.enqueue()
+        assert TaskRecord.objects.filter(id=result.id).exists()
+
+
+def test_sync_enqueue_is_one_statement() -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        tasks.noop.enqueue()
+    assert len(queries) == 1
