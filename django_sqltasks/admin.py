@@ -1,22 +1,35 @@
-"""A read-only admin for tasks and workers: find a task, see its arguments, result and errors."""
+"""The admin: find any task, see why it failed, retry or cancel it, and watch every queue."""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected as django_delete_selected
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
+from django.views.decorators.http import require_POST
 
-from .models import TaskRecord, WorkerRecord
+from . import control, overview
+from .admin_list import EstimatedCountPaginator, QueueFilter, SQLBackendFilter, TaskFilter
+from .chart import throughput_chart
+from .compat import TaskResultStatus
+from .models import FINISHED_STATUSES, QueueOverview, TaskRecord, WorkerRecord
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[TaskRecord]
     WorkerAdminBase = admin.ModelAdmin[WorkerRecord]
+    OverviewAdminBase = admin.ModelAdmin[QueueOverview]
 else:
-    TaskAdminBase = WorkerAdminBase = admin.ModelAdmin
+    TaskAdminBase = WorkerAdminBase = OverviewAdminBase = admin.ModelAdmin
 
 STATUS_COLOURS = {
     "READY": "#2563eb",
@@ -30,6 +43,16 @@ def _pretty(value: Any) -> str:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
 
 
+def status_badge_html(status: str, label: str) -> str:
+    return format_html(
+        '<span class="sqltasks-status" data-status="{}" style="background:{};color:#fff;'
+        'padding:2px 8px;border-radius:10px;font-size:11px;font-weight:600">{}</span>',
+        status,
+        STATUS_COLOURS.get(status, "#6b7280"),
+        label,
+    )
+
+
 @admin.register(TaskRecord)
 class TaskRecordAdmin(TaskAdminBase):
     list_display = (
@@ -40,14 +63,18 @@ class TaskRecordAdmin(TaskAdminBase):
         "enqueued_at",
         "started_at",
         "finished_at",
+        "duration_display",
         "attempts",
     )
-    list_filter = ("status", "queue_name", "backend_name")
+    list_filter = ("status", QueueFilter, TaskFilter, SQLBackendFilter)
     search_fields = ("=id", "task_path")
     ordering = ("-enqueued_at",)
-    date_hierarchy = None
     list_per_page = 50
+    # Counting the rows of every filtered page exactly would scan; see EstimatedCountPaginator.
     show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    # delete_selected replaces the site-wide action of that name: it deletes finished tasks only.
+    actions = ("retry_tasks", "cancel_tasks", "delete_selected")
     fieldsets = (
         (
             None,
@@ -75,6 +102,7 @@ class TaskRecordAdmin(TaskAdminBase):
                     "started_at",
                     "last_attempted_at",
                     "finished_at",
+                    "duration_display",
                 )
             },
         ),
@@ -99,6 +127,7 @@ class TaskRecordAdmin(TaskAdminBase):
         "started_at",
         "last_attempted_at",
         "finished_at",
+        "duration_display",
     )
 
     @admin.display(description=_("task"), ordering="task_path")
@@ -107,13 +136,15 @@ class TaskRecordAdmin(TaskAdminBase):
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: TaskRecord) -> str:
-        return format_html(
-            '<span class="sqltasks-status" data-status="{}" style="background:{};color:#fff;'
-            'padding:2px 8px;border-radius:10px;font-size:11px;font-weight:600">{}</span>',
-            obj.status,
-            STATUS_COLOURS.get(obj.status, "#6b7280"),
-            obj.get_status_display(),
-        )
+        return status_badge_html(obj.status, obj.get_status_display())
+
+    @admin.display(description=_("duration"))
+    def duration_display(self, obj: TaskRecord) -> str:
+        duration = obj.duration
+        if duration is None:
+            return "—"
+        seconds = duration.total_seconds()
+        return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
     @admin.display(description=_("args"))
     def args_display(self, obj: TaskRecord) -> str:
@@ -140,11 +171,175 @@ class TaskRecordAdmin(TaskAdminBase):
             ),
         )
 
+    # Permissions ---------------------------------------------------------------------------
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A running task's worker would finish it and find the row gone: delete finished only.
+        if obj is not None and obj.status not in FINISHED_STATUSES:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_sqltasks.retry_taskrecord")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_sqltasks.cancel_taskrecord")
+
+    # Actions -------------------------------------------------------------------------------
+
+    @admin.action(description=_("Retry selected failed tasks"), permissions=["retry"])
+    def retry_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
+        failed = queryset.filter(status=TaskResultStatus.FAILED)
+        done = control.retry(failed, using=queryset.db)
+        self._log(request, done, "Retried: FAILED to READY, errors and attempts kept.")
+        self._report(request, len(done), queryset.count(), _("retried"), _("were not FAILED"))
+
+    @admin.action(
+        description=_("Cancel selected tasks that have not started"), permissions=["cancel"]
+    )
+    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
+        ready = queryset.filter(status=TaskResultStatus.READY)
+        reason = f"Cancelled in the admin by {request.user.get_username()} before it started."
+        done = control.cancel(ready, using=queryset.db, reason=reason)
+        self._log(request, done, "Cancelled: READY to FAILED (TaskCancelled).")
+        self._report(request, len(done), queryset.count(), _("cancelled"), _("had started"))
+
+    @admin.action(description=_("Delete selected finished tasks"), permissions=["delete"])
+    def delete_selected(
+        self, request: HttpRequest, queryset: QuerySet[TaskRecord]
+    ) -> HttpResponse | None:
+        # Django's confirmation page, logging and deletion, limited to finished tasks.
+        return django_delete_selected(self, request, queryset.filter(status__in=FINISHED_STATUSES))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
+        queryset.filter(status__in=FINISHED_STATUSES).delete()
+
+    def _log(self, request: HttpRequest, records: list[TaskRecord], message: str) -> None:
+        if records:
+            LogEntry.objects.log_actions(
+                user_id=request.user.pk,  # type: ignore[arg-type]
+                queryset=records,
+                action_flag=CHANGE,
+                change_message=message,
+            )
+
+    def _report(
+        self, request: HttpRequest, done: int, selected: int, verb: Any, reason: Any
+    ) -> None:
+        self.message_user(request, f"{done} task(s) {verb}.", messages.SUCCESS)
+        if selected > done:
+            self.message_user(
+                request, f"{selected - done} task(s) skipped: they {reason}.", messages.WARNING
+            )
+
+    # Buttons on the detail page ------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.model._meta
+        name = f"{opts.app_label}_{opts.model_name}"
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<path:object_id>/retry/",
+                view(require_POST(self.retry_view)),
+                name=f"{name}_retry",
+            ),
+            path(
+                "<path:object_id>/cancel/",
+                view(require_POST(self.cancel_view)),
+                name=f"{name}_cancel",
+            ),
+            *super().get_urls(),
+        ]
+
+    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if not self.has_retry_permission(request):
+            raise PermissionDenied
+        self.retry_tasks(request, self._one(request, object_id))
+        return self._back_to(object_id)
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if not self.has_cancel_permission(request):
+            raise PermissionDenied
+        self.cancel_tasks(request, self._one(request, object_id))
+        return self._back_to(object_id)
+
+    def _one(self, request: HttpRequest, object_id: str) -> QuerySet[TaskRecord]:
+        record = get_object_or_404(self.get_queryset(request), pk=object_id)
+        return self.get_queryset(request).filter(pk=record.pk)
+
+    def _back_to(self, object_id: str) -> HttpResponse:
+        return HttpResponseRedirect(
+            reverse("admin:django_sqltasks_taskrecord_change", args=[object_id])
+        )
+
+    def render_change_form(
+        self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse:
+        obj = context.get("original")
+        context["can_retry"] = (
+            obj is not None
+            and obj.status == TaskResultStatus.FAILED
+            and self.has_retry_permission(request)
+        )
+        context["can_cancel"] = (
+            obj is not None
+            and obj.status == TaskResultStatus.READY
+            and self.has_cancel_permission(request)
+        )
+        return super().render_change_form(request, context, *args, **kwargs)
+
+
+@admin.register(QueueOverview)
+class QueueOverviewAdmin(OverviewAdminBase):
+    """The queue overview: listed in the admin index, shown instead of a change list."""
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("django_sqltasks.view_taskrecord")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.model._meta
+        return [
+            path(
+                "",
+                self.admin_site.admin_view(self.changelist_view),
+                name=f"{opts.app_label}_{opts.model_name}_changelist",
+            )
+        ]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        using = TaskRecord.objects.db
+        snapshot = overview.take(using=using)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Queue overview"),
+            "opts": self.model._meta,
+            "overview": snapshot,
+            "rows": [(q, q.oldest_age(snapshot.now)) for q in snapshot.queues],
+            "chart": throughput_chart(snapshot.throughput),
+            "tasks_url": reverse("admin:django_sqltasks_taskrecord_changelist"),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/django_sqltasks/overview.html", context)
 
 
 @admin.register(WorkerRecord)

@@ -23,3 +23,7 @@ class WorkerLost(Exception):
 
 class WorkerStopped(Exception):
     """The worker was forced to stop while the task ran; the task was put back to READY."""
+
+
+class TaskCancelled(Exception):
+    """The task was cancelled before it started; it is FAILED and never ran."""

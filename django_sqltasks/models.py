@@ -143,6 +143,13 @@ class TaskRecord(models.Model):
                 where=models.Q(status__in=FINISHED_STATUSES),
                 fallback=["status"],
             ),
+            # Serve the admin's status and task filters, newest first.
+            models.Index(fields=["status", "-enqueued_at"], name="sqltasks_status_idx"),
+            models.Index(fields=["task_path", "-enqueued_at"], name="sqltasks_task_idx"),
+        ]
+        permissions = [
+            ("retry_taskrecord", _("Can retry failed tasks")),
+            ("cancel_taskrecord", _("Can cancel tasks that have not started")),
         ]
 
     def __str__(self) -> str:
@@ -168,6 +175,15 @@ class TaskRecord(models.Model):
         return result_from_row(
             {f.attname: getattr(self, f.attname) for f in self._meta.concrete_fields}
         )
+
+
+class QueueOverview(TaskRecord):
+    """The admin's queue overview page; a proxy so that it is listed in the admin index."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("queue overview")
+        verbose_name_plural = _("queue overview")
 
 
 class WorkerRecord(models.Model):

@@ -1,0 +1,87 @@
+"""Operator controls on stored tasks: retry failed ones, cancel ones not started, delete finished.
+
+Each change is one guarded UPDATE or DELETE per task, conditioned on the status (and, where the
+errors list is rewritten, the attempt count) read just before, so a task that a worker claims or
+finishes in between is left alone rather than overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import transaction
+from django.utils import timezone
+
+from .compat import TaskResultStatus
+from .models import FINISHED_STATUSES, TaskRecord
+
+CANCELLED = "django_sqltasks.exceptions.TaskCancelled"
+
+
+def retry(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
+    """Put FAILED tasks back to READY, keeping their errors, worker ids and attempt count.
+
+    The task keeps its id, so code holding its ``TaskResult`` sees the new attempt, and its
+    history stays on one row. Return the tasks that were retried.
+    """
+    now = timezone.now()
+    retried = []
+    for record in tasks:
+        changed = (
+            TaskRecord.objects.using(using)
+            .filter(pk=record.pk, status=TaskResultStatus.FAILED)
+            .update(
+                status=TaskResultStatus.READY,
+                available_at=now,
+                finished_at=None,
+                return_value=None,
+                owner=None,
+            )
+        )
+        if changed:
+            retried.append(record)
+    return retried
+
+
+def cancel(tasks: Iterable[TaskRecord], using: str, reason: str) -> list[TaskRecord]:
+    """Mark READY tasks FAILED with a ``TaskCancelled`` error; return the tasks cancelled.
+
+    A task claimed meanwhile is RUNNING, or has a higher attempt count, and is not touched.
+    """
+    now = timezone.now()
+    cancelled = []
+    for record in tasks:
+        with transaction.atomic(using=using):
+            # Lock the row, if still READY, so a claim (SKIP LOCKED) passes it by meanwhile.
+            current = (
+                TaskRecord.objects.using(using)
+                .select_for_update(skip_locked=True)
+                .filter(pk=record.pk, status=TaskResultStatus.READY)
+                .only("errors", "attempts")
+                .first()
+            )
+            if current is None:
+                continue
+            errors = [*current.errors, {"exception_class_path": CANCELLED, "traceback": reason}]
+            changed = (
+                TaskRecord.objects.using(using)
+                .filter(pk=record.pk, status=TaskResultStatus.READY, attempts=current.attempts)
+                .update(status=TaskResultStatus.FAILED, errors=errors, finished_at=now)
+            )
+        if changed:
+            cancelled.append(record)
+    return cancelled
+
+
+def delete_finished(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
+    """Delete the tasks that are SUCCESSFUL or FAILED; return the ones deleted."""
+    deleted = []
+    for record in tasks:
+        count, _ = (
+            TaskRecord.objects.using(using)
+            .filter(pk=record.pk, status__in=FINISHED_STATUSES)
+            .delete()
+        )
+        if count:
+            deleted.append(record)
+    return deleted

@@ -1,0 +1,90 @@
+"""Delete old finished tasks in small batches, so no statement holds locks for long."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from .models import TaskRecord, TaskRecordQuerySet
+
+logger = logging.getLogger("django_sqltasks")
+
+DEFAULT_SUCCESSFUL_DAYS = 14.0  # long enough to look into last week's results
+DEFAULT_FAILED_DAYS = 30.0  # failures are kept longer: someone may still need the traceback
+BATCH_SIZE = 1000  # rows per DELETE: each batch is its own short transaction
+
+
+@dataclass
+class Pruned:
+    """How many finished tasks were (or, in a dry run, would be) deleted."""
+
+    successful: int = 0
+    failed: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.successful + self.failed
+
+
+def prune(
+    *,
+    using: str,
+    successful_days: float | None = DEFAULT_SUCCESSFUL_DAYS,
+    failed_days: float | None = DEFAULT_FAILED_DAYS,
+    backend: str | None = None,
+    queue: str | None = None,
+    dry_run: bool = False,
+    batch_size: int = BATCH_SIZE,
+    max_batches: int | None = None,
+    now: datetime | None = None,
+) -> Pruned:
+    """Delete tasks that finished more than the given days ago; ``None`` keeps that status.
+
+    ``max_batches`` bounds the work of one call per status (the worker prunes a little at a time).
+    """
+    now = now or timezone.now()
+    tasks = TaskRecord.objects.using(using).order_by()
+    if backend is not None:
+        tasks = tasks.for_backend(backend)
+    if queue is not None:
+        tasks = tasks.in_queues([queue])
+    pruned = Pruned()
+    if successful_days is not None:
+        old = tasks.succeeded().filter(finished_at__lte=now - timedelta(days=successful_days))
+        pruned.successful = _delete(old, dry_run, batch_size, max_batches)
+    if failed_days is not None:
+        old = tasks.failed().filter(finished_at__lte=now - timedelta(days=failed_days))
+        pruned.failed = _delete(old, dry_run, batch_size, max_batches)
+    if pruned.total and not dry_run:
+        logger.info(
+            "Pruned finished tasks successful=%d failed=%d",
+            pruned.successful,
+            pruned.failed,
+            extra={"action": "prune", "successful": pruned.successful, "failed": pruned.failed},
+        )
+    return pruned
+
+
+def _delete(
+    tasks: TaskRecordQuerySet, dry_run: bool, batch_size: int, max_batches: int | None
+) -> int:
+    if dry_run:
+        return tasks.count()
+    deleted = 0
+    batches = 0
+    while max_batches is None or batches < max_batches:
+        # Select a batch of keys through the finished index, then delete by primary key: each
+        # DELETE locks at most batch_size rows, and only for its own autocommit statement.
+        ids = list(tasks.values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            break
+        # Keep the status and age conditions: a task retried meanwhile is READY and must stay.
+        count, _ = tasks.filter(pk__in=ids).delete()
+        deleted += count
+        batches += 1
+        if len(ids) < batch_size:
+            break
+    return deleted
