@@ -13,6 +13,23 @@ from ..wakeup import CHANNEL
 from .base import INSERT_COLUMNS, RETURNED_COLUMNS, Dialect, NewTask, Outcome
 
 RETURNING = ", ".join(f"t.{c}" for c in RETURNED_COLUMNS)
+# PostgreSQL types of INSERT_COLUMNS, for the unnest() form of a multi-row INSERT.
+INSERT_TYPES = (
+    "uuid",
+    "varchar",
+    "varchar",
+    "varchar",
+    "smallint",
+    "varchar",
+    "jsonb",
+    "jsonb",
+    "jsonb",
+    "jsonb",
+    "integer",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+)
 
 
 class PostgreSQLDialect(Dialect):
@@ -32,7 +49,18 @@ class PostgreSQLDialect(Dialect):
     def insert_statement(
         self, tasks: Sequence[NewTask], notify: bool = False
     ) -> tuple[str, list[Any]]:
-        sql, params = super().insert_statement(tasks)
+        if len(tasks) == 1:
+            sql, params = super().insert_statement(tasks)
+        else:
+            # One array per column: the statement text is the same for any batch size, so
+            # drivers parse (and can prepare) it once.
+            columns = list(zip(*(self.insert_params(task) for task in tasks), strict=True))
+            sql = (
+                f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) SELECT * FROM unnest("
+                + ", ".join(f"%s::{kind}[]" for kind in INSERT_TYPES)
+                + ")"
+            )
+            params = [list(column) for column in columns]
         if notify:
             # One round trip: the notification rides on the INSERT and, like the rows, is
             # delivered at commit (or never, on rollback). One per distinct queue.
