@@ -105,6 +105,7 @@ class Worker:
         self._wakeup: Wakeup | None = None
         self._wake_pending = False
         self._idle_sleep = self.poll_interval
+        self._claim_uncertain = False  # a claim failed without telling us what it took
         self._completer = Completer(self._write_outcomes, self._db, self._on_written)
 
     # Public controls --------------------------------------------------------------------
@@ -213,7 +214,6 @@ class Worker:
                 rows = await self._db_call(self._claim, free)
             except Exception:
                 logger.exception("Claim failed worker_id=%s; retrying", self.worker_id)
-                await self._db_call_quietly(self._reconcile)
                 await self._sleep(self.poll_interval)
                 continue
             self.claimed += len(rows)
@@ -462,19 +462,19 @@ class Worker:
             self._db, run_with_retries, self.database, lambda: fn(*args), self._stopped
         )
 
-    async def _db_call_quietly(self, fn: Callable[..., Any], *args: Any) -> None:
-        try:
-            await self._db_call(fn, *args)
-        except Exception:
-            logger.exception("Database call %s failed", getattr(fn, "__name__", fn))
-
     def _cursor_call(self, fn: Callable[[Dialect, CursorWrapper], T]) -> T:
         connection = connections[self.database]
         with connection.cursor() as cursor:
             return fn(dialect_for(connection), cursor)
 
     def _claim(self, limit: int) -> list[ClaimedRow]:
-        return self._cursor_call(
+        if self._claim_uncertain:
+            # The last claim failed mid-way: it may have committed rows we never saw, which
+            # our heartbeat would keep RUNNING forever. Put them back first.
+            self._reconcile()
+            self._claim_uncertain = False
+        self._claim_uncertain = True
+        rows = self._cursor_call(
             lambda d, c: d.claim(
                 c,
                 backend_name=self.backend.alias,
@@ -484,6 +484,8 @@ class Worker:
                 limit=limit,
             )
         )
+        self._claim_uncertain = False
+        return rows
 
     def _write_outcomes(self, outcomes: list[Outcome]) -> set[Any]:
         return run_with_retries(

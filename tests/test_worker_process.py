@@ -154,6 +154,32 @@ def test_a_crashing_task_does_not_take_the_worker_down(worker_process: StartWork
     assert tasks.add.get_result(good.id).return_value == 3
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_terminate_backend")
+def test_worker_survives_its_connections_being_killed(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions"
+    count = 200
+    for i in range(count):
+        tasks.record.enqueue(str(log), f"task-{i}", 0.01)
+    worker = worker_process("--concurrency", "4", "--worker-id", "victim")
+    for _ in range(3):
+        wait_for(lambda: len(lines(log)) >= 20)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        time.sleep(0.3)
+    wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=90)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.output
+    executions = Counter(line.split()[0] for line in lines(log))
+    assert len(executions) == count
+    assert max(executions.values()) == 1, [k for k, v in executions.items() if v > 1]
+    assert "Transient database error" in worker.output
+
+
 @pytest.mark.skipif(
     connection.vendor == "mysql", reason="MySQL has no wake-up channel; its workers poll"
 )
