@@ -1,0 +1,115 @@
+"""The gauntlet, load: thousands of tasks through several worker processes, and a SIGKILL
+mid-batch. Every task runs; none twice unless its worker died holding it."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.models import TaskRecord, WorkerRecord
+from tests import gauntlet_tasks
+from tests.conftest import WorkerProcess, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
+
+StartWorker = Callable[..., WorkerProcess]
+
+WORKERS = 3
+TASKS = 2000
+WORKER_LOST = "django_sqltasks.exceptions.WorkerLost"
+# A short lease, so a killed worker's tasks come back within seconds.
+SHORT_LEASE = {"SQLTASKS_LEASE_TIMEOUT": "2", "SQLTASKS_HEARTBEAT_INTERVAL": "0.5"}
+
+
+def enqueue_marks(log: Path, count: int, seconds: float = 0.0) -> None:
+    if seconds:
+        calls = [((str(log), f"t{i}", seconds), {}) for i in range(count)]
+        gauntlet_tasks.mark_slowly.get_backend().enqueue_many(gauntlet_tasks.mark_slowly, calls)
+    else:
+        calls = [((str(log), f"t{i}"), {}) for i in range(count)]
+        gauntlet_tasks.mark.get_backend().enqueue_many(gauntlet_tasks.mark, calls)
+
+
+def stop_all(workers: list[WorkerProcess]) -> None:
+    for worker in workers:
+        if worker.proc.poll() is None:
+            worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(timeout=60) in (0, -signal.SIGKILL), worker.output
+
+
+def test_every_task_runs_exactly_once(worker_process: StartWorker, tmp_path: Path) -> None:
+    log = tmp_path / "executions"
+    workers = [
+        worker_process("--concurrency", "8", "--worker-id", f"w{n}") for n in range(WORKERS)
+    ]
+    wait_for(lambda: WorkerRecord.objects.count() == WORKERS)
+    started = time.monotonic()
+    # Enqueued in slices while the workers run, so claims race against inserts.
+    for start in range(0, TASKS, 250):
+        calls = [((str(log), f"t{i}"), {}) for i in range(start, min(start + 250, TASKS))]
+        gauntlet_tasks.mark.get_backend().enqueue_many(gauntlet_tasks.mark, calls)
+    wait_for(lambda: TaskRecord.objects.succeeded().count() == TASKS, timeout=150, interval=0.2)
+    elapsed = time.monotonic() - started
+    stop_all(workers)
+
+    executions = Counter(gauntlet_tasks.executions(log))
+    assert set(executions) == {f"t{i}" for i in range(TASKS)}, "some task never ran"
+    assert [label for label, n in executions.items() if n > 1] == [], "a task ran twice"
+    assert not TaskRecord.objects.exclude(status=TaskResultStatus.SUCCESSFUL).exists()
+    assert set(TaskRecord.objects.values_list("attempts", flat=True)) == {1}
+    per_worker = Counter(ids[0] for ids in TaskRecord.objects.values_list("worker_ids", flat=True))
+    assert set(per_worker) <= {f"w{n}" for n in range(WORKERS)}
+    assert len(per_worker) >= 2, f"expected the work to be shared: {per_worker}"
+    print(f"\n{TASKS} tasks, {WORKERS} workers: {elapsed:.1f}s, per worker {dict(per_worker)}")
+
+
+def test_sigkill_mid_batch_runs_its_tasks_again_after_the_lease(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions"
+    count = 400
+    enqueue_marks(log, count, seconds=0.1)
+    victim = worker_process("--concurrency", "8", "--worker-id", "victim", env=SHORT_LEASE)
+    # The victim runs alone until it is into the queue, with 8 tasks in flight.
+    wait_for(lambda: len(gauntlet_tasks.executions(log)) >= 24, timeout=60)
+    survivor = worker_process("--concurrency", "8", "--worker-id", "survivor", env=SHORT_LEASE)
+    wait_for(lambda: WorkerRecord.objects.filter(id="survivor").exists())
+    in_flight = set(
+        TaskRecord.objects.owned_by("victim").values_list("id", flat=True)
+    )  # a lower bound: the victim may claim more before the signal lands
+    victim.kill()
+    killed_at = time.monotonic()
+    assert victim.wait() == -signal.SIGKILL
+    wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=90, interval=0.1)
+    recovered = time.monotonic() - killed_at
+    stop_all([survivor])
+
+    assert not TaskRecord.objects.running().exists(), "a task stayed RUNNING"
+    executions = Counter(gauntlet_tasks.executions(log))
+    assert set(executions) == {f"t{i}" for i in range(count)}, "a task was lost"
+    rescued = list(TaskRecord.objects.filter(attempts__gt=1))
+    assert rescued, "the victim held no task when it was killed"
+    assert in_flight <= {r.id for r in rescued}
+    for record in rescued:
+        assert record.attempts == 2
+        assert record.worker_ids == ["victim", "survivor"]
+        assert [e["exception_class_path"] for e in record.errors] == [WORKER_LOST]
+        assert "Worker victim stopped heartbeating" in record.errors[0]["traceback"]
+    # Only a rescued task may have run twice: the victim died after running it.
+    rescued_labels = {r.args[1] for r in rescued}
+    twice = {label for label, n in executions.items() if n > 1}
+    assert twice <= rescued_labels
+    assert max(executions.values()) <= 2
+    assert "Rescued" in survivor.output
+    assert not WorkerRecord.objects.filter(id="victim").exists()
+    print(
+        f"\nkilled with {len(in_flight)}+ in flight: {len(rescued)} rescued, {len(twice)} ran "
+        f"twice, queue drained {recovered:.1f}s after the kill"
+    )
