@@ -27,6 +27,7 @@ from .ids import new_task_id
 from .options import BackendOptions, OptionError
 from .serialization import check_arguments, dumps
 from .sql import NewTask, dialect_for
+from .task import SQLTask, validate_options
 from .wakeup import has_local_listeners, notify_local
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ class SQLTaskBackend(BaseTaskBackend):
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+
+    task_class = SQLTask
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -65,6 +68,7 @@ class SQLTaskBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
+        validate_options(task)
         if len(task.module_path) > MAX_TASK_PATH_LENGTH:
             raise InvalidTask(
                 f"Task path {task.module_path!r} is longer than {MAX_TASK_PATH_LENGTH} characters."

@@ -27,3 +27,7 @@ class WorkerStopped(Exception):
 
 class TaskCancelled(Exception):
     """The task was cancelled before it started; it is FAILED and never ran."""
+
+
+class TaskTimeout(Exception):
+    """An attempt ran past its timeout (the task's ``timeout`` or the backend's TIMEOUT)."""

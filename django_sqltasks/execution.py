@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from inspect import iscoroutinefunction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
@@ -13,11 +15,18 @@ from .compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
 from .results import errors_from_json, rebind_task, resolve_task
 from .serialization import check_json, dumps
 from .sql import ClaimedRow, Outcome
+from .task import Policy, policy_for
+
+if TYPE_CHECKING:
+    from .options import BackendOptions
 
 try:
     from django.utils.json import normalize_json
 except ImportError:  # pragma: no cover - Django 5.2 with the backport
     from django_tasks.utils import normalize_json  # type: ignore[no-redef]
+
+
+_settle_lock = threading.Lock()
 
 
 @dataclass(slots=True)
@@ -27,6 +36,16 @@ class Attempt:
     row: ClaimedRow
     task: Task
     result: TaskResult
+    policy: Policy
+    settled: bool = field(default=False)
+
+    def settle(self) -> bool:
+        """Return True to the first caller only: the task ending, or its timeout firing."""
+        with _settle_lock:
+            if self.settled:
+                return False
+            self.settled = True
+            return True
 
     def call_args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         args: tuple[Any, ...] = tuple(self.result.args)
@@ -40,7 +59,7 @@ def is_async(task: Task) -> bool:
     return iscoroutinefunction(task.func)
 
 
-def prepare(row: ClaimedRow) -> Attempt:
+def prepare(row: ClaimedRow, config: BackendOptions) -> Attempt:
     """Resolve the row's task and build its RUNNING ``TaskResult``; raise ``TaskNotFound``."""
     task = rebind_task(
         resolve_task(row.task_path),
@@ -63,7 +82,7 @@ def prepare(row: ClaimedRow) -> Attempt:
         errors=errors_from_json(row.errors),
         worker_ids=row.worker_ids,
     )
-    return Attempt(row=row, task=task, result=result)
+    return Attempt(row=row, task=task, result=result, policy=policy_for(task, config))
 
 
 def success(attempt_id: Any, raw_return_value: Any) -> tuple[Outcome, Any]:
@@ -92,6 +111,15 @@ def failure(attempt_id: Any, exc: BaseException) -> Outcome:
     )
 
 
+def retry(attempt_id: Any, exc: BaseException, available_at: datetime) -> Outcome:
+    """Record ``exc`` and put the task back to READY, to run again at ``available_at``."""
+    outcome = failure(attempt_id, exc)
+    outcome.status = TaskResultStatus.READY
+    outcome.finished_at = None
+    outcome.available_at = available_at
+    return outcome
+
+
 def apply(result: TaskResult, outcome: Outcome, return_value: Any = None) -> None:
     """Copy ``outcome`` onto the in-memory ``result``, as the database now holds it."""
     object.__setattr__(result, "status", TaskResultStatus(outcome.status))
@@ -103,5 +131,5 @@ def apply(result: TaskResult, outcome: Outcome, return_value: Any = None) -> Non
                 traceback=outcome.error_traceback or "",
             )
         )
-    else:
+    elif outcome.status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", return_value)

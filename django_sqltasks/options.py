@@ -10,6 +10,9 @@ DEFAULT_LEASE_TIMEOUT = 30.0  # seconds without a heartbeat before a worker's ta
 DEFAULT_HEARTBEAT_INTERVAL = 5.0  # seconds between a worker's heartbeats
 DEFAULT_POLL_INTERVAL = 1.0  # seconds between claims when idle
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024  # encoded args + kwargs of one task
+DEFAULT_MAX_ATTEMPTS = 1  # no retries unless a task or the backend asks for them
+DEFAULT_RETRY_BACKOFF = 1.0  # seconds before the first retry; doubles each attempt
+DEFAULT_RETRY_BACKOFF_MAX = 300.0  # seconds; the cap of the doubling
 
 
 class OptionError(ValueError):
@@ -27,6 +30,10 @@ class BackendOptions:
     max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES
     notify: bool = True
     enqueue_on_commit: bool | str = False
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    retry_backoff: float = DEFAULT_RETRY_BACKOFF
+    retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX
+    timeout: float | None = None
 
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
@@ -66,6 +73,25 @@ class BackendOptions:
             raise OptionError(
                 f"{where}['ENQUEUE_ON_COMMIT'] must be True, False or a database alias, not "
                 f"{self.enqueue_on_commit!r}."
+            )
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise OptionError(
+                f"{where}['MAX_ATTEMPTS'] must be a whole number of at least 1, not {attempts!r}."
+            )
+        for name in ("retry_backoff", "retry_backoff_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise OptionError(
+                    f"{where}[{name.upper()!r}] must be a non-negative number of seconds, "
+                    f"not {value!r}."
+                )
+        timeout = self.timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
+        ):
+            raise OptionError(
+                f"{where}['TIMEOUT'] must be a positive number of seconds or None, not {timeout!r}."
             )
         size = self.max_payload_bytes
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):

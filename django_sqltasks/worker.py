@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.db import connections
@@ -25,6 +26,7 @@ from .backend import SQLTaskBackend
 from .compat import task_backends, task_finished, task_started
 from .completer import Batch, Completer
 from .database import run_with_retries
+from .exceptions import TaskTimeout
 from .lease import Lease
 from .results import resolve_task
 from .sql import ClaimedRow, Dialect, Outcome, dialect_for
@@ -222,7 +224,11 @@ class Worker:
             self._dispatch(rows)
             if len(rows) < free:
                 if self.burst and not rows and not self.running:
-                    return
+                    if self._completer.wait_idle(0):
+                        return
+                    # Outcomes still being written may put retries back in the queue.
+                    await asyncio.to_thread(self._completer.wait_idle, 30)
+                    continue
                 # Poll soon after finding work, then back off to the poll interval.
                 idle, self._idle_sleep = (
                     (BUSY_POLL, BUSY_POLL * 2)
@@ -341,20 +347,54 @@ class Worker:
 
     def _run_sync(self, row: ClaimedRow) -> None:
         """Run a sync task on this task thread, up to queueing its outcome."""
+        late = False
         try:
             attempt = self._prepare(row)
             if attempt is None:
                 return
             self._send(task_started, attempt)
+            timeout = attempt.policy.timeout
+            if timeout is not None:
+                assert self._loop is not None
+                self._loop.call_soon_threadsafe(
+                    self._loop.call_later, timeout, self._sync_timed_out, attempt
+                )
             try:
                 args, kwargs = attempt.call_args()
                 outcome, value = execution.success(row.id, attempt.task.func(*args, **kwargs))
             except BaseException as e:  # a task's SystemExit or KeyboardInterrupt fails it only
-                self._failed(attempt, e)
+                late = timeout is not None and not attempt.settle()
+                if not late:
+                    self._failed(attempt, e)
             else:
-                self._succeeded(attempt, outcome, value)
+                late = timeout is not None and not attempt.settle()
+                if not late:
+                    self._succeeded(attempt, outcome, value)
         finally:
-            self._task_done(row.id)
+            if late:
+                logger.warning("Task id=%s ended after its timeout; its result is ignored", row.id)
+            else:
+                self._task_done(row.id)
+
+    def _sync_timed_out(self, attempt: execution.Attempt) -> None:
+        """A sync task ran past its timeout (on the loop): fail it and free its slot.
+
+        Python cannot stop a thread: the task runs on, on a thread the pool no longer counts.
+        """
+        if not attempt.settle():
+            return
+        timeout = attempt.policy.timeout
+        logger.error(
+            "Task id=%s path=%s is still running after its %ss timeout; its thread cannot be "
+            "stopped and keeps running, its result will be ignored",
+            attempt.result.id,
+            attempt.task.module_path,
+            timeout,
+            extra={"action": "task_timeout", "task_id": attempt.result.id},
+        )
+        self._threads.size += 1  # replace the thread the stuck task holds
+        self._failed(attempt, TaskTimeout(f"The task ran longer than its timeout of {timeout}s."))
+        self._task_done(attempt.row.id)
 
     async def _start_async(self, rows: list[ClaimedRow]) -> None:
         """Send task_started for a batch of async tasks in one hop, then run them on the loop."""
@@ -375,7 +415,7 @@ class Worker:
     async def _run_async(self, attempt: execution.Attempt) -> None:
         try:
             args, kwargs = attempt.call_args()
-            value = await attempt.task.func(*args, **kwargs)
+            value = await self._call_async(attempt, args, kwargs)
             outcome, value = execution.success(attempt.row.id, value)
         except asyncio.CancelledError as e:
             if self.abandoned:
@@ -388,9 +428,28 @@ class Worker:
         finally:
             self._task_done(attempt.row.id)
 
+    async def _call_async(
+        self, attempt: execution.Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        timeout = attempt.policy.timeout
+        if timeout is None:
+            return await attempt.task.func(*args, **kwargs)
+        job = asyncio.ensure_future(attempt.task.func(*args, **kwargs))
+        try:
+            done, _ = await asyncio.wait({job}, timeout=timeout)
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
+        if not done:
+            job.cancel()
+            with contextlib.suppress(BaseException):
+                await job
+            raise TaskTimeout(f"The task ran longer than its timeout of {timeout}s.")
+        return job.result()
+
     def _prepare(self, row: ClaimedRow) -> execution.Attempt | None:
         try:
-            return execution.prepare(row)
+            return execution.prepare(row, self.backend.config)
         except Exception as e:
             logger.error("Task id=%s path=%s cannot run: %s", row.id, row.task_path, e)
             self._completer.submit(execution.failure(row.id, e), None)
@@ -408,15 +467,33 @@ class Worker:
         self._completer.submit(outcome, (attempt, None, value))
 
     def _failed(self, attempt: execution.Attempt, exc: BaseException) -> None:
-        logger.error(
-            "Task id=%s path=%s state=FAILED attempt=%d",
-            attempt.result.id,
-            attempt.task.module_path,
-            attempt.row.attempts,
-            exc_info=exc,
-            extra={"action": "task_failed", "task_id": attempt.result.id},
-        )
-        self._completer.submit(execution.failure(attempt.row.id, exc), (attempt, exc, None))
+        number, policy = attempt.row.attempts, attempt.policy
+        if policy.should_retry(number, exc):
+            delay = policy.delay(number)
+            logger.warning(
+                "Task id=%s path=%s failed on attempt %d of %d; retrying in %.1fs",
+                attempt.result.id,
+                attempt.task.module_path,
+                number,
+                policy.max_attempts,
+                delay,
+                exc_info=exc,
+                extra={"action": "task_retry", "task_id": attempt.result.id},
+            )
+            outcome = execution.retry(
+                attempt.row.id, exc, timezone.now() + timedelta(seconds=delay)
+            )
+        else:
+            logger.error(
+                "Task id=%s path=%s state=FAILED attempt=%d",
+                attempt.result.id,
+                attempt.task.module_path,
+                number,
+                exc_info=exc,
+                extra={"action": "task_failed", "task_id": attempt.result.id},
+            )
+            outcome = execution.failure(attempt.row.id, exc)
+        self._completer.submit(outcome, (attempt, exc, None))
 
     # Signals (on the signal thread, after the outcome is stored) ----------------------------
 
@@ -431,6 +508,8 @@ class Worker:
                 continue  # a task that never started, or that another worker holds now
             attempt, exc, value = context
             execution.apply(attempt.result, outcome, value)
+            if outcome.status == "READY":
+                continue  # retried: not finished yet
             if exc is None:
                 self._send(task_finished, attempt)
                 continue

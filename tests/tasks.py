@@ -129,3 +129,44 @@ def count_rows() -> int:
 def clock() -> float:
     """Return when it ran: lets a test measure enqueue-to-start latency."""
     return time.time()
+
+
+def _count_call(path: str) -> int:
+    with Path(path).open("a") as f:
+        f.write("call\n")
+    return len(Path(path).read_text().splitlines())
+
+
+@task(max_attempts=3, retry_backoff=0)
+def flaky(path: str, fail_times: int) -> int:
+    """Fail the first ``fail_times`` calls (counted in ``path``), then succeed."""
+    calls = _count_call(path)
+    if calls <= fail_times:
+        raise ConnectionError(f"call {calls} fails")
+    return calls
+
+
+@task(max_attempts=3, retry_backoff=0.4)
+def flaky_with_backoff(path: str, fail_times: int) -> int:
+    calls = _count_call(path)
+    if calls <= fail_times:
+        raise ConnectionError(f"call {calls} fails")
+    return calls
+
+
+@task(max_attempts=5, retry_backoff=0, retry_on=(ConnectionError,))
+def fails_without_retry(path: str) -> None:
+    _count_call(path)
+    raise ValueError("not worth retrying")
+
+
+@task(timeout=0.3)
+def slow_sync(seconds: float) -> str:
+    time.sleep(seconds)
+    return "finished"
+
+
+@task(timeout=0.3)
+async def slow_async(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "finished"

@@ -32,6 +32,15 @@ RETURNED_COLUMNS = (
     "worker_ids",
     "attempts",
 )
+OUTCOME_COLUMNS = (
+    "id",
+    "status",
+    "finished_at",
+    "return_value",
+    "error_class",
+    "error_traceback",
+    "available_at",
+)
 WORKER_LOST = "django_sqltasks.exceptions.WorkerLost"
 WORKER_STOPPED = "django_sqltasks.exceptions.WorkerStopped"
 # Text around the lost worker's id in the error a rescue appends to a task.
@@ -100,10 +109,11 @@ class Outcome:
 
     id: uuid.UUID
     status: str
-    finished_at: datetime
+    finished_at: datetime | None
     return_value: str | None  # encoded JSON, or None for SQL NULL
     error_class: str | None = None  # the failed attempt's exception class path
     error_traceback: str | None = None
+    available_at: datetime | None = None  # for a retry (status READY): when to run again
 
 
 class Dialect:
@@ -137,6 +147,18 @@ class Dialect:
         if self.use_tz and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value
+
+    def outcome_params(self, outcome: Outcome) -> list[Any]:
+        """An outcome's values in the order of OUTCOME_COLUMNS."""
+        return [
+            self.encode_id(outcome.id),
+            outcome.status,
+            self.encode_datetime(outcome.finished_at),
+            outcome.return_value,
+            outcome.error_class,
+            outcome.error_traceback,
+            self.encode_datetime(outcome.available_at),
+        ]
 
     def claimed_row(self, values: Sequence[Any]) -> ClaimedRow:
         row = dict(zip(RETURNED_COLUMNS, values, strict=True))

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.db.backends.utils import CursorWrapper
 
-from .base import RETURNED_COLUMNS, ClaimedRow, Dialect, Outcome
+from .base import OUTCOME_COLUMNS, RETURNED_COLUMNS, ClaimedRow, Dialect, Outcome
 
 COLUMNS = ", ".join(RETURNED_COLUMNS)
 
@@ -102,23 +102,10 @@ class MySQLDialect(Dialect):
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
     ) -> set[uuid.UUID]:
-        first = (
-            "SELECT %s AS id, %s AS status, %s AS finished_at, %s AS return_value, "
-            "%s AS error_class, %s AS error_traceback"
-        )
-        derived = " UNION ALL ".join(
-            [first] + ["SELECT %s, %s, %s, %s, %s, %s"] * (len(outcomes) - 1)
-        )
-        params: list[Any] = []
-        for o in outcomes:
-            params += [
-                self.encode_id(o.id),
-                o.status,
-                self.encode_datetime(o.finished_at),
-                o.return_value,
-                o.error_class,
-                o.error_traceback,
-            ]
+        first = "SELECT " + ", ".join(f"%s AS {column}" for column in OUTCOME_COLUMNS)
+        rest = "SELECT " + ", ".join(["%s"] * len(OUTCOME_COLUMNS))
+        derived = " UNION ALL ".join([first] + [rest] * (len(outcomes) - 1))
+        params = [value for o in outcomes for value in self.outcome_params(o)]
         error = self.append_error("t.errors", "v.error_class", "v.error_traceback")
         ids = [self.encode_id(o.id) for o in outcomes]
         marks = ", ".join(["%s"] * len(ids))
@@ -138,7 +125,8 @@ class MySQLDialect(Dialect):
                     UPDATE {self.tasks} AS t JOIN ({derived}) AS v ON t.id = v.id
                     SET t.errors = IF(v.error_class IS NULL, t.errors, {error}),
                         t.return_value = v.return_value, t.status = v.status,
-                        t.finished_at = v.finished_at, t.owner = NULL
+                        t.finished_at = v.finished_at, t.owner = NULL,
+                        t.available_at = COALESCE(v.available_at, t.available_at)
                     WHERE t.status = 'RUNNING' AND t.owner = %s
                     """,
                     [*params, worker_id],

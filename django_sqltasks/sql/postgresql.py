@@ -130,10 +130,13 @@ class PostgreSQLDialect(Dialect):
             UPDATE {self.tasks} AS t
             SET status = v.status, finished_at = v.finished_at, owner = NULL,
                 return_value = v.return_value,
-                errors = CASE WHEN v.error_class IS NULL THEN t.errors ELSE {error} END
+                errors = CASE WHEN v.error_class IS NULL THEN t.errors ELSE {error} END,
+                available_at = COALESCE(v.available_at, t.available_at)
             FROM unnest(
-                %s::uuid[], %s::text[], %s::timestamptz[], %s::jsonb[], %s::text[], %s::text[]
-            ) AS v(id, status, finished_at, return_value, error_class, error_traceback)
+                %s::uuid[], %s::text[], %s::timestamptz[], %s::jsonb[], %s::text[], %s::text[],
+                %s::timestamptz[]
+            ) AS v(id, status, finished_at, return_value, error_class, error_traceback,
+                   available_at)
             WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
             RETURNING t.id
             """,
@@ -144,6 +147,7 @@ class PostgreSQLDialect(Dialect):
                 [o.return_value for o in outcomes],
                 [o.error_class for o in outcomes],
                 [o.error_traceback for o in outcomes],
+                [o.available_at for o in outcomes],
                 worker_id,
             ],
         )

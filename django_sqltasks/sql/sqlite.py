@@ -10,6 +10,7 @@ from typing import Any
 from django.db.backends.utils import CursorWrapper
 
 from .base import (
+    OUTCOME_COLUMNS,
     RETURNED_COLUMNS,
     Dialect,
     Outcome,
@@ -56,29 +57,21 @@ class SQLiteDialect(Dialect):
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
     ) -> set[uuid.UUID]:
-        rows = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(outcomes))
-        params: list[Any] = []
-        for o in outcomes:
-            params += [
-                self.encode_id(o.id),
-                o.status,
-                self.encode_datetime(o.finished_at),
-                o.return_value,
-                o.error_class,
-                o.error_traceback,
-            ]
+        marks = ", ".join(["%s"] * len(OUTCOME_COLUMNS))
+        rows = ", ".join([f"({marks})"] * len(outcomes))
+        params = [value for o in outcomes for value in self.outcome_params(o)]
         error = self.append_error(f"{self.tasks}.errors", "v.error_class", "v.error_traceback")
         # The owner guard keeps a late result from overwriting a task that was rescued and
         # claimed again (or finished) meanwhile.
         cursor.execute(
             f"""
-            WITH v(id, status, finished_at, return_value, error_class, error_traceback)
-                AS (VALUES {rows})
+            WITH v({", ".join(OUTCOME_COLUMNS)}) AS (VALUES {rows})
             UPDATE {self.tasks}
             SET status = v.status, finished_at = v.finished_at, owner = NULL,
                 return_value = v.return_value,
                 errors = CASE WHEN v.error_class IS NULL THEN {self.tasks}.errors
-                              ELSE {error} END
+                              ELSE {error} END,
+                available_at = COALESCE(v.available_at, {self.tasks}.available_at)
             FROM v
             WHERE {self.tasks}.id = v.id AND {self.tasks}.status = 'RUNNING'
                 AND {self.tasks}.owner = %s

@@ -1,0 +1,123 @@
+"""The backend's Task class: Django's Task plus retries, a timeout and deduplication.
+
+On Django 6.1+ (and the backport) the extra fields come from ``@task(...)`` keyword arguments;
+the backend's OPTIONS give the defaults on every version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .compat import InvalidTask, Task
+from .serialization import dumps
+
+if TYPE_CHECKING:
+    from .options import BackendOptions
+
+MAX_DEDUPE_KEY_LENGTH = 255  # TaskRecord.dedupe_key
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SQLTask(Task):
+    """A Django Task with the options django-sqltasks understands."""
+
+    # Attempts in all, the first included; None: the backend's MAX_ATTEMPTS.
+    max_attempts: int | None = None
+    # Exceptions that lead to another attempt; None: any Exception (not SystemExit and such).
+    retry_on: tuple[type[BaseException], ...] | None = None
+    # Seconds before the first retry, doubling each time; None: the backend's RETRY_BACKOFF.
+    retry_backoff: float | None = None
+    # Seconds an attempt may run; None: the backend's TIMEOUT (no limit by default).
+    timeout: float | None = None
+    # True: one live task per (task, arguments); a callable: one per key it returns.
+    dedupe: bool | Callable[..., str] = False
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How one task is retried and timed out, with the backend's defaults filled in."""
+
+    max_attempts: int
+    retry_on: tuple[type[BaseException], ...]
+    backoff: float
+    backoff_max: float
+    timeout: float | None
+
+    def should_retry(self, attempt: int, exc: BaseException) -> bool:
+        return attempt < self.max_attempts and isinstance(exc, self.retry_on)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds before the attempt after ``attempt``: exponential, capped, half jittered."""
+        delay = min(self.backoff_max, self.backoff * 2 ** (attempt - 1))
+        return delay / 2 + random.random() * delay / 2
+
+
+def policy_for(task: Task, config: BackendOptions) -> Policy:
+    """The retry and timeout policy of ``task``."""
+    max_attempts = getattr(task, "max_attempts", None)
+    retry_on = getattr(task, "retry_on", None)
+    backoff = getattr(task, "retry_backoff", None)
+    timeout = getattr(task, "timeout", None)
+    return Policy(
+        max_attempts=config.max_attempts if max_attempts is None else max_attempts,
+        retry_on=(Exception,) if retry_on is None else tuple(retry_on),
+        backoff=config.retry_backoff if backoff is None else backoff,
+        backoff_max=config.retry_backoff_max,
+        timeout=config.timeout if timeout is None else timeout,
+    )
+
+
+def validate_options(task: Task) -> None:
+    """Raise ``InvalidTask`` naming the option and the rule when an extra field is wrong."""
+    max_attempts = getattr(task, "max_attempts", None)
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        raise InvalidTask(
+            f"max_attempts must be a whole number of at least 1, not {max_attempts!r}."
+        )
+    retry_on = getattr(task, "retry_on", None)
+    if retry_on is not None and not (
+        isinstance(retry_on, tuple)
+        and all(isinstance(e, type) and issubclass(e, BaseException) for e in retry_on)
+    ):
+        raise InvalidTask(f"retry_on must be a tuple of exception classes, not {retry_on!r}.")
+    for name in ("retry_backoff", "timeout"):
+        value = getattr(task, name, None)
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+            or (name == "timeout" and value == 0)
+        ):
+            rule = "a positive" if name == "timeout" else "a non-negative"
+            raise InvalidTask(f"{name} must be {rule} number of seconds, not {value!r}.")
+    dedupe = getattr(task, "dedupe", False)
+    if not isinstance(dedupe, bool) and not callable(dedupe):
+        raise InvalidTask(f"dedupe must be True, False or a callable, not {dedupe!r}.")
+
+
+def dedupe_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
+    """The deduplication key of a call, or None when the task does not deduplicate."""
+    dedupe = getattr(task, "dedupe", False)
+    if dedupe is False:
+        return None
+    if dedupe is True:
+        digest = hashlib.sha256(dumps([args, kwargs]).encode()).hexdigest()
+        return f"{task.module_path}:{digest}"
+    key = dedupe(*args, **kwargs)
+    if not isinstance(key, str) or not key:
+        raise InvalidTask(f"The dedupe callable of {task.module_path} must return a non-empty str.")
+    key = f"{task.module_path}:{key}"
+    if len(key) > MAX_DEDUPE_KEY_LENGTH:
+        raise InvalidTask(
+            f"The dedupe key of {task.module_path} is longer than {MAX_DEDUPE_KEY_LENGTH} "
+            "characters."
+        )
+    return key
