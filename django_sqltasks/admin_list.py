@@ -15,16 +15,17 @@ from django.utils.translation import gettext_lazy as _
 
 from .models import TaskRecord, WorkerRecord
 
-EXACT_COUNT_BELOW = 1000  # rows: under this estimate, counting exactly is cheap
+EXACT_COUNT_BELOW = 1000  # rows: results smaller than this are counted exactly
 RECENT_TASKS_SCANNED = 2000  # newest tasks whose paths fill the task filter
 
 
 class EstimatedCountPaginator(Paginator):
     """On PostgreSQL, count large results from the planner's estimate instead of COUNT(*).
 
-    An exact count reads every matching row; the planner's estimate (``reltuples`` scaled by the
-    table's current size, and the filter's selectivity) costs nothing. Small results, under
-    ``EXACT_COUNT_BELOW`` estimated rows, are still counted exactly. Other databases count.
+    An exact count reads every matching row. Here a bounded count reads at most
+    ``EXACT_COUNT_BELOW`` of them; a result that large is then given the planner's estimate
+    (``reltuples`` scaled by the table's current size and the filter's selectivity), which costs
+    nothing. Other databases count exactly.
     """
 
     estimated = False
@@ -33,10 +34,11 @@ class EstimatedCountPaginator(Paginator):
     def count(self) -> int:
         queryset = self.object_list
         if isinstance(queryset, QuerySet) and connections[queryset.db].vendor == "postgresql":
-            estimate = planner_estimate(queryset)
-            if estimate >= EXACT_COUNT_BELOW:
-                self.estimated = True
-                return estimate
+            bounded = queryset.order_by()[:EXACT_COUNT_BELOW].count()
+            if bounded < EXACT_COUNT_BELOW:
+                return bounded
+            self.estimated = True
+            return max(planner_estimate(queryset), bounded)
         return super().count
 
 
