@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.auth.models import Permission, User
@@ -11,6 +13,7 @@ from django.urls import reverse
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.control import CANCELLED
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.worker import Worker
 from tests.factories import task_row
 
 pytestmark = pytest.mark.django_db
@@ -60,7 +63,9 @@ def test_retry_puts_failed_tasks_back_keeping_their_history(superuser_client: Cl
 
 
 @pytest.mark.django_db(transaction=True)
-def test_retried_task_runs_again(superuser_client: Client, run_worker) -> None:
+def test_retried_task_runs_again(
+    superuser_client: Client, run_worker: Callable[..., Worker]
+) -> None:
     failed = task_row(TaskResultStatus.FAILED, task_path="tests.tasks.add")
     act(superuser_client, "retry_tasks", failed)
     run_worker()
