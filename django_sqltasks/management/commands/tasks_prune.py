@@ -1,0 +1,100 @@
+"""``manage.py tasks_prune``: parse the options, then hand off to ``pruning.prune``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
+from django_sqltasks.pruning import (
+    BATCH_SIZE,
+    DEFAULT_FAILED_DAYS,
+    DEFAULT_SUCCESSFUL_DAYS,
+    prune,
+)
+
+
+def days(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"must be a number of days, not {value!r}") from e
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more days, not {value!r}")
+    return number
+
+
+def batch_size(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from e
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Delete finished tasks older than a number of days, in small batches."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--days",
+            type=days,
+            default=DEFAULT_SUCCESSFUL_DAYS,
+            help="Delete SUCCESSFUL tasks finished more than this many days ago "
+            f"(default: {DEFAULT_SUCCESSFUL_DAYS:g}).",
+        )
+        parser.add_argument(
+            "--failed-days",
+            type=days,
+            default=DEFAULT_FAILED_DAYS,
+            help="Delete FAILED tasks finished more than this many days ago "
+            f"(default: {DEFAULT_FAILED_DAYS:g}).",
+        )
+        parser.add_argument(
+            "--backend",
+            default=DEFAULT_TASK_BACKEND_ALIAS,
+            help="The TASKS alias whose tasks to prune (default: 'default').",
+        )
+        parser.add_argument("--queue", help="Prune this queue only (default: every queue).")
+        parser.add_argument(
+            "--batch-size",
+            type=batch_size,
+            default=BATCH_SIZE,
+            help=f"Rows deleted per statement (default: {BATCH_SIZE}).",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django_sqltasks.backend import SQLTaskBackend
+        from django_sqltasks.compat import task_backends
+
+        try:
+            backend = task_backends[options["backend"]]
+        except InvalidTaskBackend as e:
+            raise CommandError(f"--backend: {e}") from e
+        if not isinstance(backend, SQLTaskBackend):
+            raise CommandError(
+                f"--backend: {options['backend']!r} is not a django_sqltasks SQLTaskBackend."
+            )
+        pruned = prune(
+            using=backend.database,
+            successful_days=options["days"],
+            failed_days=options["failed_days"],
+            backend=backend.alias,
+            queue=options["queue"],
+            batch_size=options["batch_size"],
+            dry_run=options["dry_run"],
+        )
+        verb = "Would delete" if options["dry_run"] else "Deleted"
+        self.stdout.write(
+            f"{verb} {pruned.total} task(s): {pruned.successful} successful finished over "
+            f"{options['days']:g} days ago, {pruned.failed} failed finished over "
+            f"{options['failed_days']:g} days ago."
+        )

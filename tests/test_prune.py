@@ -1,0 +1,96 @@
+"""Pruning finished tasks: by age and status, in batches, dry runs, and the command."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.models import TaskRecord
+from django_sqltasks.pruning import prune
+from tests.factories import task_row
+
+pytestmark = pytest.mark.django_db
+
+DAY = timedelta(days=1)
+
+
+def remaining() -> set[str]:
+    return {str(pk) for pk in TaskRecord.objects.values_list("pk", flat=True)}
+
+
+def test_prune_keeps_failed_longer_and_never_touches_unfinished() -> None:
+    old_ok = task_row(TaskResultStatus.SUCCESSFUL, finished_ago=15 * DAY)
+    new_ok = task_row(TaskResultStatus.SUCCESSFUL, finished_ago=13 * DAY)
+    mid_failed = task_row(TaskResultStatus.FAILED, finished_ago=15 * DAY)
+    old_failed = task_row(TaskResultStatus.FAILED, finished_ago=31 * DAY)
+    ready = task_row(TaskResultStatus.READY, enqueued_at=task_row().enqueued_at - 60 * DAY)
+    running = task_row(TaskResultStatus.RUNNING)
+    pruned = prune(using="default")
+    assert (pruned.successful, pruned.failed) == (1, 1)
+    kept = {new_ok, mid_failed, ready, running}
+    assert {str(t.pk) for t in kept} <= remaining()
+    assert str(old_ok.pk) not in remaining() and str(old_failed.pk) not in remaining()
+
+
+def test_dry_run_deletes_nothing() -> None:
+    task_row(TaskResultStatus.SUCCESSFUL, finished_ago=20 * DAY)
+    before = remaining()
+    assert prune(using="default", dry_run=True).successful == 1
+    assert remaining() == before
+
+
+def test_prune_deletes_in_batches_by_primary_key() -> None:
+    for _ in range(7):
+        task_row(TaskResultStatus.SUCCESSFUL, finished_ago=20 * DAY)
+    with CaptureQueriesContext(connection) as queries:
+        pruned = prune(using="default", batch_size=3, failed_days=None)
+    assert pruned.successful == 7
+    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+    assert len(deletes) == 3  # 3 + 3 + 1
+    assert TaskRecord.objects.count() == 0
+
+
+def test_max_batches_bounds_one_call() -> None:
+    for _ in range(5):
+        task_row(TaskResultStatus.FAILED, finished_ago=40 * DAY)
+    assert prune(using="default", batch_size=2, max_batches=1).failed == 2
+    assert TaskRecord.objects.count() == 3
+
+
+def test_prune_one_queue() -> None:
+    task_row(TaskResultStatus.SUCCESSFUL, finished_ago=20 * DAY, queue_name="other")
+    keep = task_row(TaskResultStatus.SUCCESSFUL, finished_ago=20 * DAY, queue_name="default")
+    assert prune(using="default", queue="other").successful == 1
+    assert remaining() == {str(keep.pk)}
+
+
+def test_command_with_options() -> None:
+    task_row(TaskResultStatus.SUCCESSFUL, finished_ago=3 * DAY)
+    task_row(TaskResultStatus.FAILED, finished_ago=3 * DAY)
+    out = StringIO()
+    call_command("tasks_prune", "--days", "2", "--failed-days", "5", "--dry-run", stdout=out)
+    assert "Would delete 1 task(s): 1 successful" in out.getvalue()
+    assert TaskRecord.objects.count() == 2
+    call_command("tasks_prune", "--days=2", "--failed-days=2", stdout=out)
+    assert "Deleted 2 task(s)" in out.getvalue()
+    assert TaskRecord.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--days", "-1"], "must be zero or more days"),
+        (["--batch-size", "0"], "must be at least 1"),
+        (["--backend", "immediate"], "is not a django_sqltasks SQLTaskBackend"),
+        (["--backend", "nope"], "--backend"),
+    ],
+)
+def test_command_rejects_bad_input(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("tasks_prune", *args)
