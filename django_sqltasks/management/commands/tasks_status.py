@@ -1,0 +1,123 @@
+"""``manage.py tasks_status``: every queue's counts and backlog, and the live workers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from importlib import import_module
+from importlib.util import find_spec
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_sqltasks import overview
+
+QUEUE_COLUMNS = (
+    "backend",
+    "queue",
+    "due",
+    "scheduled",
+    "running",
+    "succeeded 1h",
+    "failed 1h",
+    "oldest due",
+    "served",
+)
+WORKER_COLUMNS = ("worker", "host", "pid", "queues", "running", "last heartbeat")
+
+
+def age(value: timedelta | None) -> str:
+    if value is None:
+        return "-"
+    seconds = int(value.total_seconds())
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+class Command(BaseCommand):
+    help = "Show each queue's counts and backlog age, and the live workers."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--backend", help="Show this TASKS alias only (default: all).")
+        parser.add_argument(
+            "--plain", action="store_true", help="Plain text even when rich is installed."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django_sqltasks.admin_list import sql_backends
+
+        backends = sql_backends()
+        if options["backend"] is not None:
+            if options["backend"] not in backends:
+                known = ", ".join(sorted(backends)) or "none"
+                raise CommandError(
+                    f"--backend: {options['backend']!r} is not a django_sqltasks backend "
+                    f"(those configured: {known})."
+                )
+            backends = {options["backend"]: backends[options["backend"]]}
+        queue_rows: list[tuple[str, ...]] = []
+        worker_rows: list[tuple[str, ...]] = []
+        for database in sorted({b.database for b in backends.values()}):
+            names = [a for a, b in backends.items() if b.database == database]
+            snapshot = overview.take(using=database, backend=names[0] if len(names) == 1 else None)
+            queue_rows.extend(
+                (
+                    q.backend,
+                    q.queue,
+                    str(q.due),
+                    str(q.scheduled),
+                    str(q.running),
+                    str(q.succeeded),
+                    str(q.failed),
+                    age(q.oldest_age(snapshot.now)),
+                    "yes" if q.served else "NO",
+                )
+                for q in snapshot.queues
+                if q.backend in names
+            )
+            worker_rows.extend(
+                (
+                    w.id,
+                    w.hostname,
+                    str(w.pid or ""),
+                    ",".join(w.queues),
+                    f"{w.running}/{w.concurrency}",
+                    age(snapshot.now - w.heartbeat_at) + " ago",
+                )
+                for w in snapshot.workers
+                if w.backend in names
+            )
+        if find_spec("rich") is not None and not options["plain"]:
+            self._rich(queue_rows, worker_rows)
+        else:
+            self._plain("Queues", QUEUE_COLUMNS, queue_rows)
+            self._plain("Workers", WORKER_COLUMNS, worker_rows)
+
+    def _plain(self, title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+        self.stdout.write(title)
+        if not rows:
+            self.stdout.write("  (none)\n")
+            return
+        widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
+        for row in [columns, *rows]:
+            self.stdout.write(
+                "  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+            )
+        self.stdout.write("")
+
+    def _rich(self, queue_rows: list[tuple[str, ...]], worker_rows: list[tuple[str, ...]]) -> None:
+        # rich is optional and may be absent where mypy runs: import it by name.
+        console = import_module("rich.console").Console(file=self.stdout)
+        Table = import_module("rich.table").Table
+        for title, columns, rows in (
+            ("Queues", QUEUE_COLUMNS, queue_rows),
+            ("Workers", WORKER_COLUMNS, worker_rows),
+        ):
+            table = Table(title=title, title_justify="left")
+            for column in columns:
+                table.add_column(column)
+            for row in rows:
+                table.add_row(*row)
+            console.print(table)
