@@ -1,14 +1,15 @@
-"""System checks: the app, the OPTIONS, the database and its version."""
+"""System checks: the app, the OPTIONS and QUEUES, the database and its version, stuck queues."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
-from django.db import connections
+from django.db import DatabaseError, connections
 
 if TYPE_CHECKING:
     from .backend import SQLTaskBackend
@@ -18,6 +19,8 @@ MIN_POSTGRESQL = (13,)  # oldest PostgreSQL still maintained when this was writt
 MIN_SQLITE = (3, 35)  # UPDATE ... RETURNING, used by the claim
 MIN_MARIADB = (10, 6)  # SKIP LOCKED
 MIN_MYSQL = (8, 0)  # SKIP LOCKED
+MAX_QUEUE_NAME_LENGTH = 64  # TaskRecord.queue_name
+STUCK_AFTER = timedelta(minutes=5)  # how long due tasks wait, unserved, before a warning
 
 
 def check_backend(backend: SQLTaskBackend) -> Iterable[checks.CheckMessage]:
@@ -37,6 +40,14 @@ def check_backend(backend: SQLTaskBackend) -> Iterable[checks.CheckMessage]:
             id="django_sqltasks.E002",
         )
         return
+    too_long = [q for q in backend.queues if len(q) > MAX_QUEUE_NAME_LENGTH]
+    if too_long:
+        yield checks.Error(
+            f"{name}['QUEUES'] has queue name(s) longer than {MAX_QUEUE_NAME_LENGTH} characters: "
+            f"{', '.join(map(repr, too_long))}; no task could be stored in them.",
+            hint=f"Shorten them to at most {MAX_QUEUE_NAME_LENGTH} characters.",
+            id="django_sqltasks.E004",
+        )
     database = backend.config.database
     if database is not None and database not in settings.DATABASES:
         yield checks.Error(
@@ -57,6 +68,42 @@ def check_database_versions(
         message = unsupported_version(alias)
         if message:
             yield checks.Error(message, id="django_sqltasks.E010")
+
+
+@checks.register(checks.Tags.database)
+def check_unserved_queues(
+    app_configs: Sequence[Any] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> Iterable[checks.CheckMessage]:
+    """Warn of queues whose due tasks have waited long while no live worker takes that queue.
+
+    Which queues a task names is known only once it is enqueued (Django refuses a queue_name
+    outside a non-empty QUEUES when the task is defined), and which queues workers take only
+    once they run: so this reads the task and worker tables, and runs with ``--database``.
+    """
+    from . import overview
+
+    for alias in databases or []:
+        if not apps.is_installed("django_sqltasks"):
+            return
+        try:
+            snapshot = overview.take(using=alias, minutes=1)
+        except DatabaseError:
+            continue  # not migrated yet: nothing is waiting
+        for queue in snapshot.queues:
+            age = queue.oldest_age(snapshot.now)
+            if queue.served or age is None or age < STUCK_AFTER:
+                continue
+            yield checks.Warning(
+                f"Queue {queue.queue!r} of backend {queue.backend!r} has {queue.due} due task(s), "
+                f"the oldest waiting {int(age.total_seconds() // 60)} minutes, and no live worker "
+                "takes that queue.",
+                hint=f"Start a worker with 'manage.py tasks_worker --backend {queue.backend} "
+                f"--queue {queue.queue}' (or --queue '*'), or add {queue.queue!r} to the "
+                "--queue options of a running worker.",
+                id="django_sqltasks.W001",
+            )
 
 
 def unsupported_version(alias: str) -> str | None:
