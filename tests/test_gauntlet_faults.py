@@ -1,0 +1,356 @@
+"""The gauntlet, database faults: restarts, killed connections, old snapshots, held locks,
+deadlocks and a database that is not there. Workers ride them out; nothing is lost."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, connections, transaction
+from django.db.backends.signals import connection_created
+
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.database import run_with_retries
+from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.worker import Worker
+from tests import gauntlet_tasks
+from tests.conftest import ROOT, WorkerProcess, wait_for, worker_env
+from tests.gauntlet_postgres import PrivatePostgres, find_bindir
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+StartWorker = Callable[..., WorkerProcess]
+RunWorker = Callable[..., Worker]
+TABLE = TaskRecord._meta.db_table
+postgres_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="runs in the PostgreSQL leg of the suite"
+)
+
+
+def enqueue_marks(log: Path, count: int, seconds: float = 0.0) -> None:
+    calls = [((str(log), f"t{i}", seconds), {}) for i in range(count)]
+    gauntlet_tasks.mark_slowly.get_backend().enqueue_many(gauntlet_tasks.mark_slowly, calls)
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with Django set up on ``env``'s database."""
+    return subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup()\n{code}"],
+        cwd=ROOT,
+        env=worker_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+# A PostgreSQL restart ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    server = PrivatePostgres(bindir).init()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@postgres_only
+@pytest.mark.worker_process
+def test_workers_ride_out_a_postgres_restart(
+    private_postgres: PrivatePostgres, worker_process: StartWorker, tmp_path: Path
+) -> None:
+    import psycopg
+
+    env = {
+        "DATABASE_URL": private_postgres.url,
+        "SQLTASKS_TEST_DB_NAME": private_postgres.database,
+        "SQLTASKS_LEASE_TIMEOUT": "10",
+        "SQLTASKS_HEARTBEAT_INTERVAL": "1",
+    }
+    log = tmp_path / "executions"
+    count = 2000
+    setup = run_python(
+        "from django.core.management import call_command\n"
+        "call_command('migrate', verbosity=0)\n"
+        "from tests import gauntlet_tasks as g\n"
+        f"calls = [(({str(log)!r}, f't{{i}}', 0.02), {{}}) for i in range({count})]\n"
+        "g.mark_slowly.get_backend().enqueue_many(g.mark_slowly, calls)\n",
+        **env,
+    )
+    assert setup.returncode == 0, setup.stderr
+    workers = [
+        worker_process("--concurrency", "8", "--worker-id", f"w{n}", env=env) for n in range(2)
+    ]
+    wait_for(lambda: len(gauntlet_tasks.executions(log)) >= count // 4, timeout=60)
+    before = len(gauntlet_tasks.executions(log))
+    private_postgres.restart()
+    restarted = time.monotonic()
+    wait_for(lambda: len(gauntlet_tasks.executions(log)) > before + 16, timeout=60)
+    recovered = time.monotonic() - restarted
+
+    def finished() -> bool:
+        with psycopg.connect(private_postgres.url) as c:
+            row = c.execute(f"SELECT count(*) FROM {TABLE} WHERE status = 'SUCCESSFUL'").fetchone()
+            return row is not None and row[0] == count
+
+    wait_for(finished, timeout=120, interval=0.25)
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(timeout=60) == 0, worker.output
+    with psycopg.connect(private_postgres.url) as c:
+        statuses = dict(c.execute(f"SELECT status, count(*) FROM {TABLE} GROUP BY 1").fetchall())
+        retried = c.execute(f"SELECT count(*) FROM {TABLE} WHERE attempts > 1").fetchone()
+    assert statuses == {"SUCCESSFUL": count}
+    executions = Counter(gauntlet_tasks.executions(log))
+    assert set(executions) == {f"t{i}" for i in range(count)}, "a task was lost"
+    assert [k for k, v in executions.items() if v > 1] == [], "a task ran twice"
+    output = "".join(w.output for w in workers)
+    assert "Transient database error" in output
+    print(f"\nrestart: work resumed {recovered:.2f}s later; {retried} task(s) claimed again")
+
+
+@postgres_only
+@pytest.mark.worker_process
+def test_killed_listen_connection_comes_back(worker_process: StartWorker) -> None:
+    """pg-boss's test: kill every connection, LISTEN included; enqueues still wake the worker."""
+    worker = worker_process("--concurrency", "2", env={"SQLTASKS_POLL_INTERVAL": "30"})
+    wait_for(lambda: WorkerRecord.objects.exists())
+    time.sleep(1.0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    time.sleep(3.0)  # the listener reconnects after its delay; the worker polls every 30 s
+    started = time.monotonic()
+    result = gauntlet_tasks.size.enqueue("abc")
+    wait_for(lambda: gauntlet_tasks.size.get_result(result.id).is_finished, timeout=15)
+    latency = time.monotonic() - started
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.output
+    assert latency < 5, f"woken by polling, not by NOTIFY: {latency:.1f}s"
+    assert "Listening for new tasks failed" in worker.output
+
+
+# An old snapshot -----------------------------------------------------------------------------
+
+
+SNAPSHOT_SQL = {
+    "postgresql": ["BEGIN ISOLATION LEVEL REPEATABLE READ"],
+    # Django opens MySQL connections in READ COMMITTED: ask for a real snapshot.
+    "mysql": [
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        "START TRANSACTION WITH CONSISTENT SNAPSHOT",
+    ],
+    "sqlite": ["BEGIN"],
+}
+
+
+def test_an_old_snapshot_does_not_stall_the_queue(run_worker: RunWorker, tmp_path: Path) -> None:
+    log = tmp_path / "executions"
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            for sql in SNAPSHOT_SQL[connection.vendor]:
+                cursor.execute(sql)
+            cursor.execute(f"SELECT count(*) FROM {TABLE}")
+            assert cursor.fetchone()[0] == 0
+            count = 500
+            enqueue_marks(log, count)
+            started = time.monotonic()
+            run_worker(concurrency=8)
+            elapsed = time.monotonic() - started
+            cursor.execute(f"SELECT count(*) FROM {TABLE}")
+            assert cursor.fetchone()[0] == 0, "the snapshot was not held during the run"
+    finally:
+        other.close()
+    assert TaskRecord.objects.succeeded().count() == count
+    assert Counter(gauntlet_tasks.executions(log)).most_common(1)[0][1] == 1
+    assert elapsed < 60
+
+
+# A lock held longer than the lock timeout -----------------------------------------------------
+
+
+SHORT_LOCK_TIMEOUT = {
+    "postgresql": "SET lock_timeout = '100ms'",
+    "mysql": "SET SESSION lock_wait_timeout = 1, innodb_lock_wait_timeout = 1",
+    "sqlite": "PRAGMA busy_timeout = 100",
+}
+HOLD_LOCK = 2.0  # seconds: longer than any of the timeouts above
+
+
+def short_lock_timeouts(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """Give the worker's connections a short lock timeout, so a held lock raises."""
+    if threading.current_thread().name.startswith("sqltasks"):
+        with connection.cursor() as cursor:
+            cursor.execute(SHORT_LOCK_TIMEOUT[connection.vendor])
+
+
+def hold_table_lock(seconds: float) -> None:
+    """Lock the task table against every write (and on MySQL and PostgreSQL, every read)."""
+    if connection.vendor == "sqlite":
+        raw = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+        raw.execute("BEGIN IMMEDIATE")
+        time.sleep(seconds)
+        raw.execute("COMMIT")
+        raw.close()
+        return
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            if connection.vendor == "mysql":
+                cursor.execute(f"LOCK TABLES {TABLE} WRITE")
+                time.sleep(seconds)
+                cursor.execute("UNLOCK TABLES")
+            else:
+                cursor.execute("BEGIN")
+                cursor.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
+                time.sleep(seconds)
+                cursor.execute("COMMIT")
+    finally:
+        other.close()
+
+
+def test_a_lock_held_past_the_lock_timeout_is_retried(
+    run_worker: RunWorker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MariaDB lock wait timeouts, PostgreSQL lock_timeout, SQLite "database is locked"."""
+    log = tmp_path / "executions"
+    count = 600
+    enqueue_marks(log, count, 0.002)
+    locker = threading.Thread(
+        target=lambda: (
+            wait_for(lambda: len(gauntlet_tasks.executions(log)) >= 50, timeout=60),
+            hold_table_lock(HOLD_LOCK),
+        )
+    )
+    connection_created.connect(short_lock_timeouts, dispatch_uid="gauntlet-lock-timeout")
+    try:
+        locker.start()
+        with caplog.at_level(logging.WARNING, logger="django_sqltasks"):
+            run_worker(concurrency=4)
+        locker.join()
+    finally:
+        connection_created.disconnect(dispatch_uid="gauntlet-lock-timeout")
+    retries = [r for r in caplog.records if getattr(r, "action", None) == "db_retry"]
+    assert retries, "the lock did not get in the worker's way"
+    assert TaskRecord.objects.succeeded().count() == count
+    executions = Counter(gauntlet_tasks.executions(log))
+    assert len(executions) == count
+    assert max(executions.values()) == 1
+    print(f"\n{len(retries)} retries: {retries[0].getMessage()}")
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has one writer: no deadlocks")
+def test_a_deadlock_is_retried(caplog: pytest.LogCaptureFixture) -> None:
+    first = TaskRecord.objects.create(task_path="tests.tasks.noop", backend_name="default")
+    second = TaskRecord.objects.create(task_path="tests.tasks.noop", backend_name="default")
+    barrier = threading.Barrier(2, timeout=10)
+    done: list[str] = []
+    failures: list[BaseException] = []
+
+    def lock_in_order(name: str, ids: list[Any]) -> None:
+        tries = 0
+
+        def both() -> None:
+            nonlocal tries
+            tries += 1
+            with transaction.atomic():
+                TaskRecord.objects.filter(id=ids[0]).update(priority=1)
+                if tries == 1:
+                    barrier.wait()  # both hold their first row: each now waits on the other
+                TaskRecord.objects.filter(id=ids[1]).update(priority=2)
+
+        try:
+            run_with_retries("default", both)
+            done.append(name)
+        except BaseException as e:
+            failures.append(e)
+        finally:
+            connections.close_all()
+
+    threads = [
+        threading.Thread(target=lock_in_order, args=("a", [first.id, second.id])),
+        threading.Thread(target=lock_in_order, args=("b", [second.id, first.id])),
+    ]
+    with caplog.at_level(logging.WARNING, logger="django_sqltasks"):
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert failures == []
+    assert sorted(done) == ["a", "b"]
+    messages = [r.getMessage().lower() for r in caplog.records]
+    assert any("deadlock" in m for m in messages), messages
+
+
+# A database that is not there ----------------------------------------------------------------
+
+
+UNREACHABLE = {
+    "postgresql": "postgres://postgres@127.0.0.1:1/sqltasks",
+    "mysql": "mysql://root@127.0.0.1:1/sqltasks",
+    "sqlite": "sqlite:////nonexistent-directory/sqltasks.sqlite3",
+}
+
+
+def test_enqueue_to_an_unreachable_database_raises_a_clear_error() -> None:
+    url = UNREACHABLE[connection.vendor]
+    result = run_python(
+        "from tests import tasks\ntasks.noop.enqueue()\n",
+        DATABASE_URL=url,
+        SQLTASKS_TEST_DB_NAME=url.rsplit("/", 1)[1],
+    )
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("django.db.utils.")]
+    assert errors, result.stderr
+    assert errors[-1].startswith("django.db.utils.OperationalError"), result.stderr
+    print(f"\n{errors[-1]}")
+
+
+def kill_own_connection() -> None:
+    """Kill this thread's connection from another session, as a failover or a DBA would."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_backend_pid()")
+            sql = "SELECT pg_terminate_backend(%s)"
+        else:
+            cursor.execute("SELECT CONNECTION_ID()")
+            sql = "KILL CONNECTION %s"
+        pid = cursor.fetchone()[0]
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(sql, [pid])
+    finally:
+        other.close()
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="an SQLite connection cannot be killed")
+def test_enqueue_on_a_dead_connection_writes_nothing() -> None:
+    with pytest.raises(DatabaseError), transaction.atomic():
+        gauntlet_tasks.size.enqueue("first")
+        kill_own_connection()
+        gauntlet_tasks.size.enqueue("second")
+    connection.close()
+    assert not TaskRecord.objects.exists(), "half a transaction was written"
+    # The next enqueue, on a new connection, works.
+    gauntlet_tasks.size.enqueue("third")
+    assert list(TaskRecord.objects.values_list("args", flat=True)) == [["third"]]
