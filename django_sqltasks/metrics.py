@@ -1,0 +1,172 @@
+"""Prometheus metrics, when ``prometheus-client`` is installed (the ``metrics`` extra).
+
+Counters and histograms follow the Django Tasks signals sent in the process that serves them:
+in a worker, every task it starts and finishes. Queue depth, backlog age and live workers are
+gauges read from the database at each scrape, so any one process can report every queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from importlib.util import find_spec
+from typing import Any
+
+from django.db import connections
+
+from .compat import TaskResultStatus, task_enqueued, task_finished, task_started
+
+logger = logging.getLogger("django_sqltasks")
+
+# Seconds: from a few milliseconds (a warm worker) to an hour (a backlog).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+LABELS = ("backend", "queue", "task")
+
+
+def available() -> bool:
+    """Say whether prometheus-client is installed."""
+    return find_spec("prometheus_client") is not None
+
+
+class Metrics:
+    """The metrics of one process, in their own registry; ``connect`` starts counting."""
+
+    def __init__(self, using: str, registry: Any = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.using = using
+        self.registry = registry if registry is not None else CollectorRegistry()
+
+        def counter(name: str, doc: str) -> Any:
+            return Counter(f"sqltasks_tasks_{name}", doc, LABELS, registry=self.registry)
+
+        self.enqueued = counter("enqueued", "Tasks enqueued by this process.")
+        self.started = counter("started", "Task attempts started.")
+        self.succeeded = counter("succeeded", "Tasks finished successfully.")
+        self.failed = counter("failed", "Tasks that raised.")
+        self.retried = counter("retried", "Attempts after the first: rescues and retries.")
+        self.latency = Histogram(
+            "sqltasks_task_latency_seconds",
+            "Time from a task becoming due to its attempt starting.",
+            LABELS,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "sqltasks_task_duration_seconds",
+            "Time from an attempt's start to its finish.",
+            LABELS,
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(QueueCollector(using))
+
+    def connect(self) -> None:
+        """Count from the Django Tasks signals of this process."""
+        task_enqueued.connect(self._on_enqueued, dispatch_uid=f"sqltasks-metrics-{id(self)}")
+        task_started.connect(self._on_started, dispatch_uid=f"sqltasks-metrics-{id(self)}")
+        task_finished.connect(self._on_finished, dispatch_uid=f"sqltasks-metrics-{id(self)}")
+
+    def disconnect(self) -> None:
+        for signal in (task_enqueued, task_started, task_finished):
+            signal.disconnect(dispatch_uid=f"sqltasks-metrics-{id(self)}")
+
+    def _labels(self, result: Any) -> tuple[str, str, str]:
+        return (result.backend, result.task.queue_name, result.task.module_path)
+
+    def _on_enqueued(self, sender: Any, task_result: Any, **kwargs: Any) -> None:
+        self.enqueued.labels(*self._labels(task_result)).inc()
+
+    def _on_started(self, sender: Any, task_result: Any, **kwargs: Any) -> None:
+        labels = self._labels(task_result)
+        self.started.labels(*labels).inc()
+        if task_result.attempts > 1:
+            self.retried.labels(*labels).inc()
+        due = task_result.task.run_after or task_result.enqueued_at
+        if task_result.last_attempted_at and due and task_result.attempts == 1:
+            seconds = (task_result.last_attempted_at - due).total_seconds()
+            self.latency.labels(*labels).observe(max(seconds, 0.0))
+
+    def _on_finished(self, sender: Any, task_result: Any, **kwargs: Any) -> None:
+        labels = self._labels(task_result)
+        if task_result.status == TaskResultStatus.SUCCESSFUL:
+            self.succeeded.labels(*labels).inc()
+        elif task_result.status == TaskResultStatus.FAILED:
+            self.failed.labels(*labels).inc()
+        if task_result.finished_at and task_result.last_attempted_at:
+            seconds = (task_result.finished_at - task_result.last_attempted_at).total_seconds()
+            self.duration.labels(*labels).observe(max(seconds, 0.0))
+
+
+class QueueCollector:
+    """Read queue depth, backlog age and live workers from the database at each scrape."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+
+    def describe(self) -> list[Any]:
+        return []  # collected lazily: no query when the collector is registered
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from . import overview
+
+        depth = GaugeMetricFamily(
+            "sqltasks_queue_depth",
+            "Tasks in a queue, by state.",
+            labels=["backend", "queue", "state"],
+        )
+        oldest = GaugeMetricFamily(
+            "sqltasks_queue_oldest_due_seconds",
+            "How long the oldest due task of a queue has waited.",
+            labels=["backend", "queue"],
+        )
+        workers = GaugeMetricFamily(
+            "sqltasks_workers", "Live workers, by backend.", labels=["backend"]
+        )
+        try:
+            snapshot = overview.take(using=self.using, minutes=1)
+        except Exception:
+            logger.exception("Could not read queue metrics from database %s", self.using)
+            return
+        finally:
+            connection = connections[self.using]  # the scrape thread's own connection
+            if not connection.in_atomic_block:
+                connection.close()
+        for q in snapshot.queues:
+            for state, value in (
+                ("due", q.due),
+                ("scheduled", q.scheduled),
+                ("running", q.running),
+            ):
+                depth.add_metric([q.backend, q.queue, state], value)
+            age = q.oldest_age(snapshot.now)
+            oldest.add_metric([q.backend, q.queue], age.total_seconds() if age else 0.0)
+        per_backend: dict[str, int] = {}
+        for w in snapshot.workers:
+            per_backend[w.backend] = per_backend.get(w.backend, 0) + 1
+        for backend, count in sorted(per_backend.items()):
+            workers.add_metric([backend], count)
+        yield from (depth, oldest, workers)
+
+
+def serve(port: int, using: str, addr: str = "0.0.0.0") -> tuple[Metrics, Any]:
+    """Count this process's tasks and serve /metrics on ``addr:port``; return the server too."""
+    if not available():
+        raise RuntimeError(
+            "Metrics need prometheus-client: pip install 'django-sqltasks[metrics]'."
+        )
+    from prometheus_client import start_http_server
+
+    metrics = Metrics(using)
+    metrics.connect()
+    server, _thread = start_http_server(port, addr=addr, registry=metrics.registry)
+    logger.info(
+        "Serving metrics on http://%s:%d/metrics",
+        addr,
+        server.server_port,
+        extra={"action": "metrics_start", "port": server.server_port},
+    )
+    return metrics, server

@@ -1,0 +1,87 @@
+"""Prometheus metrics: counters from a real worker's signals, gauges from the database."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from django_sqltasks import metrics
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.models import WorkerRecord
+from django_sqltasks.worker import Worker
+from tests import tasks
+from tests.factories import task_row
+
+pytest.importorskip("prometheus_client", reason="metrics need prometheus-client (metrics extra)")
+
+
+@pytest.fixture
+def recorder() -> Iterator[metrics.Metrics]:
+    recorder = metrics.Metrics("default")
+    recorder.connect()
+    yield recorder
+    recorder.disconnect()
+
+
+def value(recorder: metrics.Metrics, name: str, **labels: str) -> float:
+    return recorder.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_counters_follow_a_real_worker(
+    recorder: metrics.Metrics, run_worker: Callable[..., Worker]
+) -> None:
+    tasks.add.enqueue(1, 2)
+    tasks.add.enqueue(3, 4)
+    tasks.fail.enqueue()
+    run_worker()
+    add = {"backend": "default", "queue": "default", "task": "tests.tasks.add"}
+    fail = {**add, "task": "tests.tasks.fail"}
+    assert value(recorder, "sqltasks_tasks_enqueued_total", **add) == 2
+    assert value(recorder, "sqltasks_tasks_started_total", **add) == 2
+    assert value(recorder, "sqltasks_tasks_succeeded_total", **add) == 2
+    assert value(recorder, "sqltasks_tasks_failed_total", **fail) == 1
+    assert value(recorder, "sqltasks_tasks_retried_total", **add) == 0
+    assert value(recorder, "sqltasks_task_latency_seconds_count", **add) == 2
+    assert value(recorder, "sqltasks_task_duration_seconds_count", **fail) == 1
+
+
+@pytest.mark.django_db
+def test_gauges_read_the_queues(recorder: metrics.Metrics) -> None:
+    task_row()
+    task_row()
+    task_row(TaskResultStatus.RUNNING, queue_name="other")
+    WorkerRecord.objects.create(id="w1", backend_name="default", queue_names=["*"])
+    depth = "sqltasks_queue_depth"
+    assert value(recorder, depth, backend="default", queue="default", state="due") == 2
+    assert value(recorder, depth, backend="default", queue="other", state="running") == 1
+    assert value(recorder, "sqltasks_workers", backend="default") == 1
+    oldest = "sqltasks_queue_oldest_due_seconds"
+    assert value(recorder, oldest, backend="default", queue="default") >= 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_serve_exposes_metrics_over_http() -> None:
+    recorder, server = metrics.serve(0, using="default", addr="127.0.0.1")
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = response.read().decode()
+        assert "sqltasks_tasks_started_total" in body and "sqltasks_queue_depth" in body
+    finally:
+        recorder.disconnect()
+        server.shutdown()
+        server.server_close()
+
+
+def test_available_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str, *args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(metrics, "find_spec", missing)
+    assert not metrics.available()
+    with pytest.raises(RuntimeError, match=r"django-sqltasks\[metrics\]"):
+        metrics.serve(0, using="default")
