@@ -304,19 +304,20 @@ def test_a_deadlock_is_retried(caplog: pytest.LogCaptureFixture) -> None:
 # A database that is not there ----------------------------------------------------------------
 
 
+# (DATABASE_URL, database name): nothing listens on port 1, and the directory does not exist.
 UNREACHABLE = {
-    "postgresql": "postgres://postgres@127.0.0.1:1/sqltasks",
-    "mysql": "mysql://root@127.0.0.1:1/sqltasks",
-    "sqlite": "sqlite:////nonexistent-directory/sqltasks.sqlite3",
+    "postgresql": ("postgres://postgres@127.0.0.1:1/sqltasks", "sqltasks"),
+    "mysql": ("mysql://root@127.0.0.1:1/sqltasks", "sqltasks"),
+    "sqlite": ("sqlite:////nonexistent/db.sqlite3", "/nonexistent/db.sqlite3"),
 }
 
 
 def test_enqueue_to_an_unreachable_database_raises_a_clear_error() -> None:
-    url = UNREACHABLE[connection.vendor]
+    url, name = UNREACHABLE[connection.vendor]
     result = run_python(
         "from tests import tasks\ntasks.noop.enqueue()\n",
         DATABASE_URL=url,
-        SQLTASKS_TEST_DB_NAME=url.rsplit("/", 1)[1],
+        SQLTASKS_TEST_DB_NAME=name,
     )
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("django.db.utils.")]
