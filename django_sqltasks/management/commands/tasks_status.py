@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from importlib import import_module
 from importlib.util import find_spec
 from typing import Any
@@ -23,17 +22,6 @@ QUEUE_COLUMNS = (
     "served",
 )
 WORKER_COLUMNS = ("worker", "host", "pid", "queues", "running", "last heartbeat")
-
-
-def age(value: timedelta | None) -> str:
-    if value is None:
-        return "-"
-    seconds = int(value.total_seconds())
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
 
 
 class Command(BaseCommand):
@@ -71,7 +59,7 @@ class Command(BaseCommand):
                     str(q.running),
                     str(q.succeeded),
                     str(q.failed),
-                    age(q.oldest_age(snapshot.now)),
+                    overview.short_age(q.oldest_age(snapshot.now)),
                     "yes" if q.served else "NO",
                 )
                 for q in snapshot.queues
@@ -84,7 +72,7 @@ class Command(BaseCommand):
                     str(w.pid or ""),
                     ",".join(w.queues),
                     f"{w.running}/{w.concurrency}",
-                    age(snapshot.now - w.heartbeat_at) + " ago",
+                    overview.short_age(snapshot.now - w.heartbeat_at) + " ago",
                 )
                 for w in snapshot.workers
                 if w.backend in names
