@@ -34,6 +34,8 @@ class BackendOptions:
     retry_backoff: float = DEFAULT_RETRY_BACKOFF
     retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX
     timeout: float | None = None
+    prune_successful_days: float | None = None  # None keeps successful tasks for ever
+    prune_failed_days: float | None = None  # None keeps failed tasks for ever
 
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
@@ -93,6 +95,15 @@ class BackendOptions:
             raise OptionError(
                 f"{where}['TIMEOUT'] must be a positive number of seconds or None, not {timeout!r}."
             )
+        for name in ("prune_successful_days", "prune_failed_days"):
+            days = getattr(self, name)
+            if days is not None and (
+                isinstance(days, bool) or not isinstance(days, (int, float)) or days < 0
+            ):
+                raise OptionError(
+                    f"{where}[{name.upper()!r}] must be a number of days (0 or more) or None, "
+                    f"not {days!r}."
+                )
         size = self.max_payload_bytes
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise OptionError(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.utils import timezone
 
@@ -88,3 +90,58 @@ def _delete(
         if len(ids) < batch_size:
             break
     return deleted
+
+
+PRUNE_INTERVAL = 600.0  # seconds between a worker's retention runs once it has caught up
+RETENTION_BATCHES = 5  # batches per run, so one run holds the worker's database thread briefly
+
+
+class Retention:
+    """Apply a backend's PRUNE_SUCCESSFUL_DAYS and PRUNE_FAILED_DAYS from a worker's heartbeat."""
+
+    def __init__(
+        self,
+        *,
+        backend: str,
+        using: str,
+        successful_days: float | None,
+        failed_days: float | None,
+        interval: float = PRUNE_INTERVAL,
+    ) -> None:
+        self.backend = backend
+        self.using = using
+        self.successful_days = successful_days
+        self.failed_days = failed_days
+        self.interval = interval
+        self._next = 0.0  # monotonic time of the next run; 0 runs at the first heartbeat
+
+    @classmethod
+    def for_backend(cls, backend: Any) -> Retention | None:
+        """Return the backend's retention, or None when neither option is set."""
+        config = backend.config
+        if config.prune_successful_days is None and config.prune_failed_days is None:
+            return None
+        return cls(
+            backend=backend.alias,
+            using=backend.database,
+            successful_days=config.prune_successful_days,
+            failed_days=config.prune_failed_days,
+        )
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._next
+
+    def run(self) -> Pruned:
+        """Prune up to RETENTION_BATCHES batches per status; come back soon if more remain."""
+        pruned = prune(
+            using=self.using,
+            backend=self.backend,
+            successful_days=self.successful_days,
+            failed_days=self.failed_days,
+            max_batches=RETENTION_BATCHES,
+        )
+        behind = pruned.successful >= RETENTION_BATCHES * BATCH_SIZE or (
+            pruned.failed >= RETENTION_BATCHES * BATCH_SIZE
+        )
+        self._next = 0.0 if behind else time.monotonic() + self.interval
+        return pruned
