@@ -88,6 +88,9 @@ class Worker:
             concurrency=concurrency,
             timeout=task_backend.config.lease_timeout,
         )
+        from .pruning import Retention  # imports the models: not at module import
+
+        self.retention = Retention.for_backend(task_backend)  # PRUNE_*_DAYS, or None
 
         self.claimed = 0  # tasks claimed since start
         self.processed = 0  # task outcomes written
@@ -606,3 +609,11 @@ class Worker:
                 future.result()
             except Exception:
                 logger.exception("Heartbeat failed worker_id=%s", self.worker_id)
+            if self.retention is not None and self.retention.due():
+                future = self._db.submit(
+                    run_with_retries, self.database, self.retention.run, self._stopped
+                )
+                try:
+                    future.result()
+                except Exception:
+                    logger.exception("Pruning failed worker_id=%s", self.worker_id)

@@ -94,3 +94,32 @@ def test_command_with_options() -> None:
 def test_command_rejects_bad_input(args: list[str], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         call_command("tasks_prune", *args)
+
+
+def test_retention_prunes_then_waits_for_its_interval() -> None:
+    from django_sqltasks.pruning import Retention
+
+    task_row(TaskResultStatus.SUCCESSFUL, finished_ago=3 * DAY)
+    task_row(TaskResultStatus.FAILED, finished_ago=3 * DAY)
+    retention = Retention(backend="default", using="default", successful_days=2, failed_days=None)
+    assert retention.due()
+    assert (retention.run().successful, TaskRecord.objects.count()) == (1, 1)
+    assert not retention.due()
+
+
+def test_retention_comes_from_the_options() -> None:
+    from django_sqltasks import SQLTaskBackend
+    from django_sqltasks.options import OptionError
+    from django_sqltasks.pruning import Retention
+
+    def backend(**options: object) -> SQLTaskBackend:
+        return SQLTaskBackend(
+            "x", {"BACKEND": "django_sqltasks.SQLTaskBackend", "OPTIONS": options}
+        )
+
+    assert Retention.for_backend(backend()) is None
+    retention = Retention.for_backend(backend(PRUNE_FAILED_DAYS=30))
+    assert retention is not None
+    assert (retention.successful_days, retention.failed_days) == (None, 30)
+    assert isinstance(backend(PRUNE_SUCCESSFUL_DAYS=-1).options_error, OptionError)
+    assert "PRUNE_SUCCESSFUL_DAYS" in str(backend(PRUNE_SUCCESSFUL_DAYS="7").options_error)
