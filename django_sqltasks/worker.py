@@ -610,10 +610,10 @@ class Worker:
             except Exception:
                 logger.exception("Heartbeat failed worker_id=%s", self.worker_id)
             if self.retention is not None and self.retention.due():
-                future = self._db.submit(
+                pruning = self._db.submit(
                     run_with_retries, self.database, self.retention.run, self._stopped
                 )
                 try:
-                    future.result()
+                    pruning.result()
                 except Exception:
                     logger.exception("Pruning failed worker_id=%s", self.worker_id)
