@@ -64,13 +64,16 @@ class Metrics:
 
     def connect(self) -> None:
         """Count from the Django Tasks signals of this process."""
-        task_enqueued.connect(self._on_enqueued, dispatch_uid=f"sqltasks-metrics-{id(self)}")
-        task_started.connect(self._on_started, dispatch_uid=f"sqltasks-metrics-{id(self)}")
-        task_finished.connect(self._on_finished, dispatch_uid=f"sqltasks-metrics-{id(self)}")
+        # Strong references: a worker keeps no handle on its Metrics, so weak ones would vanish.
+        uid = f"sqltasks-metrics-{id(self)}"
+        task_enqueued.connect(self._on_enqueued, weak=False, dispatch_uid=uid)
+        task_started.connect(self._on_started, weak=False, dispatch_uid=uid)
+        task_finished.connect(self._on_finished, weak=False, dispatch_uid=uid)
 
     def disconnect(self) -> None:
+        uid = f"sqltasks-metrics-{id(self)}"
         for signal in (task_enqueued, task_started, task_finished):
-            signal.disconnect(dispatch_uid=f"sqltasks-metrics-{id(self)}")
+            signal.disconnect(dispatch_uid=uid)
 
     def _labels(self, result: Any) -> tuple[str, str, str]:
         return (result.backend, result.task.queue_name, result.task.module_path)

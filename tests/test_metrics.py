@@ -85,3 +85,33 @@ def test_available_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not metrics.available()
     with pytest.raises(RuntimeError, match=r"django-sqltasks\[metrics\]"):
         metrics.serve(0, using="default")
+
+
+@pytest.mark.worker_process
+@pytest.mark.django_db(transaction=True)
+def test_worker_serves_metrics_on_its_port(worker_process: Callable[..., Any]) -> None:
+    import socket
+
+    from tests.conftest import wait_for
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tasks.add.enqueue(1, 2)
+    worker = worker_process("--queue", "*", "--metrics-port", str(port))
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def scrape() -> str | None:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                body = response.read().decode()
+        except OSError:
+            return None
+        return body if "sqltasks_tasks_succeeded_total{" in body else None
+
+    try:
+        body = wait_for(scrape, timeout=30)
+    except AssertionError:
+        raise AssertionError(worker.output) from None
+    assert 'task="tests.tasks.add"} 1.0' in body, worker.output
+    worker.stop()

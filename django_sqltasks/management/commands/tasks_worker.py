@@ -38,6 +38,13 @@ def positive_seconds(value: str) -> float:
     return number
 
 
+def port(value: str) -> int:
+    number = positive_int(value)
+    if number > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 1 to 65535, not {number}")
+    return number
+
+
 def worker_id(value: str) -> str:
     if not 0 < len(value) <= MAX_WORKER_ID_LENGTH:
         raise argparse.ArgumentTypeError(
@@ -91,6 +98,12 @@ class Command(BaseCommand):
             help="On stop, seconds to wait for running tasks before requeueing them "
             "(default: wait for them).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            help="Serve Prometheus metrics on this port at /metrics (needs prometheus-client, "
+            "the 'metrics' extra; default: off).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
@@ -115,6 +128,13 @@ class Command(BaseCommand):
         except ValueError as e:
             raise CommandError(str(e)) from e
         self._check_database(worker.database)
+        if options["metrics_port"] is not None:
+            from django_sqltasks import metrics
+
+            try:
+                metrics.serve(options["metrics_port"], using=worker.database)
+            except (RuntimeError, OSError) as e:
+                raise CommandError(f"--metrics-port: {e}") from e
         try:
             worker.run()
         except RuntimeError as e:
