@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,9 +18,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import environment, network, page, processes, report, scenarios, services
+from benchmarks import (
+    environment,
+    network,
+    page,
+    processes,
+    report,
+    scenarios,
+    services,
+    snapshot,
+)
 from benchmarks.systems import SMOKE_SYSTEMS, SYSTEMS
-from benchmarks.systems.base import REPO_ROOT, Endpoints, Service, System
+from benchmarks.systems.base import CORE_PATH_ENV, REPO_ROOT, Endpoints, Service, System
 
 RAW_DIR = REPO_ROOT / "benchmarks" / "results" / "raw"
 DOCS_DIR = REPO_ROOT / "docs" / "benchmarks"
@@ -69,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--http-requests", type=_positive, default=2000, help="HTTP requests (2000)")
     run.add_argument("--profile", help="result name (default: local, or rtt-2ms with --rtt 2ms)")
     run.add_argument("--out", type=Path, help="where summaries go (default docs/benchmarks)")
+    run.add_argument(
+        "--core-ref",
+        default="HEAD",
+        help="git ref of django_sqltasks to benchmark (HEAD), or 'worktree' for the files as is",
+    )
     run.add_argument("--smoke", action="store_true", help="few tasks, 3 systems, 1 repeat (CI)")
     sub.add_parser("report", help="rebuild tables, charts and docs/benchmarks.md from the JSON")
     sub.add_parser("setup", help="install the peers and tools into the current environment")
@@ -148,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
     raw_path = RAW_DIR / f"{stamp}-{plan.profile}.jsonl"
     log_dir = RAW_DIR / f"{stamp}-{plan.profile}-logs"
     state_dir = tempfile.mkdtemp(prefix="django-sqltasks-bench-")
+    core = snapshot.extract(args.core_ref, Path(state_dir) / "core")
+    if core is not None:
+        os.environ[CORE_PATH_ENV] = str(core)
     direct = Endpoints(state_dir=state_dir)
     meta: dict[str, Any] = {
         "profile": plan.profile,
@@ -162,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         "http_requests": args.http_requests,
         "rtt_requested_ms": plan.rtt_ms,
         "machine": environment.describe(direct),
+        "django_sqltasks": snapshot.describe(args.core_ref),
     }
     records: list[dict[str, Any]] = []
     try:

@@ -156,6 +156,12 @@ def _settings_table() -> str:
 
 def _machine(meta: dict[str, Any]) -> str:
     machine = meta["machine"]
+    core = meta.get("django_sqltasks", {})
+    dirty = (
+        " (the working tree had other changes, not benchmarked)"
+        if core.get("worktree_dirty")
+        else ""
+    )
     packages = ", ".join(f"{k} {v}" for k, v in machine["packages"].items() if v != "not installed")
     services = ", ".join(f"{k} {v}" for k, v in machine["services"].items())
     return (
@@ -164,6 +170,7 @@ def _machine(meta: dict[str, Any]) -> str:
         f"{machine['os']}\n"
         f"- Python {machine['python']}; {packages}\n"
         f"- Services: {services}\n"
+        f"- django-sqltasks: commit {core.get('commit', '?')[:12]}{dirty}\n"
         f"- Date of the runs: {meta['started_at']} (UTC)\n"
     )
 

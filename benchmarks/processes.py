@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.systems.base import REPO_ROOT
+from benchmarks.systems.base import SUBPROCESS_CWD
 
 STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
 
@@ -28,7 +28,7 @@ def spawn(argv: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Pop
         proc = subprocess.Popen(
             list(argv),
             env=env,
-            cwd=REPO_ROOT,
+            cwd=SUBPROCESS_CWD,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

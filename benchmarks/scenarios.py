@@ -15,7 +15,7 @@ from benchmarks import loadgen, services
 from benchmarks.marker import EXPECTED_ENV, MARKER_ADDR_ENV, MarkerListener
 from benchmarks.metrics import TreeSampler, percentile, vm_hwm_bytes
 from benchmarks.processes import free_port, spawn, stop, wait_for_port
-from benchmarks.systems.base import REPO_ROOT, Endpoints, System, django_env
+from benchmarks.systems.base import SUBPROCESS_CWD, Endpoints, System, django_env
 
 THROUGHPUT_SCENARIOS = ("noop", "sleep")
 ALL_SCENARIOS = ("noop", "sleep", "latency", "http")
@@ -45,7 +45,7 @@ def _agent(system: System, ctx: RunContext, *args: str) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.agent", *args],
         env=django_env(system, ctx.endpoints),
-        cwd=REPO_ROOT,
+        cwd=SUBPROCESS_CWD,
         capture_output=True,
         text=True,
         timeout=AGENT_TIMEOUT,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,9 @@ from typing import Any, Literal
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_MODULE = "benchmarks.projects.settings"
+CORE_PATH_ENV = "BENCH_CORE_PATH"
+# Subprocesses start outside the checkout: a checkout on sys.path[0] would shadow the snapshot.
+SUBPROCESS_CWD = Path(tempfile.gettempdir())
 
 # How the enqueue side talks to the system: Django Tasks' ``aenqueue``, Celery's ``delay``
 # through ``sync_to_async``, or the plain psycopg loop.
@@ -97,7 +101,9 @@ def django_env(system: System, endpoints: Endpoints) -> dict[str, str]:
     env.update(endpoints.as_env())
     env["BENCH_SYSTEM"] = system.name
     env["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    # A snapshot of django_sqltasks (see benchmarks.snapshot) shadows the working tree's.
+    paths = (os.environ.get(CORE_PATH_ENV, ""), str(REPO_ROOT), env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env.pop("BENCH_MARKER_ADDR", None)
     return env
 
@@ -107,7 +113,7 @@ def manage(system: System, endpoints: Endpoints, *args: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "django", *args],
         env=django_env(system, endpoints),
-        cwd=REPO_ROOT,
+        cwd=SUBPROCESS_CWD,
         capture_output=True,
         text=True,
         timeout=300,
