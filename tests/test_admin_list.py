@@ -120,7 +120,6 @@ def test_planner_estimate_is_close_after_analyze() -> None:
 @pytest.mark.parametrize(
     ("filters", "index"),
     [
-        ({"status": "FAILED"}, "sqltasks_status_idx"),
         ({"task_path": "tests.tasks.echo"}, "sqltasks_task_idx"),
         ({}, "sqltasks_enqueued_idx"),
     ],

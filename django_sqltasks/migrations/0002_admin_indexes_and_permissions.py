@@ -29,10 +29,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='taskrecord',
-            index=models.Index(fields=['status', '-enqueued_at'], name='sqltasks_status_idx'),
-        ),
-        migrations.AddIndex(
-            model_name='taskrecord',
             index=models.Index(fields=['task_path', '-enqueued_at'], name='sqltasks_task_idx'),
         ),
     ]
