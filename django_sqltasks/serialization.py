@@ -20,9 +20,14 @@ def check_json(value: Any, where: str, _depth: int = 0) -> None:
 
     Accepts what Django's ``normalize_json`` accepts (tuples and bytearrays become lists,
     UTF-8 bytes become str), and refuses what a database's JSON would silently change:
-    non-string object keys, NaN and infinities, integers beyond 64 bits.
+    non-string object keys, NaN and infinities, integers beyond 64 bits; and text no
+    database can take back: NUL characters (PostgreSQL's jsonb refuses them) and lone
+    surrogates (not UTF-8).
     """
-    if value is None or isinstance(value, (str, bool)):
+    if isinstance(value, str):
+        check_text(value, where)
+        return
+    if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
         if not INT64_MIN <= value <= INT64_MAX:
@@ -39,11 +44,12 @@ def check_json(value: Any, where: str, _depth: int = 0) -> None:
         raise InvalidTaskArguments(f"{where} is nested more than {MAX_DEPTH} levels deep.")
     if isinstance(value, bytes):
         try:
-            value.decode("utf-8")
+            text = value.decode("utf-8")
         except UnicodeDecodeError as e:
             raise InvalidTaskArguments(
                 f"{where} is bytes that are not valid UTF-8; encode binary data (base64) first."
             ) from e
+        check_text(text, where)
         return
     if isinstance(value, bytearray):
         return
@@ -54,6 +60,7 @@ def check_json(value: Any, where: str, _depth: int = 0) -> None:
                     f"{where} has the key {key!r} of type {type(key).__name__}; JSON object keys "
                     "must be strings."
                 )
+            check_text(key, f"{where} key {key!r}")
             check_json(item, f"{where}[{key!r}]", _depth + 1)
         return
     if isinstance(value, Sequence) and not isinstance(value, str):
@@ -66,6 +73,23 @@ def check_json(value: Any, where: str, _depth: int = 0) -> None:
         "use str, int, float, bool, None, list, tuple or dict (convert dates, Decimals, UUIDs "
         "and model instances to strings or ids)."
     )
+
+
+def check_text(value: str, where: str) -> None:
+    """Raise ``InvalidTaskArguments`` if ``value`` holds text that a JSON column cannot store."""
+    if "\x00" in value:
+        raise InvalidTaskArguments(
+            f"{where} contains a NUL character (\\x00), which PostgreSQL cannot store in JSON; "
+            "remove it, or encode the data (base64) first."
+        )
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidTaskArguments(
+                f"{where} contains a lone surrogate ({value[e.start]!r}), which is not valid "
+                "UTF-8 text."
+            ) from e
 
 
 def check_arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:

@@ -36,6 +36,11 @@ def size(payload: str) -> int:
 
 
 @task
+def big_result(size: int) -> str:
+    return "x" * size
+
+
+@task
 def raise_memory_error() -> None:
     raise MemoryError("pretend the task exhausted memory")
 
@@ -67,3 +72,12 @@ def executions(path: str | Path) -> list[str]:
     """The labels recorded in ``path``, one per execution, in the order they ran."""
     p = Path(path)
     return [line.split()[0] for line in p.read_text().splitlines()] if p.exists() else []
+
+
+UNSTORABLE = {"nul": "a\x00b", "surrogate": "\ud800"}
+
+
+@task
+def return_unstorable(kind: str) -> str:
+    """Return text a JSON column cannot hold: a NUL character, or a lone surrogate."""
+    return UNSTORABLE[kind]

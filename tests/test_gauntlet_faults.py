@@ -19,7 +19,6 @@ import pytest
 from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 
-from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.database import run_with_retries
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker import Worker
@@ -38,7 +37,9 @@ postgres_only = pytest.mark.skipif(
 
 
 def enqueue_marks(log: Path, count: int, seconds: float = 0.0) -> None:
-    calls = [((str(log), f"t{i}", seconds), {}) for i in range(count)]
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((str(log), f"t{i}", seconds), {}) for i in range(count)
+    ]
     gauntlet_tasks.mark_slowly.get_backend().enqueue_many(gauntlet_tasks.mark_slowly, calls)
 
 
@@ -114,7 +115,9 @@ def test_workers_ride_out_a_postgres_restart(
     for worker in workers:
         assert worker.wait(timeout=60) == 0, worker.output
     with psycopg.connect(private_postgres.url) as c:
-        statuses = dict(c.execute(f"SELECT status, count(*) FROM {TABLE} GROUP BY 1").fetchall())
+        statuses: dict[str, int] = dict(
+            c.execute(f"SELECT status, count(*) FROM {TABLE} GROUP BY 1").fetchall()
+        )
         retried = c.execute(f"SELECT count(*) FROM {TABLE} WHERE attempts > 1").fetchone()
     assert statuses == {"SUCCESSFUL": count}
     executions = Counter(gauntlet_tasks.executions(log))
@@ -235,12 +238,12 @@ def test_a_lock_held_past_the_lock_timeout_is_retried(
     log = tmp_path / "executions"
     count = 600
     enqueue_marks(log, count, 0.002)
-    locker = threading.Thread(
-        target=lambda: (
-            wait_for(lambda: len(gauntlet_tasks.executions(log)) >= 50, timeout=60),
-            hold_table_lock(HOLD_LOCK),
-        )
-    )
+
+    def lock_once_under_way() -> None:
+        wait_for(lambda: len(gauntlet_tasks.executions(log)) >= 50, timeout=60)
+        hold_table_lock(HOLD_LOCK)
+
+    locker = threading.Thread(target=lock_once_under_way)
     connection_created.connect(short_lock_timeouts, dispatch_uid="gauntlet-lock-timeout")
     try:
         locker.start()
@@ -346,10 +349,14 @@ def kill_own_connection() -> None:
 
 @pytest.mark.skipif(connection.vendor == "sqlite", reason="an SQLite connection cannot be killed")
 def test_enqueue_on_a_dead_connection_writes_nothing() -> None:
-    with pytest.raises(DatabaseError), transaction.atomic():
-        gauntlet_tasks.size.enqueue("first")
-        kill_own_connection()
-        gauntlet_tasks.size.enqueue("second")
+    def enqueue_twice_dying_between() -> None:
+        with transaction.atomic():
+            gauntlet_tasks.size.enqueue("first")
+            kill_own_connection()
+            gauntlet_tasks.size.enqueue("second")
+
+    with pytest.raises(DatabaseError):
+        enqueue_twice_dying_between()
     connection.close()
     assert not TaskRecord.objects.exists(), "half a transaction was written"
     # The next enqueue, on a new connection, works.

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,12 +29,10 @@ SHORT_LEASE = {"SQLTASKS_LEASE_TIMEOUT": "2", "SQLTASKS_HEARTBEAT_INTERVAL": "0.
 
 
 def enqueue_marks(log: Path, count: int, seconds: float = 0.0) -> None:
-    if seconds:
-        calls = [((str(log), f"t{i}", seconds), {}) for i in range(count)]
-        gauntlet_tasks.mark_slowly.get_backend().enqueue_many(gauntlet_tasks.mark_slowly, calls)
-    else:
-        calls = [((str(log), f"t{i}"), {}) for i in range(count)]
-        gauntlet_tasks.mark.get_backend().enqueue_many(gauntlet_tasks.mark, calls)
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((str(log), f"t{i}", seconds), {}) for i in range(count)
+    ]
+    gauntlet_tasks.mark_slowly.get_backend().enqueue_many(gauntlet_tasks.mark_slowly, calls)
 
 
 def stop_all(workers: list[WorkerProcess]) -> None:
@@ -46,14 +45,14 @@ def stop_all(workers: list[WorkerProcess]) -> None:
 
 def test_every_task_runs_exactly_once(worker_process: StartWorker, tmp_path: Path) -> None:
     log = tmp_path / "executions"
-    workers = [
-        worker_process("--concurrency", "8", "--worker-id", f"w{n}") for n in range(WORKERS)
-    ]
+    workers = [worker_process("--concurrency", "8", "--worker-id", f"w{n}") for n in range(WORKERS)]
     wait_for(lambda: WorkerRecord.objects.count() == WORKERS)
     started = time.monotonic()
     # Enqueued in slices while the workers run, so claims race against inserts.
     for start in range(0, TASKS, 250):
-        calls = [((str(log), f"t{i}"), {}) for i in range(start, min(start + 250, TASKS))]
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+            ((str(log), f"t{i}"), {}) for i in range(start, min(start + 250, TASKS))
+        ]
         gauntlet_tasks.mark.get_backend().enqueue_many(gauntlet_tasks.mark, calls)
     wait_for(lambda: TaskRecord.objects.succeeded().count() == TASKS, timeout=150, interval=0.2)
     elapsed = time.monotonic() - started
