@@ -210,10 +210,12 @@ def hold_table_lock(seconds: float) -> None:
     """Lock the task table against every write (and on MySQL and PostgreSQL, every read)."""
     if connection.vendor == "sqlite":
         raw = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
-        raw.execute("BEGIN IMMEDIATE")
-        time.sleep(seconds)
-        raw.execute("COMMIT")
-        raw.close()
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+            time.sleep(seconds)
+            raw.execute("COMMIT")
+        finally:
+            raw.close()
         return
     other = connections.create_connection("default")
     try:

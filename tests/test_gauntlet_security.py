@@ -69,14 +69,16 @@ def test_a_row_cannot_call_anything_but_a_task(
     run_worker: RunWorker, tmp_path: Path, task_path: str
 ) -> None:
     target = tmp_path / "pwned"
-    args: list[Any] = {
+    calls: dict[str, list[Any]] = {
         "os.system": [f"touch {target}"],
         "posix.system": [f"touch {target}"],
         "subprocess.check_call": [["touch", str(target)]],
         "builtins.exec": [f"open({str(target)!r}, 'w').close()"],
         "shutil.rmtree": [str(tmp_path)],
-    }[task_path]
-    record = TaskRecord.objects.create(task_path=task_path, backend_name="default", args=args)
+    }
+    record = TaskRecord.objects.create(
+        task_path=task_path, backend_name="default", args=calls[task_path]
+    )
     run_worker()
     record.refresh_from_db()
     assert record.status == TaskResultStatus.FAILED
@@ -127,7 +129,7 @@ def sql_fstrings() -> Iterator[tuple[str, ast.JoinedStr]]:
     for path, tree in package_modules():
         for node in ast.walk(tree):
             if isinstance(node, ast.JoinedStr):
-                text = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+                text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
                 if SQL_WORDS.search(text):
                     yield f"{path.relative_to(PACKAGE)}:{node.lineno}", node
 
