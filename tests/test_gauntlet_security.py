@@ -53,7 +53,7 @@ def test_no_pickle_eval_or_exec_anywhere_in_the_package() -> None:
                 if isinstance(base, ast.Name) and base.id in UNSAFE_MODULES | {"yaml"}:
                     names = [base.id]
             bad = [n for n in names if n in UNSAFE_MODULES | UNSAFE_CALLS | {"yaml"}]
-            found += [f"{path.name}:{node.lineno} {n}" for n in bad]  # type: ignore[attr-defined]
+            found += [f"{path.name}:{node.lineno} {n}" for n in bad]
     assert found == []
 
 
