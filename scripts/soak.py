@@ -1,0 +1,347 @@
+"""Soak run: many tasks through several workers, with SIGKILLs and a database restart.
+
+Out of CI; see docs/reliability.md. By default it starts a private PostgreSQL server (so the
+restart hurts no one) and runs 1,000,000 tasks through 4 workers:
+
+    .venv/bin/python scripts/soak.py --tasks 100000          # a reduced run
+    .venv/bin/python scripts/soak.py --json soak.json        # the full run, figures saved
+
+Each task appends its label to a file; afterwards every label must be there (lost = 0), and
+every label seen twice must belong to a row whose errors say why it ran again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.gauntlet_postgres import PrivatePostgres, find_bindir  # noqa: E402
+
+TABLE = "django_sqltasks_taskrecord"
+ENQUEUE_CHUNK = 10_000  # tasks per enqueue_many (one COPY on PostgreSQL)
+CLAIM_SAMPLE = 5_000  # tasks claimed to measure claim speed
+CLAIM_BATCH = 50  # tasks per claim statement in that measurement
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+class Executions:
+    """Follow the executions file: labels, counted incrementally."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.count = 0
+
+    def poll(self) -> int:
+        if self.path.exists():
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+            whole = data.rfind(b"\n") + 1
+            self.offset += whole
+            self.count += data[:whole].count(b"\n")
+        return self.count
+
+    def labels(self) -> Counter[str]:
+        return Counter(line.split()[0] for line in self.path.read_text().splitlines())
+
+
+class Workers:
+    """Worker subprocesses; a killed one is replaced by a new one with a new id."""
+
+    def __init__(self, count: int, concurrency: int, env: dict[str, str], logdir: Path) -> None:
+        self.env = env
+        self.concurrency = concurrency
+        self.logdir = logdir
+        self.generation = 0
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        for _ in range(count):
+            self.spawn()
+
+    def spawn(self) -> None:
+        self.generation += 1
+        worker_id = f"soak-{self.generation}"
+        out = (self.logdir / f"{worker_id}.log").open("wb")
+        self.procs[worker_id] = subprocess.Popen(
+            [sys.executable, "-m", "django", "tasks_worker", "--worker-id", worker_id,
+             "--concurrency", str(self.concurrency)],
+            cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def kill_one(self) -> str:
+        worker_id = random.choice(sorted(self.procs))
+        proc = self.procs.pop(worker_id)
+        proc.kill()
+        proc.wait()
+        self.spawn()
+        return worker_id
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def django_setup(url: str, lease: float) -> None:
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    os.environ["SQLTASKS_LEASE_TIMEOUT"] = str(lease)
+    os.environ["SQLTASKS_HEARTBEAT_INTERVAL"] = str(lease / 5)
+    import django
+
+    django.setup()
+
+
+def scalar(sql: str, params: list[Any] | None = None) -> Any:
+    """Run ``sql``, riding out the restart like a worker does; return the first value."""
+    from django.db import connection
+
+    from django_sqltasks.database import run_with_retries
+
+    def run() -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params or [])
+            row = cursor.fetchone() if cursor.description else None
+        return row[0] if row else None
+
+    return run_with_retries("default", run)
+
+
+def enqueue(log_path: Path, count: int) -> float:
+    from tests import gauntlet_tasks
+
+    backend = gauntlet_tasks.mark.get_backend()
+    started = time.monotonic()
+    for start in range(0, count, ENQUEUE_CHUNK):
+        calls = [
+            ((str(log_path), f"t{i}"), {}) for i in range(start, min(count, start + ENQUEUE_CHUNK))
+        ]
+        backend.enqueue_many(gauntlet_tasks.mark, calls)  # type: ignore[attr-defined]
+    return time.monotonic() - started
+
+
+def claim_rate() -> float:
+    """Claim CLAIM_SAMPLE fresh tasks, CLAIM_BATCH at a time; return tasks claimed per second."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from django_sqltasks.sql import dialect_for
+    from tests import tasks
+
+    backend = tasks.noop.get_backend()
+    backend.enqueue_many(tasks.noop, [((), {})] * CLAIM_SAMPLE)  # type: ignore[attr-defined]
+    dialect = dialect_for(connection)
+    if connection.vendor == "postgresql":
+        scalar(f"ANALYZE {TABLE}")
+    claimed = 0
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        while claimed < CLAIM_SAMPLE:
+            rows = dialect.claim(
+                cursor, backend_name="default", queue_names=None, worker_id="claim-bench",
+                now=timezone.now(), limit=CLAIM_BATCH,
+            )  # fmt: skip
+            if not rows:
+                break
+            claimed += len(rows)
+    elapsed = time.perf_counter() - started
+    scalar(f"DELETE FROM {TABLE} WHERE owner = %s", ["claim-bench"])
+    return claimed / elapsed
+
+
+def table_figures() -> dict[str, Any]:
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return {}
+    scalar(f"ANALYZE {TABLE}")
+    return {
+        "rows": scalar(f"SELECT count(*) FROM {TABLE}"),
+        "table_mb": round(scalar("SELECT pg_relation_size(%s)", [TABLE]) / 2**20, 1),
+        "indexes_mb": round(scalar("SELECT pg_indexes_size(%s)", [TABLE]) / 2**20, 1),
+        "total_mb": round(scalar("SELECT pg_total_relation_size(%s)", [TABLE]) / 2**20, 1),
+        "dead_tuples": scalar(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = %s", [TABLE]
+        ),
+    }
+
+
+def duplicates_and_causes(labels: Counter[str]) -> dict[str, Any]:
+    from django.db import connection
+
+    twice = {label for label, n in labels.items() if n > 1}
+    causes: Counter[str] = Counter()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT args, errors FROM {TABLE} WHERE attempts > 1")
+        retried = {}
+        for args, errors in cursor.fetchall():
+            args = json.loads(args) if isinstance(args, str) else args
+            errors = json.loads(errors) if isinstance(errors, str) else errors
+            retried[args[1]] = [e["exception_class_path"].rsplit(".", 1)[-1] for e in errors]
+    for label in twice:
+        causes["+".join(retried.get(label, [])) or "UNEXPLAINED"] += 1
+    return {
+        "duplicated": len(twice),
+        "extra_executions": sum(n - 1 for n in labels.values() if n > 1),
+        "causes": dict(causes),
+        "rows_attempted_more_than_once": len(retried),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=1_000_000)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--kill-every", type=float, default=15.0, help="seconds between SIGKILLs")
+    parser.add_argument("--restart-at", type=float, default=0.5, help="restart at this fraction")
+    parser.add_argument("--lease", type=float, default=5.0, help="LEASE_TIMEOUT, seconds")
+    parser.add_argument("--database-url", help="an existing database (no restart); default: a "
+                        "private PostgreSQL server")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+
+    server = None
+    if args.database_url is None:
+        bindir = find_bindir()
+        if bindir is None:
+            parser.error("no PostgreSQL binaries: pass --database-url")
+        server = PrivatePostgres(bindir, "soak").init()
+    url = args.database_url or server.url  # type: ignore[union-attr]
+    workdir = Path(tempfile.mkdtemp(prefix="sqltasks-soak-"))
+    executions_path = workdir / "executions"
+    figures: dict[str, Any] = {"tasks": args.tasks, "workers": args.workers}
+    try:
+        django_setup(url, args.lease)
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        scalar(f"DELETE FROM {TABLE}")
+        figures["claim_per_s_empty"] = round(claim_rate())
+        seconds = enqueue(executions_path, args.tasks)
+        figures["enqueue_per_s"] = round(args.tasks / seconds)
+        log(f"enqueued {args.tasks} in {seconds:.1f}s")
+
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env.pop("SQLTASKS_TEST_DB_NAME", None)
+        executions = Executions(executions_path)
+        started = last_kill = time.monotonic()
+        workers = Workers(args.workers, args.concurrency, env, workdir)
+        kills: list[str] = []
+        restarts: list[dict[str, float]] = []
+        samples: list[tuple[float, int]] = []
+        while True:
+            time.sleep(1.0)
+            now = time.monotonic()
+            done = executions.poll()
+            samples.append((round(now - started, 1), done))
+            if len(samples) % 10 == 0:
+                log(f"{done} executions, {done / (now - started):.0f}/s overall")
+            if (
+                done >= args.tasks
+                and scalar(f"SELECT count(*) FROM {TABLE} WHERE status = 'SUCCESSFUL'")
+                >= args.tasks
+            ):
+                break
+            if now - started > args.timeout:
+                log("timeout")
+                break
+            if args.kill_every and now - last_kill >= args.kill_every and done < args.tasks:
+                kills.append(workers.kill_one())
+                last_kill = now
+                log(f"SIGKILL {kills[-1]}")
+            if server is not None and not restarts and done >= args.tasks * args.restart_at:
+                before = executions.poll()
+                t0 = time.monotonic()
+                server.restart()
+                down = time.monotonic() - t0
+                while executions.poll() <= before + args.concurrency:
+                    time.sleep(0.05)
+                restarts.append(
+                    {"down_s": round(down, 2), "resumed_s": round(time.monotonic() - t0, 2)}
+                )
+                resumed = restarts[-1]["resumed_s"]
+                log(f"PostgreSQL restarted: down {down:.2f}s, work resumed after {resumed}s")
+        elapsed = time.monotonic() - started
+        workers.stop()
+
+        labels = executions.labels()
+        statuses = dict(_rows(f"SELECT status, count(*) FROM {TABLE} GROUP BY status"))
+        lost = args.tasks - len(labels) + (args.tasks - statuses.get("SUCCESSFUL", 0))
+        figures.update(
+            elapsed_s=round(elapsed, 1),
+            throughput_per_s=round(args.tasks / elapsed),
+            kills=len(kills),
+            restarts=restarts,
+            statuses=statuses,
+            lost=lost,
+            **duplicates_and_causes(labels),
+            throughput_over_time=_per_interval(samples, 10),
+        )
+        figures["table"] = table_figures()
+        figures["claim_per_s_full_unvacuumed"] = round(claim_rate())
+        if _vendor() == "postgresql":
+            _rows(f"VACUUM ANALYZE {TABLE}")  # Django runs in autocommit here
+        figures["claim_per_s_full"] = round(claim_rate())
+        figures["table_after_vacuum"] = table_figures()
+        figures["claim_full_vs_empty"] = round(
+            figures["claim_per_s_full"] / figures["claim_per_s_empty"], 2
+        )
+        print(json.dumps(figures, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        return 0 if lost == 0 and "UNEXPLAINED" not in figures["causes"] else 1
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        if server is not None:
+            server.stop()
+
+
+def _rows(sql: str) -> list[tuple[Any, ...]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return list(cursor.fetchall()) if cursor.description else []
+
+
+def _vendor() -> str:
+    from django.db import connection
+
+    return connection.vendor
+
+
+def _per_interval(samples: list[tuple[float, int]], every: int) -> list[dict[str, float]]:
+    """Throughput per ``every`` samples (about ``every`` seconds)."""
+    out = []
+    for i in range(every, len(samples), every):
+        (t0, n0), (t1, n1) = samples[i - every], samples[i]
+        out.append({"t": t1, "per_s": round((n1 - n0) / (t1 - t0))})
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
