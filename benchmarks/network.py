@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import psycopg
 import redis
 
 from benchmarks.processes import free_port, spawn, wait_for_port
-from benchmarks.systems.base import Endpoints, Service
+from benchmarks.systems.base import REPO_ROOT, Endpoints, Service
 
 RTT_SAMPLES = 50
 
@@ -29,7 +30,8 @@ def start_proxies(
             sys.executable, "-m", "benchmarks.proxy", "--listen", f"127.0.0.1:{port}",
             "--target", f"{direct.host(service)}:{direct.port(service)}", "--rtt-ms", str(rtt_ms),
         ]  # fmt: skip
-        proc = spawn(argv, {}, log_dir / f"proxy-{service}.log")
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        proc = spawn(argv, env, log_dir / f"proxy-{service}.log")
         procs.append(proc)
         wait_for_port("127.0.0.1", port, 10.0, proc)
         addresses[service] = ("127.0.0.1", port)

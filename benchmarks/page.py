@@ -90,6 +90,9 @@ CAVEATS = """\
   row per task; django-vtasks deletes the row on success and keeps no results; Celery runs with
   results ignored; RQ keeps results in Redis. The raw SQL row is not a task queue at all (no
   retries, no result API, no recovery): it shows what PostgreSQL allows here, not a competitor.
+- The userspace delay proxy adds more than the requested RTT (Python's timer resolution and
+  its own CPU time on a busy machine); the measured round trip printed with each profile is the
+  one that applied. The 2 ms profile covers only the systems and scenarios listed in its command.
 - Redis 7 stands in for Valkey on this machine; django-vtasks speaks the same protocol to both.
 - SQLite is a local file: it has no network round trip, so `--rtt` does not apply to it.
 - Latency through a polling worker depends on the poll interval; django-tasks-db's default
