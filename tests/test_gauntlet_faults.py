@@ -98,11 +98,8 @@ def test_workers_ride_out_a_postgres_restart(
         worker_process("--concurrency", "8", "--worker-id", f"w{n}", env=env) for n in range(2)
     ]
     wait_for(lambda: len(gauntlet_tasks.executions(log)) >= count // 4, timeout=60)
-    before = len(gauntlet_tasks.executions(log))
     private_postgres.restart()
     restarted = time.monotonic()
-    wait_for(lambda: len(gauntlet_tasks.executions(log)) > before + 16, timeout=60)
-    recovered = time.monotonic() - restarted
 
     def finished() -> bool:
         with psycopg.connect(private_postgres.url) as c:
@@ -118,14 +115,14 @@ def test_workers_ride_out_a_postgres_restart(
         statuses: dict[str, int] = dict(
             c.execute(f"SELECT status, count(*) FROM {TABLE} GROUP BY 1").fetchall()
         )
-        retried = c.execute(f"SELECT count(*) FROM {TABLE} WHERE attempts > 1").fetchone()
+        retried = c.execute(f"SELECT count(*) FROM {TABLE} WHERE attempts > 1").fetchone()[0]
     assert statuses == {"SUCCESSFUL": count}
     executions = Counter(gauntlet_tasks.executions(log))
     assert set(executions) == {f"t{i}" for i in range(count)}, "a task was lost"
     assert [k for k, v in executions.items() if v > 1] == [], "a task ran twice"
     output = "".join(w.output for w in workers)
     assert "Transient database error" in output
-    print(f"\nrestart: work resumed {recovered:.2f}s later; {retried} task(s) claimed again")
+    print(f"\nrestart: all done {time.monotonic() - restarted:.1f}s later; {retried} claimed again")
 
 
 @postgres_only

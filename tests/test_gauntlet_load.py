@@ -79,16 +79,15 @@ def test_sigkill_mid_batch_runs_its_tasks_again_after_the_lease(
     count = 400
     enqueue_marks(log, count, seconds=0.1)
     victim = worker_process("--concurrency", "8", "--worker-id", "victim", env=SHORT_LEASE)
-    # The victim runs alone until it is into the queue, with 8 tasks in flight.
+    # The victim runs alone until it is into the queue, with 8 tasks in flight, and dies.
     wait_for(lambda: len(gauntlet_tasks.executions(log)) >= 24, timeout=60)
-    survivor = worker_process("--concurrency", "8", "--worker-id", "survivor", env=SHORT_LEASE)
-    wait_for(lambda: WorkerRecord.objects.filter(id="survivor").exists())
     in_flight = set(
         TaskRecord.objects.owned_by("victim").values_list("id", flat=True)
     )  # a lower bound: the victim may claim more before the signal lands
     victim.kill()
     killed_at = time.monotonic()
     assert victim.wait() == -signal.SIGKILL
+    survivor = worker_process("--concurrency", "8", "--worker-id", "survivor", env=SHORT_LEASE)
     wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=90, interval=0.1)
     recovered = time.monotonic() - killed_at
     stop_all([survivor])
