@@ -13,6 +13,7 @@ gets its own result or its own error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -43,6 +44,7 @@ class Coalescer:
         self._results: dict[Any, Any] = {}  # row id -> TaskResult, for the enqueued signal
         self._scheduled = False
         self._writer: Writer | None = None
+        self._writer_task: asyncio.Task[Writer] | None = None
 
     async def submit(self, row: NewTask, result: Any) -> None:
         """Write ``row`` with whatever else is being enqueued now; raise its own error.
@@ -108,8 +110,14 @@ class Coalescer:
         return await sync_to_async(self.backend.get_result)(result_id)
 
     async def _get_writer(self) -> Writer:
-        if self._writer is None:
-            self._writer = await Writer.create(self.database, self.loop)
+        # Concurrent first batches share one creation, or each would open a pool.
+        if self._writer_task is None:
+            self._writer_task = self.loop.create_task(Writer.create(self.database, self.loop))
+        try:
+            self._writer = await asyncio.shield(self._writer_task)
+        except Exception:
+            self._writer_task = None  # let a later batch try again (database back up?)
+            raise
         return self._writer
 
     async def aclose(self) -> None:
@@ -140,7 +148,7 @@ class Writer:
             try:
                 return await PostgresWriter.open(database)
             except ImportError:
-                logger.info("psycopg_pool is not installed: aenqueue writes through a thread")
+                logger.info("psycopg 3 is not installed: aenqueue writes through a thread")
         return ThreadWriter(database)
 
     async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
@@ -166,29 +174,58 @@ class ThreadWriter(Writer):
         await self._insert(rows, notify)
 
 
-class PostgresWriter(Writer):
-    """A psycopg ``AsyncConnectionPool`` on the caller's event loop."""
+class SmallPool:
+    """At most ``size`` psycopg async connections, opened on demand and reused.
 
-    def __init__(self, database: str, pool: Any) -> None:
+    Not ``psycopg_pool``: its background tasks are cancelled when ``asyncio.run`` ends, before
+    async generators are finalized, so it could not close its connections at that point.
+    """
+
+    def __init__(self, params: dict[str, Any], size: int) -> None:
+        self.params = params
+        self._idle: list[Any] = []
+        self._open: set[Any] = set()
+        self._slots = asyncio.Semaphore(size)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        from psycopg import AsyncConnection
+
+        async with self._slots:
+            if self._idle:
+                connection = self._idle.pop()
+            else:
+                connection = await AsyncConnection.connect(**self.params, autocommit=True)
+                self._open.add(connection)
+            try:
+                yield connection
+            finally:
+                if connection.closed or connection.broken:
+                    self._open.discard(connection)
+                else:
+                    self._idle.append(connection)
+
+    async def close(self) -> None:
+        connections, self._open, self._idle = list(self._open), set(), []
+        for connection in connections:
+            await connection.close()
+
+
+class PostgresWriter(Writer):
+    """A small pool of psycopg async connections on the caller's event loop."""
+
+    def __init__(self, database: str, pool: SmallPool) -> None:
         self.database = database
         self.pool = pool
         self.dialect = dialect_for(connections[database])
 
     @classmethod
     async def open(cls, database: str) -> PostgresWriter:
-        from psycopg_pool import AsyncConnectionPool
+        import psycopg  # noqa: F401  (ImportError: fall back to the thread writer)
 
         from .pg import connection_params
 
-        pool = AsyncConnectionPool(
-            kwargs={**connection_params(database), "autocommit": True},
-            min_size=1,
-            max_size=POOL_SIZE,
-            open=False,
-            name=f"sqltasks-{database}",
-        )
-        await pool.open()
-        return cls(database, pool)
+        return cls(database, SmallPool(connection_params(database), POOL_SIZE))
 
     async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
         sql, params = self.dialect.insert_statement(rows, notify)

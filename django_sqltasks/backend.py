@@ -27,7 +27,7 @@ from .ids import new_task_id
 from .options import BackendOptions, OptionError
 from .serialization import check_arguments, dumps
 from .sql import NewTask, dialect_for
-from .task import SQLTask, validate_options
+from .task import SQLTask, dedupe_key, validate_options
 from .wakeup import has_local_listeners, notify_local
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 MAX_TASK_PATH_LENGTH = 255  # TaskRecord.task_path
 MAX_NAME_LENGTH = 64  # TaskRecord.queue_name and backend_name
+DEDUPE_TRIES = 3  # inserts of a deduplicated task racing with its holder finishing
 
 
 class SQLTaskBackend(BaseTaskBackend):
@@ -113,6 +114,7 @@ class SQLTaskBackend(BaseTaskBackend):
             run_after=task.run_after,
             args_json=dumps(result.args),
             kwargs_json=dumps(result.kwargs),
+            dedupe_key=dedupe_key(task, result.args, result.kwargs),
         )
         limit = self.config.max_payload_bytes
         if limit is not None:
@@ -129,8 +131,26 @@ class SQLTaskBackend(BaseTaskBackend):
         """Queue up a task: one INSERT on the caller's connection, so it joins their transaction."""
         self._check_usable()
         row, result = self._new_row(task, args, kwargs)
+        if row.dedupe_key is not None:
+            return self._enqueue_deduplicated(row, result)
         self._write_or_defer([row], [result])
         return result
+
+    def _enqueue_deduplicated(self, row: NewTask, result: TaskResult) -> TaskResult:
+        """Insert ``row``, or return the live task that already holds its dedupe key."""
+        assert row.dedupe_key is not None
+        connection = connections[self.database]
+        dialect = dialect_for(connection)
+        for _ in range(DEDUPE_TRIES):
+            with connection.cursor() as cursor:
+                if dialect.insert_deduplicated(cursor, row, notify=self.config.notify):
+                    self._after_write([row], [result])
+                    return result
+                existing = dialect.live_task_with_key(cursor, row.dedupe_key)
+            if existing is not None:
+                return self.get_result(str(existing))
+            # The holder finished between the two statements: try to insert again.
+        raise InvalidTask(f"Could not enqueue {row.task_path} with dedupe key {row.dedupe_key!r}.")
 
     def enqueue_many(
         self, task: Task, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]
@@ -143,6 +163,11 @@ class SQLTaskBackend(BaseTaskBackend):
         """
         self._check_usable()
         rows, results = self._new_rows(task, calls)
+        if rows and rows[0].dedupe_key is not None:
+            # Each row may meet a live twin: insert them one by one.
+            return [
+                self._enqueue_deduplicated(r, res) for r, res in zip(rows, results, strict=True)
+            ]
         if rows:
             self._write_or_defer(rows, results)
         return results
@@ -185,6 +210,10 @@ class SQLTaskBackend(BaseTaskBackend):
                 dialect.insert(cursor, rows, notify=self.config.notify)
             else:
                 dialect.bulk_insert(cursor, rows, notify=self.config.notify)
+        self._after_write(rows, results)
+
+    def _after_write(self, rows: list[NewTask], results: list[TaskResult]) -> None:
+        database = self.database
         if has_local_listeners(database):
             queues = sorted({row.queue_name for row in rows})
             for queue_name in queues:
@@ -204,6 +233,9 @@ class SQLTaskBackend(BaseTaskBackend):
 
         self._check_usable()
         row, result = self._new_row(task, args, kwargs)
+        if row.dedupe_key is not None:
+            deduplicated: TaskResult = await sync_to_async(self._enqueue_deduplicated)(row, result)
+            return deduplicated
         coalescer = await coalescer_for(self)
         await coalescer.submit(row, result)
         return result

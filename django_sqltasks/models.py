@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskResultStatus
 from .ids import new_task_id
-from .indexes import PartialIndex
+from .indexes import LiveDedupeConstraint, PartialIndex
 
 if TYPE_CHECKING:
     from .compat import TaskResult
@@ -101,6 +101,15 @@ class TaskRecord(models.Model):
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     last_attempted_at = models.DateTimeField(_("last attempted at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    dedupe_key = models.CharField(  # noqa: DJ001 - NULL: no deduplication
+        _("dedupe key"),
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text=_(
+            "While a task with this key is READY or RUNNING, enqueueing it again returns that task."
+        ),
+    )
 
     objects = TaskRecordQuerySet.as_manager()
 
@@ -118,6 +127,8 @@ class TaskRecord(models.Model):
                 condition=models.Q(status__in=TaskResultStatus.values),
                 name="sqltasks_status_valid",
             ),
+            # Serves deduplication: at most one live task per dedupe key.
+            LiveDedupeConstraint(name="sqltasks_dedupe_live"),
         ]
         indexes = [
             # Serves the claim query (sql.*.claim): due rows of a backend's queues, best first.

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,12 +24,21 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_worker() -> Callable[..., Worker]:
     """Run an in-process worker in burst mode until no runnable task is left."""
 
-    def run(**kwargs: Any) -> Worker:
+    def run(*, timeout: float = 60, **kwargs: Any) -> Worker:
         kwargs.setdefault("burst", True)
         kwargs.setdefault("queue_names", ["*"])
         kwargs.setdefault("concurrency", 4)
         worker = Worker(**kwargs)
-        worker.run()
+        # A safety net: a worker that never reaches its exit condition fails the test.
+        fired: list[bool] = []
+        watchdog = threading.Timer(timeout, lambda: (fired.append(True), worker.stop()))
+        watchdog.start()
+        try:
+            worker.run()
+        finally:
+            watchdog.cancel()
+        if fired:
+            pytest.fail(f"the worker did not stop by itself within {timeout}s")
         return worker
 
     return run

@@ -170,3 +170,13 @@ def slow_sync(seconds: float) -> str:
 async def slow_async(seconds: float) -> str:
     await asyncio.sleep(seconds)
     return "finished"
+
+
+@task(dedupe=True)
+def refresh_report(report_id: int) -> int:
+    return report_id
+
+
+@task(dedupe=lambda user_id, **kwargs: f"user-{user_id}")
+def sync_user(user_id: int, reason: str = "") -> str:
+    return reason

@@ -63,6 +63,7 @@ INSERT_COLUMNS = (
     "enqueued_at",
     "run_after",
     "available_at",
+    "dedupe_key",
 )
 
 
@@ -81,6 +82,7 @@ class NewTask:
     run_after: datetime | None
     args_json: str = ""  # args and kwargs encoded once, by the backend
     kwargs_json: str = ""
+    dedupe_key: str | None = None
 
 
 @dataclass(slots=True)
@@ -195,6 +197,7 @@ class Dialect:
             self.encode_datetime(task.enqueued_at),
             self.encode_datetime(task.run_after),
             self.encode_datetime(task.run_after or task.enqueued_at),
+            task.dedupe_key,
         ]
 
     # Statements --------------------------------------------------------------------------
@@ -203,7 +206,7 @@ class Dialect:
 
     def insert_sql(self, count: int) -> str:
         j = self.json_placeholder
-        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, %s)"
+        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, %s, %s)"
         return f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
             [row] * count
         )
@@ -221,7 +224,22 @@ class Dialect:
         """Insert ``tasks`` in one statement, on the caller's connection and transaction."""
         cursor.execute(*self.insert_statement(tasks, notify))
 
-    bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 14 per row
+    bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 15 per row
+
+    def insert_deduplicated(self, cursor: CursorWrapper, task: NewTask, notify: bool) -> bool:
+        """Insert ``task`` unless a live task has its dedupe key; return whether it did."""
+        sql, params = self.insert_statement([task])
+        cursor.execute(f"{sql} ON CONFLICT DO NOTHING RETURNING id", params)
+        return cursor.fetchone() is not None
+
+    def live_task_with_key(self, cursor: CursorWrapper, dedupe_key: str) -> uuid.UUID | None:
+        """The id of the READY or RUNNING task holding ``dedupe_key``, if any."""
+        cursor.execute(
+            f"SELECT id FROM {self.tasks} WHERE dedupe_key = %s AND status IN ('READY', 'RUNNING')",
+            [dedupe_key],
+        )
+        row = cursor.fetchone()
+        return None if row is None else self.decode_id(row[0])
 
     def bulk_insert(
         self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False

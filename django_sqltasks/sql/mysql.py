@@ -12,10 +12,10 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.backends.utils import CursorWrapper
 
-from .base import OUTCOME_COLUMNS, RETURNED_COLUMNS, ClaimedRow, Dialect, Outcome
+from .base import OUTCOME_COLUMNS, RETURNED_COLUMNS, ClaimedRow, Dialect, NewTask, Outcome
 
 COLUMNS = ", ".join(RETURNED_COLUMNS)
 
@@ -29,6 +29,18 @@ class MySQLDialect(Dialect):
 
     def concat(self, *parts: str) -> str:
         return f"CONCAT({', '.join(parts)})"
+
+    def insert_deduplicated(self, cursor: CursorWrapper, task: NewTask, notify: bool) -> bool:
+        # No ON CONFLICT DO NOTHING (INSERT IGNORE would hide other errors too): try, and
+        # roll back to a savepoint on the one duplicate we expect.
+        try:
+            with transaction.atomic(using=self.connection.alias):
+                self.insert(cursor, [task])
+        except IntegrityError as e:
+            if "sqltasks_dedupe_live" not in str(e):
+                raise
+            return False
+        return True
 
     def claim(
         self,

@@ -29,6 +29,7 @@ INSERT_TYPES = (
     "timestamptz",
     "timestamptz",
     "timestamptz",
+    "varchar",
 )
 
 
@@ -70,6 +71,16 @@ class PostgreSQLDialect(Dialect):
                 "FROM inserted) AS queues"
             )
         return sql, params
+
+    def insert_deduplicated(self, cursor: CursorWrapper, task: NewTask, notify: bool) -> bool:
+        sql, params = super().insert_statement([task])
+        returning = f", pg_notify('{CHANNEL}', queue_name)" if notify else ""
+        cursor.execute(
+            f"WITH inserted AS ({sql} ON CONFLICT DO NOTHING RETURNING id, queue_name) "
+            f"SELECT id{returning} FROM inserted",
+            params,
+        )
+        return cursor.fetchone() is not None
 
     def bulk_insert(
         self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False
