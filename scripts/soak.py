@@ -272,11 +272,13 @@ def main() -> int:
                 last_kill = now
                 log(f"SIGKILL {kills[-1]}")
             if server is not None and not restarts and done >= args.tasks * args.restart_at:
-                before = executions.poll()
+                successful = f"SELECT count(*) FROM {TABLE} WHERE status = 'SUCCESSFUL'"
                 t0 = time.monotonic()
                 server.restart()
                 down = time.monotonic() - t0
-                while executions.poll() <= before + args.concurrency:
+                # Recovered once a worker has written an outcome through a new connection.
+                before = scalar(successful)
+                while scalar(successful) <= before:
                     time.sleep(0.05)
                 restarts.append(
                     {"down_s": round(down, 2), "resumed_s": round(time.monotonic() - t0, 2)}
