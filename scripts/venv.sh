@@ -4,6 +4,7 @@
 #   scripts/venv.sh                 .venv on Python >= 3.12 with Django 6 (the default)
 #   VENV=.venv-52 DJANGO=5.2 scripts/venv.sh     Django 5.2 with the django-tasks backport
 #   WITH_MYSQL=1 scripts/venv.sh    also mysqlclient (needs the MariaDB/MySQL client headers)
+#   WITH_BENCH=1 scripts/venv.sh    also the benchmark's peers (Django 6 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +38,8 @@ else
     extras="postgres"
 fi
 [ "${WITH_MYSQL:-0}" = "1" ] && extras="$extras,mysql"
+[ "${WITH_BENCH:-0}" = "1" ] && extras="$extras,mysql,bench"
+extras="$extras,metrics"
 
 if ! command -v uv >/dev/null 2>&1; then
     "$python" -m pip install --quiet --disable-pip-version-check uv

@@ -31,7 +31,12 @@ def run_worker() -> Callable[..., Worker]:
         worker = Worker(**kwargs)
         # A safety net: a worker that never reaches its exit condition fails the test.
         fired: list[bool] = []
-        watchdog = threading.Timer(timeout, lambda: (fired.append(True), worker.stop()))
+
+        def stop() -> None:
+            fired.append(True)
+            worker.stop()
+
+        watchdog = threading.Timer(timeout, stop)
         watchdog.start()
         try:
             worker.run()

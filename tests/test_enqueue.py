@@ -155,7 +155,7 @@ async def test_enqueue_never_blocks_the_event_loop() -> None:
 
 class TestEnqueueMany:
     def test_writes_every_call_in_order(self) -> None:
-        calls = [((i, i), {}) for i in range(2500)]
+        calls: list[tuple[tuple[int, int], dict[str, Any]]] = [((i, i), {}) for i in range(2500)]
         results = task_backends["default"].enqueue_many(tasks.add, calls)
         assert [r.args for r in results] == [[i, i] for i in range(2500)]
         assert TaskRecord.objects.count() == 2500
@@ -170,7 +170,7 @@ class TestEnqueueMany:
 
     def test_malformed_call_is_refused(self) -> None:
         with pytest.raises(TypeError, match=r"calls\[0\] must be an \(args, kwargs\) pair"):
-            task_backends["default"].enqueue_many(tasks.add, [(1, 2, 3)])  # type: ignore[list-item]
+            task_backends["default"].enqueue_many(tasks.add, [(1, 2, 3)])
 
     def test_joins_the_callers_transaction(self) -> None:
         def enqueue_then_fail() -> None:
