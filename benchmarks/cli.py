@@ -283,7 +283,7 @@ def setup() -> int:
     """Install this project (editable) and the peers into the interpreter running this command."""
     uv = shutil.which("uv")
     base = (
-        [uv, "pip", "install", "--python", sys.executable]
+        [uv, "pip", "install", "--compile-bytecode", "--python", sys.executable]
         if uv
         else [sys.executable, "-m", "pip", "install"]
     )

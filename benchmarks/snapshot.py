@@ -7,6 +7,7 @@ as of a git ref into a directory that the harness puts first on every subprocess
 
 from __future__ import annotations
 
+import compileall
 import io
 import subprocess
 import tarfile
@@ -37,6 +38,9 @@ def extract(ref: str, target: Path) -> Path | None:
     target.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(target, filter="data")
+    # Installed packages come with bytecode; so must this copy, or every worker started from it
+    # would pay for compiling it (PYTHONDONTWRITEBYTECODE keeps Python from caching it).
+    compileall.compile_dir(target, quiet=1)
     return target
 
 

@@ -47,8 +47,8 @@ fi
 uv=$(command -v uv || echo "$python -m uv")
 
 $uv venv --quiet --allow-existing --python "$python" "$VENV"
-$uv pip install --quiet --python "$VENV/bin/python" -e ".[$extras]" --group test --group lint
+$uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[$extras]" --group test --group lint
 if [ "$DJANGO" = "5.2" ]; then
-    $uv pip install --quiet --python "$VENV/bin/python" "django>=5.2,<6.0"
+    $uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" "django>=5.2,<6.0"
 fi
 echo "$VENV ready: $("$VENV/bin/python" -c 'import django, sys; print(f"Python {sys.version.split()[0]}, Django {django.get_version()}")')"
