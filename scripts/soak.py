@@ -140,8 +140,11 @@ def enqueue(log_path: Path, count: int) -> float:
     return time.monotonic() - started
 
 
-def claim_rate() -> float:
-    """Claim CLAIM_SAMPLE fresh tasks, CLAIM_BATCH at a time; return tasks claimed per second."""
+def claim_rate(queue_names: list[str] | None = None) -> float:
+    """Claim CLAIM_SAMPLE fresh tasks, CLAIM_BATCH at a time; return tasks claimed per second.
+
+    ``queue_names=None`` is a worker on every queue (``--queue '*'``).
+    """
     from django.db import connection
     from django.utils import timezone
 
@@ -158,7 +161,7 @@ def claim_rate() -> float:
     with connection.cursor() as cursor:
         while claimed < CLAIM_SAMPLE:
             rows = dialect.claim(
-                cursor, backend_name="default", queue_names=None, worker_id="claim-bench",
+                cursor, backend_name="default", queue_names=queue_names, worker_id="claim-bench",
                 now=timezone.now(), limit=CLAIM_BATCH,
             )  # fmt: skip
             if not rows:
@@ -167,6 +170,45 @@ def claim_rate() -> float:
     elapsed = time.perf_counter() - started
     scalar(f"DELETE FROM {TABLE} WHERE owner = %s", ["claim-bench"])
     return claimed / elapsed
+
+
+def claim_rates() -> dict[str, int]:
+    return {"wildcard": round(claim_rate()), "one_queue": round(claim_rate(["default"]))}
+
+
+def fill_finished(count: int) -> None:
+    """Insert ``count`` SUCCESSFUL rows in one statement (PostgreSQL), as a finished soak leaves."""
+    scalar(
+        f"""
+        INSERT INTO {TABLE} (id, task_path, backend_name, queue_name, priority, status, args,
+            kwargs, errors, worker_ids, attempts, enqueued_at, available_at, started_at,
+            last_attempted_at, finished_at, return_value)
+        SELECT gen_random_uuid(), 'tests.gauntlet_tasks.mark', 'default', 'default', 0,
+            'SUCCESSFUL', jsonb_build_array('/dev/null', 't' || i), '{{}}', '[]', '["w"]', 1,
+            now(), now(), now(), now(), now(), to_jsonb('t' || i)
+        FROM generate_series(1, %s) AS i
+        """,
+        [count],
+    )
+    _rows(f"VACUUM ANALYZE {TABLE}")
+
+
+def claim_only(url: str, finished: int) -> dict[str, Any]:
+    """Claim speed on an empty table against one holding ``finished`` finished rows."""
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    scalar(f"DELETE FROM {TABLE}")
+    _rows(f"VACUUM ANALYZE {TABLE}")
+    empty = claim_rates()
+    fill_finished(finished)
+    full = claim_rates()
+    return {
+        "finished_rows": finished,
+        "claim_per_s_empty": empty,
+        "claim_per_s_full": full,
+        "full_vs_empty": {k: round(full[k] / empty[k], 2) for k in empty},
+    }
 
 
 def table_figures() -> dict[str, Any]:
@@ -220,6 +262,10 @@ def main() -> int:
                         "private PostgreSQL server")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument(
+        "--claim-only", type=int, metavar="ROWS",
+        help="only compare claim speed: empty table vs ROWS finished rows (PostgreSQL)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     server = None
@@ -234,11 +280,17 @@ def main() -> int:
     figures: dict[str, Any] = {"tasks": args.tasks, "workers": args.workers}
     try:
         django_setup(url, args.lease)
+        if args.claim_only:
+            figures = claim_only(url, args.claim_only)
+            print(json.dumps(figures, indent=2))
+            if args.json:
+                args.json.write_text(json.dumps(figures, indent=2) + "\n")
+            return 0
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
         scalar(f"DELETE FROM {TABLE}")
-        figures["claim_per_s_empty"] = round(claim_rate())
+        figures["claim_per_s_empty"] = claim_rates()
         seconds = enqueue(executions_path, args.tasks)
         figures["enqueue_per_s"] = round(args.tasks / seconds)
         log(f"enqueued {args.tasks} in {seconds:.1f}s")
@@ -302,14 +354,15 @@ def main() -> int:
             throughput_over_time=_per_interval(samples, 10),
         )
         figures["table"] = table_figures()
-        figures["claim_per_s_full_unvacuumed"] = round(claim_rate())
+        figures["claim_per_s_full_unvacuumed"] = claim_rates()
         if _vendor() == "postgresql":
             _rows(f"VACUUM ANALYZE {TABLE}")  # Django runs in autocommit here
-        figures["claim_per_s_full"] = round(claim_rate())
+        figures["claim_per_s_full"] = claim_rates()
         figures["table_after_vacuum"] = table_figures()
-        figures["claim_full_vs_empty"] = round(
-            figures["claim_per_s_full"] / figures["claim_per_s_empty"], 2
-        )
+        figures["claim_full_vs_empty"] = {
+            k: round(figures["claim_per_s_full"][k] / figures["claim_per_s_empty"][k], 2)
+            for k in figures["claim_per_s_empty"]
+        }
         print(json.dumps(figures, indent=2))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2) + "\n")
