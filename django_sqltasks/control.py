@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from .compat import TaskResultStatus
@@ -27,17 +27,22 @@ def retry(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
     now = timezone.now()
     retried = []
     for record in tasks:
-        changed = (
-            TaskRecord.objects.using(using)
-            .filter(pk=record.pk, status=TaskResultStatus.FAILED)
-            .update(
-                status=TaskResultStatus.READY,
-                available_at=now,
-                finished_at=None,
-                return_value=None,
-                owner=None,
-            )
-        )
+        try:
+            with transaction.atomic(using=using):
+                changed = (
+                    TaskRecord.objects.using(using)
+                    .filter(pk=record.pk, status=TaskResultStatus.FAILED)
+                    .update(
+                        status=TaskResultStatus.READY,
+                        available_at=now,
+                        finished_at=None,
+                        return_value=None,
+                        owner=None,
+                    )
+                )
+        except IntegrityError:
+            # A newer live task holds this task's dedupe key: that one will do the work.
+            continue
         if changed:
             retried.append(record)
     return retried

@@ -104,20 +104,24 @@ def validate_options(task: Task) -> None:
 
 
 def dedupe_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
-    """The deduplication key of a call, or None when the task does not deduplicate."""
+    """The deduplication key of a call, or None when the task does not deduplicate.
+
+    Keys are scoped to the backend alias and the task path, so equal arguments to different
+    tasks never collide; a key too long for the column is replaced by its SHA-256.
+    """
     dedupe = getattr(task, "dedupe", False)
     if dedupe is False:
         return None
     if dedupe is True:
-        digest = hashlib.sha256(dumps([args, kwargs]).encode()).hexdigest()
-        return f"{task.module_path}:{digest}"
-    key = dedupe(*args, **kwargs)
-    if not isinstance(key, str) or not key:
-        raise InvalidTask(f"The dedupe callable of {task.module_path} must return a non-empty str.")
-    key = f"{task.module_path}:{key}"
-    if len(key) > MAX_DEDUPE_KEY_LENGTH:
-        raise InvalidTask(
-            f"The dedupe key of {task.module_path} is longer than {MAX_DEDUPE_KEY_LENGTH} "
-            "characters."
-        )
-    return key
+        key = hashlib.sha256(dumps([args, kwargs]).encode()).hexdigest()
+    else:
+        key = dedupe(*args, **kwargs)
+        if not isinstance(key, str) or not key:
+            raise InvalidTask(
+                f"The dedupe callable of {task.module_path} must return a non-empty str, "
+                f"not {key!r}."
+            )
+    scoped = f"{task.backend}:{task.module_path}:{key}"
+    if len(scoped) > MAX_DEDUPE_KEY_LENGTH:
+        scoped = "sha256:" + hashlib.sha256(scoped.encode()).hexdigest()
+    return scoped

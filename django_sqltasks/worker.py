@@ -376,6 +376,7 @@ class Worker:
         finally:
             if late:
                 logger.warning("Task id=%s ended after its timeout; its result is ignored", row.id)
+                self._threads.size -= 1  # its stand-in thread is no longer needed
             else:
                 self._task_done(row.id)
 

@@ -89,3 +89,24 @@ def test_enqueue_many_deduplicates_each_call() -> None:
 
 def test_tasks_without_dedupe_are_never_merged() -> None:
     assert tasks.add.enqueue(1, 1).id != tasks.add.enqueue(1, 1).id
+
+
+def test_keys_are_scoped_to_backend_and_task_and_fit_the_column() -> None:
+    from django_sqltasks.task import dedupe_key
+
+    key = dedupe_key(tasks.sync_user, [1], {})
+    assert key == "default:tests.tasks.sync_user:user-1"
+    long = dedupe_key(tasks.sync_user, ["x" * 300], {})
+    assert long is not None and len(long) <= 255 and long.startswith("sha256:")
+
+
+def test_retrying_a_failed_task_whose_key_is_taken_is_skipped() -> None:
+    from django_sqltasks import control
+
+    old = tasks.refresh_report.enqueue(3)
+    TaskRecord.objects.filter(id=old.id).update(status=TaskResultStatus.FAILED)
+    newer = tasks.refresh_report.enqueue(3)
+    assert newer.id != old.id
+    retried = control.retry(TaskRecord.objects.filter(id=old.id), using="default")
+    assert retried == []
+    assert TaskRecord.objects.get(id=old.id).status == TaskResultStatus.FAILED
