@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 MAX_TASK_PATH_LENGTH = 255  # TaskRecord.task_path
 MAX_NAME_LENGTH = 64  # TaskRecord.queue_name and backend_name
+MAX_VALIDATED_TASKS = 4096  # remembered per backend instance; forgotten all at once when full
 DEDUPE_TRIES = 3  # inserts of a deduplicated task racing with its holder finishing
 
 
@@ -57,6 +58,9 @@ class SQLTaskBackend(BaseTaskBackend):
             # Reported by the system check; enqueue refuses to run until it is fixed.
             self.options_error = e if isinstance(e, OptionError) else OptionError(str(e))
             self.config = BackendOptions()
+        # Tasks this instance has validated. Django makes a new backend instance when TASKS
+        # changes, so a task is checked again against new settings, as the contract asks.
+        self._validated: dict[Task, bool] = {}
 
     @property
     def database(self) -> str:
@@ -83,8 +87,20 @@ class SQLTaskBackend(BaseTaskBackend):
         if self.options_error is not None:
             raise InvalidTaskBackend(str(self.options_error))
 
-    def _new_row(self, task: Task, args: Any, kwargs: Any) -> tuple[NewTask, TaskResult]:
+    def _validate_once(self, task: Task) -> None:
+        try:
+            if task in self._validated:
+                return
+        except TypeError:  # an unhashable option value: validate every time
+            self.validate_task(task)
+            return
         self.validate_task(task)
+        if len(self._validated) >= MAX_VALIDATED_TASKS:
+            self._validated.clear()
+        self._validated[task] = True
+
+    def _new_row(self, task: Task, args: Any, kwargs: Any) -> tuple[NewTask, TaskResult]:
+        self._validate_once(task)
         check_arguments(args, kwargs)
         now = timezone.now()
         task_id = new_task_id()

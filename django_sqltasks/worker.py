@@ -215,6 +215,7 @@ class Worker:
                 # Wait for more free slots, so claims come in batches rather than one by one.
                 await self._sleep(GATHER_DELAY if free > 0 else self.poll_interval)
                 continue
+            written_before = self.processed
             try:
                 rows = await self._db_call(self._claim, free)
             except Exception:
@@ -227,9 +228,10 @@ class Worker:
             self._dispatch(rows)
             if len(rows) < free:
                 if self.burst and not rows and not self.running:
-                    if self._completer.wait_idle(0):
+                    # Done only if no outcome was written since this claim began: a retry
+                    # written meanwhile is READY again and must be claimed.
+                    if self._completer.wait_idle(0) and self.processed == written_before:
                         return
-                    # Outcomes still being written may put retries back in the queue.
                     await asyncio.to_thread(self._completer.wait_idle, 30)
                     continue
                 # Poll soon after finding work, then back off to the poll interval.
