@@ -31,3 +31,11 @@ class TaskCancelled(Exception):
 
 class TaskTimeout(Exception):
     """An attempt ran past its timeout (the task's ``timeout`` or the backend's TIMEOUT)."""
+
+
+class CorruptTask(Exception):
+    """A stored task row holds JSON that does not parse, or has the wrong shape."""
+
+
+class OutcomeNotStored(Exception):
+    """The database refused a task's outcome (too large, say); the task was marked FAILED."""

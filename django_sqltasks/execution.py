@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from .compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+from .exceptions import CorruptTask, PayloadTooLarge
 from .results import errors_from_json, rebind_task, resolve_task
 from .serialization import check_json, dumps
 from .sql import ClaimedRow, Outcome
@@ -60,7 +61,10 @@ def is_async(task: Task) -> bool:
 
 
 def prepare(row: ClaimedRow, config: BackendOptions) -> Attempt:
-    """Resolve the row's task and build its RUNNING ``TaskResult``; raise ``TaskNotFound``."""
+    """Resolve the row's task and build its RUNNING ``TaskResult``; raise ``TaskNotFound``
+    or ``CorruptTask``."""
+    if row.corrupt is not None:
+        raise CorruptTask(f"The stored task cannot be run: {row.corrupt}.")
     task = rebind_task(
         resolve_task(row.task_path),
         priority=row.priority,
@@ -85,15 +89,24 @@ def prepare(row: ClaimedRow, config: BackendOptions) -> Attempt:
     return Attempt(row=row, task=task, result=result, policy=policy_for(task, config))
 
 
-def success(attempt_id: Any, raw_return_value: Any) -> tuple[Outcome, Any]:
-    """Normalize and check a return value; raise ``InvalidTaskArguments`` if it is not JSON."""
+def success(
+    attempt_id: Any, raw_return_value: Any, max_bytes: int | None = None
+) -> tuple[Outcome, Any]:
+    """Normalize and check a return value; raise ``InvalidTaskArguments`` if it is not JSON
+    and ``PayloadTooLarge`` if it encodes to more than ``max_bytes``."""
     check_json(raw_return_value, "Task return value")
     value = normalize_json(raw_return_value)
+    encoded = None if value is None else dumps(value)
+    if encoded is not None and max_bytes is not None and len(encoded) > max_bytes:
+        raise PayloadTooLarge(
+            f"Task return value encodes to {len(encoded)} bytes, over the MAX_PAYLOAD_BYTES "
+            f"limit of {max_bytes}: store large results elsewhere and return their key."
+        )
     outcome = Outcome(
         id=attempt_id,
         status=TaskResultStatus.SUCCESSFUL,
         finished_at=timezone.now(),
-        return_value=None if value is None else dumps(value),
+        return_value=encoded,
     )
     return outcome, value
 

@@ -14,9 +14,10 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 from django.utils.crypto import get_random_string
@@ -25,7 +26,7 @@ from . import execution
 from .backend import SQLTaskBackend
 from .compat import task_backends, task_finished, task_started
 from .completer import Batch, Completer
-from .database import run_with_retries
+from .database import is_transient, run_with_retries
 from .exceptions import TaskTimeout
 from .lease import Lease
 from .results import resolve_task
@@ -80,6 +81,7 @@ class Worker:
         self.poll_interval = poll_interval or task_backend.config.poll_interval
         self.shutdown_timeout = shutdown_timeout
         self.heartbeat_interval = task_backend.config.heartbeat_interval
+        self._max_result_bytes = task_backend.config.max_payload_bytes
         self.lease = Lease(
             worker_id=self.worker_id,
             backend_name=task_backend.alias,
@@ -366,7 +368,9 @@ class Worker:
                 )
             try:
                 args, kwargs = attempt.call_args()
-                outcome, value = execution.success(row.id, attempt.task.func(*args, **kwargs))
+                outcome, value = execution.success(
+                    row.id, attempt.task.func(*args, **kwargs), self._max_result_bytes
+                )
             except BaseException as e:  # a task's SystemExit or KeyboardInterrupt fails it only
                 late = timeout is not None and not attempt.settle()
                 if not late:
@@ -422,7 +426,7 @@ class Worker:
         try:
             args, kwargs = attempt.call_args()
             value = await self._call_async(attempt, args, kwargs)
-            outcome, value = execution.success(attempt.row.id, value)
+            outcome, value = execution.success(attempt.row.id, value, self._max_result_bytes)
         except asyncio.CancelledError as e:
             if self.abandoned:
                 raise  # cancelled by the shutdown timeout, and requeued already
@@ -573,6 +577,33 @@ class Worker:
         return rows
 
     def _write_outcomes(self, outcomes: list[Outcome]) -> set[Any]:
+        try:
+            return self._write_retrying(outcomes)
+        except DatabaseError as e:
+            if is_transient(e):
+                raise
+            # One bad outcome (too large for the server, say) must not hold up the others.
+            logger.error(
+                "Writing %d outcome(s) failed (%s); writing them one by one", len(outcomes), e
+            )
+        written: set[Any] = set()
+        for outcome in outcomes:
+            try:
+                written |= self._write_retrying([outcome])
+            except DatabaseError as e:
+                if is_transient(e):
+                    raise
+                reason = f"The database refused this task's outcome: {e}"
+                logger.error("Task id=%s: %s", outcome.id, reason)
+                written |= run_with_retries(
+                    self.database, partial(self._salvage, outcome, reason), self._stopped
+                )
+        return written
+
+    def _salvage(self, outcome: Outcome, reason: str) -> set[Any]:
+        return self._cursor_call(lambda d, c: d.salvage(c, self.worker_id, outcome, reason))
+
+    def _write_retrying(self, outcomes: list[Outcome]) -> set[Any]:
         return run_with_retries(
             self.database,
             lambda: self._cursor_call(lambda d, c: d.complete(c, self.worker_id, outcomes)),

@@ -158,12 +158,6 @@ def test_a_row_naming_no_task_fails_alone(
         pytest.param({"args": "text"}, "args", id="args is a string"),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a row whose args/kwargs JSON has the wrong shape runs with garbled arguments "
-    "(args {'a': 1} calls echo('a')) or fails with a bare TypeError, instead of failing with "
-    "an error that names the column",
-)
 def test_a_row_with_misshapen_arguments_fails_with_a_clear_error(
     run_worker: RunWorker, fields: dict[str, Any], message: str
 ) -> None:
@@ -194,12 +188,6 @@ def write_corrupt_json(record: TaskRecord) -> None:
     reason="jsonb refuses text that is not JSON: no such row can exist",
 )
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a row whose JSON does not parse makes every claim that picks it fail after "
-    "the claim committed; the worker requeues the whole batch and claims it again, forever, "
-    "so the row and its batch-mates never finish",
-)
 def test_a_row_with_corrupt_json_fails_alone(run_worker: RunWorker) -> None:
     import threading
 
@@ -314,13 +302,6 @@ def run_burst_or_fail(timeout: float) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    connection.vendor == "mysql",
-    strict=True,
-    reason="bug: a return value larger than max_allowed_packet (16 MB by default) makes the "
-    "outcome UPDATE lose its connection; the completer retries the same batch forever, so "
-    "no outcome of that worker is written again",
-)
 def test_a_20_mb_return_value_does_not_block_other_outcomes() -> None:
     size = 20 * 1024 * 1024
     bad = gauntlet_tasks.big_result.enqueue(size)

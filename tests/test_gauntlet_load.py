@@ -119,12 +119,6 @@ def test_sigkill_mid_batch_runs_its_tasks_again_after_the_lease(
 @pytest.mark.skipif(
     connection.vendor != "postgresql", reason="reads PostgreSQL's plan for the claim"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a worker on every queue ('*') claims with a seq scan and a sort of every READY "
-    "row: sqltasks_ready_idx leads with queue_name, so it cannot give the order without a "
-    "queue filter. Claims cost O(backlog): 180 ms each at 93k READY rows in the soak run",
-)
 def test_a_wildcard_claim_does_not_sort_the_whole_backlog() -> None:
     from django.utils import timezone
 

@@ -122,6 +122,7 @@ STRUCTURAL = {
     "j",
     "kind",
     "dialect.tasks",
+    "self.json_placeholder",  # "%s" or "%s::jsonb": a placeholder
 }
 
 

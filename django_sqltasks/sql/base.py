@@ -32,6 +32,8 @@ RETURNED_COLUMNS = (
     "worker_ids",
     "attempts",
 )
+# The JSON columns a claim reads, and the type each must decode to.
+JSON_SHAPES: dict[str, type] = {"args": list, "kwargs": dict, "errors": list, "worker_ids": list}
 OUTCOME_COLUMNS = (
     "id",
     "status",
@@ -41,6 +43,9 @@ OUTCOME_COLUMNS = (
     "error_traceback",
     "available_at",
 )
+CORRUPT_TASK = "django_sqltasks.exceptions.CorruptTask"
+OUTCOME_NOT_STORED = "django_sqltasks.exceptions.OutcomeNotStored"
+MAX_REASON = 10_000  # characters of a salvage reason kept
 WORKER_LOST = "django_sqltasks.exceptions.WorkerLost"
 WORKER_STOPPED = "django_sqltasks.exceptions.WorkerStopped"
 # Text around the lost worker's id in the error a rescue appends to a task.
@@ -103,6 +108,8 @@ class ClaimedRow:
     errors: list[dict[str, str]]
     worker_ids: list[str]
     attempts: int
+    # Why the stored row cannot be run (JSON that does not parse or has the wrong shape).
+    corrupt: str | None = None
 
 
 @dataclass(slots=True)
@@ -164,21 +171,38 @@ class Dialect:
 
     def claimed_row(self, values: Sequence[Any]) -> ClaimedRow:
         row = dict(zip(RETURNED_COLUMNS, values, strict=True))
+        decoded: dict[str, Any] = {}
+        problems: list[str] = []
+        # A row damaged outside this package must fail alone, not break the whole claim.
+        for column, kind in JSON_SHAPES.items():
+            try:
+                value = loads(row[column])
+            except ValueError as e:
+                problems.append(f"column {column} holds text that is not JSON ({e})")
+                value = kind()
+            if not isinstance(value, kind):
+                problems.append(
+                    f"column {column} holds a JSON {type(value).__name__}, not a "
+                    f"{'list' if kind is list else 'object'}"
+                )
+                value = kind()
+            decoded[column] = value
         return ClaimedRow(
             id=self.decode_id(row["id"]),
             task_path=row["task_path"],
             backend_name=row["backend_name"],
             queue_name=row["queue_name"],
             priority=row["priority"],
-            args=loads(row["args"]),
-            kwargs=loads(row["kwargs"]),
+            args=decoded["args"],
+            kwargs=decoded["kwargs"],
             enqueued_at=self.decode_datetime(row["enqueued_at"]),  # type: ignore[arg-type]
             run_after=self.decode_datetime(row["run_after"]),
             started_at=self.decode_datetime(row["started_at"]),  # type: ignore[arg-type]
             last_attempted_at=self.decode_datetime(row["last_attempted_at"]),  # type: ignore[arg-type]
-            errors=loads(row["errors"]),
-            worker_ids=loads(row["worker_ids"]),
+            errors=decoded["errors"],
+            worker_ids=decoded["worker_ids"],
             attempts=row["attempts"],
+            corrupt="; ".join(problems) or None,
         )
 
     def insert_params(self, task: NewTask) -> list[Any]:
@@ -287,6 +311,29 @@ class Dialect:
     ) -> set[uuid.UUID]:
         """Record ``outcomes`` of tasks still held by ``worker_id``; return the ids written."""
         raise NotImplementedError
+
+    def salvage(
+        self, cursor: CursorWrapper, worker_id: str, outcome: Outcome, reason: str
+    ) -> set[uuid.UUID]:
+        """Mark a task FAILED when its outcome could not be stored as it was.
+
+        The errors column is replaced by one error saying why: it may be what broke the write.
+        """
+        error = dumps(
+            [{"exception_class_path": OUTCOME_NOT_STORED, "traceback": reason[:MAX_REASON]}]
+        )
+        cursor.execute(
+            f"UPDATE {self.tasks} SET status = 'FAILED', finished_at = %s, owner = NULL, "
+            f"return_value = NULL, errors = {self.json_placeholder} "
+            "WHERE id = %s AND status = 'RUNNING' AND owner = %s",
+            [
+                self.encode_datetime(outcome.finished_at or outcome.available_at),
+                error,
+                self.encode_id(outcome.id),
+                worker_id,
+            ],
+        )
+        return {outcome.id} if cursor.rowcount else set()
 
     # Pieces of SQL that differ by vendor, used by the shared statements below.
     text_param = "%s"

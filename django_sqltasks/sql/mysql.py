@@ -15,7 +15,15 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.backends.utils import CursorWrapper
 
-from .base import OUTCOME_COLUMNS, RETURNED_COLUMNS, ClaimedRow, Dialect, NewTask, Outcome
+from .base import (
+    CORRUPT_TASK,
+    OUTCOME_COLUMNS,
+    RETURNED_COLUMNS,
+    ClaimedRow,
+    Dialect,
+    NewTask,
+    Outcome,
+)
 
 COLUMNS = ", ".join(RETURNED_COLUMNS)
 
@@ -66,6 +74,12 @@ class MySQLDialect(Dialect):
                 )
             )
             rows = [self.claimed_row(values) for values in cursor.fetchall()]
+            corrupt = [r for r in rows if r.corrupt is not None]
+            if corrupt:
+                # MariaDB checks every JSON column's CHECK on any UPDATE of the row: a row
+                # with text that is not JSON cannot even be claimed. Fail it here instead.
+                self._fail_corrupt(cursor, corrupt, at)
+                rows = [r for r in rows if r.corrupt is None]
             if not rows:
                 return []
             marks = ", ".join(["%s"] * len(rows))
@@ -89,6 +103,35 @@ class MySQLDialect(Dialect):
             )
             for r in rows
         ]
+
+    def _fail_corrupt(self, cursor: CursorWrapper, rows: list[ClaimedRow], at: Any) -> None:
+        """Mark rows FAILED whose JSON does not parse, keeping the bad text in the error."""
+        for row in rows:
+            # errors is set first: MySQL evaluates SET clauses left to right, and the
+            # message must quote the columns before they are repaired.
+            cursor.execute(
+                f"""
+                UPDATE {self.tasks}
+                SET errors = JSON_ARRAY(JSON_OBJECT(
+                        'exception_class_path', %s,
+                        'traceback', CONCAT(%s,
+                            IF(JSON_VALID(args), '', CONCAT(' args was: ', LEFT(args, 1000))),
+                            IF(JSON_VALID(kwargs), '',
+                               CONCAT(' kwargs was: ', LEFT(kwargs, 1000))))
+                    )),
+                    args = IF(JSON_VALID(args), args, '[]'),
+                    kwargs = IF(JSON_VALID(kwargs), kwargs, '{{}}'),
+                    worker_ids = IF(JSON_VALID(worker_ids), worker_ids, '[]'),
+                    return_value = NULL, status = 'FAILED', finished_at = %s, owner = NULL
+                WHERE id = %s AND status = 'READY'
+                """,
+                [
+                    CORRUPT_TASK,
+                    f"The stored task cannot be run: {row.corrupt}.",
+                    at,
+                    self.encode_id(row.id),
+                ],
+            )
 
     def claim_sql(
         self,
