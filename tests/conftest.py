@@ -125,3 +125,32 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _report_leaked_connections(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+    """Before the test database is dropped, wait for background connections to close.
+
+    Worker threads (the LISTEN thread, say) close their connections shortly after a worker
+    stops; on a loaded machine that can lag behind the last test. Any still open after a few
+    seconds are named, then ended, so that dropping the database does not fail.
+    """
+    yield
+    if connection.vendor != "postgresql":
+        return
+    query = (
+        "SELECT pid, state, left(query, 200) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        deadline = time.monotonic() + 10
+        while True:
+            cursor.execute(query)
+            leaked = cursor.fetchall()
+            if not leaked or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if leaked:
+            print(f"\nConnections still open after the tests, now ended: {leaked}")
+            for pid, _, _ in leaked:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
