@@ -22,7 +22,7 @@ from . import control, overview
 from .admin_list import EstimatedCountPaginator, QueueFilter, SQLBackendFilter, TaskFilter
 from .chart import throughput_chart
 from .compat import TaskResultStatus
-from .models import FINISHED_STATUSES, QueueOverview, TaskRecord, WorkerRecord
+from .models import FINISHED_STATUSES, QueueOverview, ScheduleRecord, TaskRecord, WorkerRecord
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[TaskRecord]
@@ -365,6 +365,21 @@ class WorkerRecordAdmin(WorkerAdminBase):
         "started_at",
         "heartbeat_at",
     )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ScheduleRecord)
+class ScheduleRecordAdmin(admin.ModelAdmin):
+    """Periodic tasks: the last slot each one was enqueued for (read-only)."""
+
+    list_display = ("name", "backend_name", "last_slot")
+    list_filter = ("backend_name",)
+    readonly_fields = ("name", "backend_name", "last_slot")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -55,6 +55,28 @@ def check_backend(backend: SQLTaskBackend) -> Iterable[checks.CheckMessage]:
             hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
             id="django_sqltasks.E003",
         )
+    on_commit = backend.config.enqueue_on_commit
+    if isinstance(on_commit, str) and on_commit not in settings.DATABASES:
+        yield checks.Error(
+            f"{name}['OPTIONS']['ENQUEUE_ON_COMMIT'] is {on_commit!r}, which is not in DATABASES.",
+            hint="Name the database whose transactions the enqueue should wait for, or use True.",
+            id="django_sqltasks.E006",
+        )
+    yield from _check_periodic(backend, name)
+
+
+def _check_periodic(backend: SQLTaskBackend, name: str) -> Iterable[checks.CheckMessage]:
+    from .results import resolve_task
+
+    for schedule in backend.config.periodic.values():
+        try:
+            resolve_task(schedule.task_path)
+        except Exception as e:
+            yield checks.Error(
+                f"{name}['OPTIONS']['PERIODIC'][{schedule.name!r}]: {e}",
+                hint="Point 'task' at a function decorated with @task.",
+                id="django_sqltasks.E005",
+            )
 
 
 @checks.register(checks.Tags.database)

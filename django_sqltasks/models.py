@@ -225,3 +225,22 @@ class WorkerRecord(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class ScheduleRecord(models.Model):
+    """The last slot a periodic task was enqueued for; advancing it is the election."""
+
+    backend_name = models.CharField(_("backend"), max_length=64)
+    name = models.CharField(_("name"), max_length=200)
+    last_slot = models.DateTimeField(_("last slot"))
+
+    class Meta:
+        verbose_name = _("periodic task")
+        verbose_name_plural = _("periodic tasks")
+        ordering = ["backend_name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["backend_name", "name"], name="sqltasks_schedule_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name

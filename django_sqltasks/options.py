@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from .periodic import Schedule, ScheduleError, parse_schedules
 
 DEFAULT_LEASE_TIMEOUT = 30.0  # seconds without a heartbeat before a worker's tasks are rescued
 DEFAULT_HEARTBEAT_INTERVAL = 5.0  # seconds between a worker's heartbeats
@@ -36,6 +38,7 @@ class BackendOptions:
     timeout: float | None = None
     prune_successful_days: float | None = None  # None keeps successful tasks for ever
     prune_failed_days: float | None = None  # None keeps failed tasks for ever
+    periodic: Mapping[str, Schedule] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
@@ -48,6 +51,12 @@ class BackendOptions:
                 f"known options are {', '.join(sorted(known))}."
             )
         values = {known[key]: value for key, value in raw.items()}
+        try:
+            values["periodic"] = parse_schedules(
+                f"TASKS[{alias!r}]['OPTIONS']", values.get("periodic")
+            )
+        except ScheduleError as e:
+            raise OptionError(str(e)) from e
         opts = cls(**values)
         opts._check(alias)
         return opts

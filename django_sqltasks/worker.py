@@ -173,6 +173,10 @@ class Worker:
             target=self._heartbeat_loop, name="sqltasks-heartbeat", daemon=True
         )
         heartbeat.start()
+        scheduler = threading.Thread(
+            target=self._schedule_loop, name="sqltasks-periodic", daemon=True
+        )
+        scheduler.start()
         logger.info(
             "Worker started worker_id=%s backend=%s database=%s queues=%s concurrency=%d",
             self.worker_id,
@@ -192,6 +196,7 @@ class Worker:
             await asyncio.to_thread(self._completer.wait_idle, 30)
             await asyncio.wrap_future(self._signals.post(lambda: None))
             heartbeat.join(timeout=self.heartbeat_interval + 5)
+            scheduler.join(timeout=5)
             await self._db_call(self.lease.unregister)
             await self._loop.run_in_executor(self._db, connections.close_all)
             self._db.shutdown(wait=True)
@@ -651,3 +656,24 @@ class Worker:
                     pruning.result()
                 except Exception:
                     logger.exception("Pruning failed worker_id=%s", self.worker_id)
+
+    def _schedule_loop(self) -> None:
+        """Enqueue periodic tasks at their slots (a thread that sleeps until the next slot)."""
+        from .periodic import Scheduler
+
+        scheduler = Scheduler(self.backend)
+        if not scheduler.schedules:
+            return
+        while True:
+            try:
+                self._db.submit(
+                    run_with_retries, self.database, scheduler.run_due, self._stopped
+                ).result()
+            except Exception:
+                logger.exception("Periodic tasks failed worker_id=%s", self.worker_id)
+            now = timezone.now()
+            upcoming = scheduler.next_wakeup(now)
+            delay = 1.0 if upcoming is None else (upcoming - now).total_seconds()
+            # A little past the slot, so that it is the latest one when computed.
+            if self._stopped.wait(max(0.0, delay) + 0.005):
+                return

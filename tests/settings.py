@@ -78,6 +78,12 @@ TASKS = {
             "LEASE_TIMEOUT": float(os.environ.get("SQLTASKS_LEASE_TIMEOUT", "30")),
             "HEARTBEAT_INTERVAL": float(os.environ.get("SQLTASKS_HEARTBEAT_INTERVAL", "5")),
             "POLL_INTERVAL": float(os.environ.get("SQLTASKS_POLL_INTERVAL", "0.05")),
+            # Worker subprocesses of the periodic tests run a one-second schedule.
+            "PERIODIC": (
+                {"tick": {"task": "tests.tasks.tick", "every": 1}}
+                if os.environ.get("SQLTASKS_PERIODIC_EVERY")
+                else {}
+            ),
         },
     },
     "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},

@@ -180,3 +180,9 @@ def refresh_report(report_id: int) -> int:
 @task(dedupe=lambda user_id, **kwargs: f"user-{user_id}")
 def sync_user(user_id: int, reason: str = "") -> str:
     return reason
+
+
+@task
+def tick(label: str = "tick") -> str:
+    """Enqueued by the periodic tests' schedules."""
+    return label
