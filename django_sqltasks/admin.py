@@ -201,14 +201,27 @@ class TaskRecordAdmin(TaskAdminBase):
         self._report(request, len(done), queryset.count(), _("retried"), _("were not FAILED"))
 
     @admin.action(
-        description=_("Cancel selected tasks that have not started"), permissions=["cancel"]
+        description=_("Cancel selected tasks (running async tasks at their next heartbeat)"),
+        permissions=["cancel"],
     )
     def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
         ready = queryset.filter(status=TaskResultStatus.READY)
         reason = f"Cancelled in the admin by {request.user.get_username()} before it started."
         done = control.cancel(ready, using=queryset.db, reason=reason)
         self._log(request, done, "Cancelled: READY to FAILED (TaskCancelled).")
-        self._report(request, len(done), queryset.count(), _("cancelled"), _("had started"))
+        running = queryset.filter(status=TaskResultStatus.RUNNING)
+        asked = control.request_cancel(running, using=queryset.db)
+        self._log(request, asked, "Cancellation requested of a RUNNING task.")
+        self._report(
+            request, len(done), queryset.count() - len(asked), _("cancelled"), _("had started")
+        )
+        if asked:
+            self.message_user(
+                request,
+                f"{len(asked)} running task(s) asked to stop: async tasks are cancelled at their "
+                "worker's next heartbeat; sync tasks cannot be interrupted.",
+                messages.INFO,
+            )
 
     @admin.action(description=_("Delete selected finished tasks"), permissions=["delete"])
     def delete_selected(
@@ -290,7 +303,7 @@ class TaskRecordAdmin(TaskAdminBase):
         )
         context["can_cancel"] = (
             obj is not None
-            and obj.status == TaskResultStatus.READY
+            and obj.status in (TaskResultStatus.READY, TaskResultStatus.RUNNING)
             and self.has_cancel_permission(request)
         )
         return super().render_change_form(request, context, *args, **kwargs)

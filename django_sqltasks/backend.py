@@ -284,6 +284,33 @@ class SQLTaskBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id) from e
         return record.task_result
 
+    def cancel(self, result_id: str) -> bool:
+        """Cancel a task: a READY one never runs (FAILED with ``TaskCancelled``); a RUNNING async
+        one is cancelled by its worker at the next heartbeat. Return False if it had finished
+        (or is a RUNNING sync task, which cannot be interrupted but is flagged all the same).
+        """
+        from . import control
+        from .models import TaskRecord
+
+        try:
+            task_uuid = uuid.UUID(str(result_id))
+        except ValueError as e:
+            raise TaskResultDoesNotExist(result_id) from e
+        records = TaskRecord.objects.using(self.database).filter(
+            id=task_uuid, backend_name=self.alias
+        )
+        record = records.first()
+        if record is None:
+            raise TaskResultDoesNotExist(result_id)
+        if control.cancel([record], using=self.database, reason="Cancelled before it started."):
+            return True
+        return bool(control.request_cancel([record], using=self.database))
+
+    async def acancel(self, result_id: str) -> bool:
+        """Async ``cancel``."""
+        cancelled: bool = await sync_to_async(self.cancel)(result_id)
+        return cancelled
+
     async def aget_result(self, result_id: str) -> TaskResult:
         """Async ``get_result``: on the event loop itself on PostgreSQL."""
         from .aio import coalescer_for

@@ -90,3 +90,21 @@ def delete_finished(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]
         if count:
             deleted.append(record)
     return deleted
+
+
+def request_cancel(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
+    """Ask the workers of RUNNING tasks to cancel them; return the tasks asked.
+
+    An async task is cancelled at its worker's next heartbeat and ends FAILED with a
+    ``TaskCancelled`` error; a sync task cannot be interrupted and runs to its end.
+    """
+    asked = []
+    for record in tasks:
+        changed = (
+            TaskRecord.objects.using(using)
+            .filter(pk=record.pk, status=TaskResultStatus.RUNNING)
+            .update(cancel_requested=True)
+        )
+        if changed:
+            asked.append(record)
+    return asked

@@ -101,6 +101,14 @@ class TaskRecord(models.Model):
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     last_attempted_at = models.DateTimeField(_("last attempted at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    cancel_requested = models.BooleanField(
+        _("cancel requested"),
+        default=False,
+        db_default=False,  # the enqueue's raw INSERT leaves it out
+        help_text=_(
+            "Set to stop a running async task; its worker cancels it at its next heartbeat."
+        ),
+    )
     dedupe_key = models.CharField(  # noqa: DJ001 - NULL: no deduplication
         _("dedupe key"),
         max_length=255,

@@ -49,7 +49,13 @@ class Policy:
     timeout: float | None
 
     def should_retry(self, attempt: int, exc: BaseException) -> bool:
-        return attempt < self.max_attempts and isinstance(exc, self.retry_on)
+        from .exceptions import TaskCancelled
+
+        return (
+            attempt < self.max_attempts
+            and isinstance(exc, self.retry_on)
+            and not isinstance(exc, TaskCancelled)
+        )
 
     def delay(self, attempt: int) -> float:
         """Seconds before the attempt after ``attempt``: exponential, capped, half jittered."""

@@ -27,7 +27,7 @@ from .backend import SQLTaskBackend
 from .compat import task_backends, task_finished, task_started
 from .completer import Batch, Completer
 from .database import is_transient, run_with_retries
-from .exceptions import TaskTimeout
+from .exceptions import TaskCancelled, TaskTimeout
 from .lease import Lease
 from .results import resolve_task
 from .sql import ClaimedRow, Dialect, Outcome, dialect_for
@@ -113,6 +113,8 @@ class Worker:
         self._wake_pending = False
         self._idle_sleep = self.poll_interval
         self._claim_uncertain = False  # a claim failed without telling us what it took
+        self._async_by_id: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self._cancel_requested: set[uuid.UUID] = set()
         self._completer = Completer(self._write_outcomes, self._db, self._on_written)
 
     # Public controls --------------------------------------------------------------------
@@ -426,6 +428,8 @@ class Worker:
             job = asyncio.get_running_loop().create_task(self._run_async(attempt))
             self._async_jobs.add(job)
             job.add_done_callback(self._async_jobs.discard)
+            self._async_by_id[attempt.row.id] = job
+            job.add_done_callback(partial(self._forget_async, attempt.row.id))
 
     async def _run_async(self, attempt: execution.Attempt) -> None:
         try:
@@ -433,9 +437,14 @@ class Worker:
             value = await self._call_async(attempt, args, kwargs)
             outcome, value = execution.success(attempt.row.id, value, self._max_result_bytes)
         except asyncio.CancelledError as e:
-            if self.abandoned:
+            if attempt.row.id in self._cancel_requested:
+                cancelled = TaskCancelled("Cancelled while running, at the request of a user.")
+                cancelled.__cause__ = e
+                self._failed(attempt, cancelled)
+            elif self.abandoned:
                 raise  # cancelled by the shutdown timeout, and requeued already
-            self._failed(attempt, e)
+            else:
+                self._failed(attempt, e)
         except BaseException as e:
             self._failed(attempt, e)
         else:
@@ -648,6 +657,14 @@ class Worker:
                 future.result()
             except Exception:
                 logger.exception("Heartbeat failed worker_id=%s", self.worker_id)
+            try:
+                requested = self._db.submit(
+                    run_with_retries, self.database, self._cancel_requests, self._stopped
+                ).result()
+            except Exception:
+                logger.exception("Reading cancel requests failed worker_id=%s", self.worker_id)
+            else:
+                self._cancel_running(requested)
             if self.retention is not None and self.retention.due():
                 pruning = self._db.submit(
                     run_with_retries, self.database, self.retention.run, self._stopped
@@ -677,3 +694,34 @@ class Worker:
             # A little past the slot, so that it is the latest one when computed.
             if self._stopped.wait(max(0.0, delay) + 0.005):
                 return
+
+    def _forget_async(self, task_id: uuid.UUID, _job: asyncio.Task[None]) -> None:
+        self._async_by_id.pop(task_id, None)
+
+    def _cancel_requests(self) -> list[uuid.UUID]:
+        """Ids of our running tasks whose cancellation was asked (on the database thread)."""
+        from .models import TaskRecord
+
+        return list(
+            TaskRecord.objects.using(self.database)
+            .owned_by(self.worker_id)
+            .filter(cancel_requested=True)
+            .values_list("id", flat=True)
+        )
+
+    def _cancel_running(self, task_ids: list[uuid.UUID]) -> None:
+        """Cancel the async tasks among ``task_ids``; sync ones cannot be stopped."""
+        for task_id in task_ids:
+            if task_id in self._cancel_requested:
+                continue
+            self._cancel_requested.add(task_id)
+            job = self._async_by_id.get(task_id)
+            if job is not None and self._loop is not None:
+                logger.warning("Cancelling task id=%s at a user's request", task_id)
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(job.cancel)
+            else:
+                logger.warning(
+                    "Task id=%s was asked to cancel, but it is a sync task: it runs to its end",
+                    task_id,
+                )

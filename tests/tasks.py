@@ -186,3 +186,9 @@ def sync_user(user_id: int, reason: str = "") -> str:
 def tick(label: str = "tick") -> str:
     """Enqueued by the periodic tests' schedules."""
     return label
+
+
+@task
+async def long_async(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "finished"

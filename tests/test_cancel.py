@@ -1,0 +1,72 @@
+"""Cancelling tasks from Python: READY ones never run, RUNNING async ones are stopped."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from django_sqltasks.compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
+from django_sqltasks.models import TaskRecord
+from django_sqltasks.worker import Worker
+from tests import tasks
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_ready_task_cancelled_never_runs(run_worker: Callable[..., Worker]) -> None:
+    result = tasks.add.enqueue(1, 2)
+    assert task_backends["default"].cancel(result.id) is True
+    run_worker()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 0
+    assert result.errors[0].exception_class_path == "django_sqltasks.exceptions.TaskCancelled"
+
+
+def test_a_finished_task_cannot_be_cancelled(run_worker: Callable[..., Worker]) -> None:
+    result = tasks.add.enqueue(1, 2)
+    run_worker()
+    assert task_backends["default"].cancel(result.id) is False
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_unknown_id_raises() -> None:
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].cancel("01a1fd00-0000-7000-8000-000000000000")
+
+
+def test_a_running_async_task_is_cancelled_at_the_next_heartbeat(settings: Any) -> None:
+    settings.TASKS = {
+        **settings.TASKS,
+        "default": {
+            **settings.TASKS["default"],
+            "OPTIONS": {
+                **settings.TASKS["default"]["OPTIONS"],
+                "LEASE_TIMEOUT": 2,
+                "HEARTBEAT_INTERVAL": 0.2,
+                "MAX_ATTEMPTS": 3,
+            },
+        },
+    }
+    result = tasks.long_async.enqueue(30)
+    worker = Worker(queue_names=["*"], concurrency=2, burst=True)
+    runner = threading.Thread(target=worker.run)
+    started = time.monotonic()
+    runner.start()
+    try:
+        wait_for(lambda: TaskRecord.objects.get(id=result.id).status == TaskResultStatus.RUNNING)
+        assert task_backends["default"].cancel(result.id) is True
+        runner.join(timeout=15)
+    finally:
+        worker.stop()
+        runner.join(timeout=15)
+    assert time.monotonic() - started < 10
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED  # not retried, although MAX_ATTEMPTS is 3
+    assert result.attempts == 1
+    assert result.errors[-1].exception_class_path == "django_sqltasks.exceptions.TaskCancelled"
