@@ -2,39 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
-import math
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
+from django_sqltasks.management.arguments import days, positive_int
 from django_sqltasks.pruning import (
     BATCH_SIZE,
     DEFAULT_FAILED_DAYS,
     DEFAULT_SUCCESSFUL_DAYS,
     prune,
 )
-
-
-def days(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"must be a number of days, not {value!r}") from e
-    if not math.isfinite(number) or number < 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more days, not {value!r}")
-    return number
-
-
-def batch_size(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from e
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
-    return number
 
 
 class Command(BaseCommand):
@@ -63,7 +42,7 @@ class Command(BaseCommand):
         parser.add_argument("--queue", help="Prune this queue only (default: every queue).")
         parser.add_argument(
             "--batch-size",
-            type=batch_size,
+            type=positive_int,
             default=BATCH_SIZE,
             help=f"Rows deleted per statement (default: {BATCH_SIZE}).",
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 from typing import Any
 
@@ -13,29 +12,10 @@ from django.db import DatabaseError, connections
 
 from django_sqltasks.checks import unsupported_version
 from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
+from django_sqltasks.management.arguments import positive_int, positive_seconds
 from django_sqltasks.worker import MAX_WORKER_ID_LENGTH, Worker
 
 DEFAULT_CONCURRENCY = 10
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from e
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
-    return number
-
-
-def positive_seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {value!r}") from e
-    if not math.isfinite(number) or number <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number, not {value!r}")
-    return number
 
 
 def port(value: str) -> int:
