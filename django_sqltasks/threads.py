@@ -6,7 +6,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -22,45 +23,56 @@ class TaskThreads:
     """Up to ``size`` threads running sync tasks, added only while queued tasks wait.
 
     Fast tasks are run back to back by the threads already there, which saves a thread
-    hand-off per task; when tasks block (I/O, sleeps), queued ones wait at most ``spawn_after``
-    seconds before ``balance()`` adds threads for them. Each thread closes its database
-    connections when it exits.
+    hand-off per task: a thread takes the next task without waking anyone, and a batch of
+    tasks wakes at most as many idle threads as it has tasks. When tasks block (I/O, sleeps),
+    queued ones wait at most ``spawn_after`` seconds (longer than the interpreter's switch
+    interval, so that waiting for the GIL does not count as blocking) before ``balance()``
+    adds threads for them. Each thread closes its database connections when it exits.
     """
 
-    def __init__(self, size: int, name: str = "sqltasks-task", spawn_after: float = 0.002) -> None:
+    def __init__(self, size: int, name: str = "sqltasks-task", spawn_after: float = 0.02) -> None:
         self.size = size
         self.spawn_after = spawn_after
         self._name = name
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._items: deque[Any] = deque()
+        self._ready = threading.Condition(threading.Lock())
+        self._idle = 0  # threads waiting for work
         self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._queued = 0  # submitted, not yet taken by a thread
         self._last_take = time.monotonic()
 
     @property
     def queued(self) -> int:
-        return self._queued
+        """Tasks submitted and not yet taken by a thread."""
+        return len(self._items)
 
     def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
         """Run ``fn(arg)`` on a task thread."""
-        with self._lock:
-            if not self._queued:
+        self.submit_many(fn, [arg])
+
+    def submit_many(self, fn: Callable[[Any], None], args: Sequence[Any]) -> None:
+        """Run ``fn(arg)`` for each of ``args``, in order, on the task threads."""
+        if not args:
+            return
+        with self._ready:
+            if not self._items:
                 self._last_take = time.monotonic()  # waiting starts now, not at the last take
-            self._queued += 1
-            if len(self._threads) < min(self.size, MIN_THREADS):
+            self._items.extend((fn, arg) for arg in args)
+            for _ in range(min(len(args), MIN_THREADS, self.size) - len(self._threads)):
                 self._start_thread()
-        self._queue.put((fn, arg))
+            if self._idle:
+                self._ready.notify(min(self._idle, len(args)))
 
     def balance(self) -> bool:
         """Add threads for tasks that have waited too long; return whether any still wait."""
-        with self._lock:
-            if not self._queued:
-                return False
-            if time.monotonic() - self._last_take >= self.spawn_after:
-                for _ in range(min(self._queued, self.size - len(self._threads))):
+        queued = len(self._items)
+        if not queued:
+            return False
+        if time.monotonic() - self._last_take >= self.spawn_after:
+            with self._ready:
+                for _ in range(min(queued, self.size - len(self._threads))):
                     self._start_thread()
-                self._last_take = time.monotonic()
-            return True
+            self._last_take = time.monotonic()
+        return True
 
     def _start_thread(self) -> None:
         thread = threading.Thread(
@@ -69,15 +81,27 @@ class TaskThreads:
         self._threads.append(thread)
         thread.start()
 
+    def _take(self) -> Any:
+        try:
+            item = self._items.popleft()  # atomic: no lock, no wake-up, while work is queued
+        except IndexError:
+            with self._ready:
+                while not self._items:
+                    self._idle += 1
+                    try:
+                        self._ready.wait()
+                    finally:
+                        self._idle -= 1
+                item = self._items.popleft()
+        self._last_take = time.monotonic()
+        return item
+
     def _run(self) -> None:
         try:
             while True:
-                item = self._queue.get()
+                item = self._take()
                 if item is _STOP:
                     return
-                with self._lock:
-                    self._queued -= 1
-                    self._last_take = time.monotonic()
                 fn, arg = item
                 try:
                     fn(arg)
@@ -90,8 +114,9 @@ class TaskThreads:
 
     def stop(self, wait: bool = True) -> None:
         """Let each thread finish its task, close its connections and exit."""
-        for _ in self._threads:
-            self._queue.put(_STOP)
+        with self._ready:
+            self._items.extend([_STOP] * len(self._threads))
+            self._ready.notify_all()
         if wait:
             for thread in self._threads:
                 thread.join()

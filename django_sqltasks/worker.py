@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections
@@ -30,6 +30,7 @@ from .database import is_transient, run_with_retries
 from .exceptions import TaskCancelled, TaskTimeout
 from .lease import Lease
 from .results import resolve_task
+from .signals import Receivers
 from .sql import ClaimedRow, Dialect, Outcome, dialect_for
 from .threads import SignalThread, TaskThreads
 from .wakeup import Wakeup, wakeup_for
@@ -41,6 +42,20 @@ T = TypeVar("T")
 MAX_WORKER_ID_LENGTH = 64
 GATHER_DELAY = 0.002  # seconds to let more slots free up before claiming a small batch
 BUSY_POLL = 0.01  # seconds before polling again right after finding work; doubles when idle
+
+
+@lru_cache(maxsize=1024)
+def _task_is_async(task_path: str) -> bool:
+    return execution.is_async(resolve_task(task_path))  # an error is raised, not cached
+
+
+def _is_async(task_path: str) -> bool:
+    """Whether the task at ``task_path`` runs on the event loop; an unknown path runs on a task
+    thread, which records why it cannot run."""
+    try:
+        return _task_is_async(task_path)
+    except Exception:
+        return False
 
 
 class Worker:
@@ -107,6 +122,13 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._db = ThreadPoolExecutor(1, thread_name_prefix="sqltasks-db")
+        # Outcomes are written on a connection of their own, so that a claim and a write run
+        # at the same time; SQLite takes one writer at a time, so there they share one.
+        self._writer = (
+            self._db
+            if connections[self.database].vendor == "sqlite"
+            else ThreadPoolExecutor(1, thread_name_prefix="sqltasks-writer")
+        )
         self._threads = TaskThreads(concurrency)
         self._signals: SignalThread | None = None
         self._wakeup: Wakeup | None = None
@@ -115,7 +137,7 @@ class Worker:
         self._claim_uncertain = False  # a claim failed without telling us what it took
         self._async_by_id: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._cancel_requested: set[uuid.UUID] = set()
-        self._completer = Completer(self._write_outcomes, self._db, self._on_written)
+        self._completer = Completer(self._write_outcomes, self._writer, self._on_written)
 
     # Public controls --------------------------------------------------------------------
 
@@ -200,8 +222,9 @@ class Worker:
             heartbeat.join(timeout=self.heartbeat_interval + 5)
             scheduler.join(timeout=5)
             await self._db_call(self.lease.unregister)
-            await self._loop.run_in_executor(self._db, connections.close_all)
-            self._db.shutdown(wait=True)
+            for executor in {self._db, self._writer}:
+                await self._loop.run_in_executor(executor, connections.close_all)
+                executor.shutdown(wait=True)
             # Threads of requeued sync tasks cannot be stopped; do not wait for them.
             await asyncio.to_thread(self._threads.stop, not self.abandoned)
             self._signals.stop(timeout=5)
@@ -344,29 +367,30 @@ class Worker:
 
     def _dispatch(self, rows: list[ClaimedRow]) -> None:
         async_rows = []
+        sync_rows = []
         for row in rows:
-            try:
-                is_async = execution.is_async(resolve_task(row.task_path))
-            except Exception:
-                is_async = False  # the task thread records why it cannot run
-            if is_async:
+            if _is_async(row.task_path):
                 async_rows.append(row)
             else:
-                self._threads.submit(self._run_sync, row)
+                sync_rows.append(row)
+        if sync_rows:
+            started = Receivers(task_started, self.backend_class)
+            self._threads.submit_many(self._run_sync, [(row, started) for row in sync_rows])
         if async_rows:
             assert self._loop is not None
             job = self._loop.create_task(self._start_async(async_rows))
             self._async_jobs.add(job)
             job.add_done_callback(self._async_jobs.discard)
 
-    def _run_sync(self, row: ClaimedRow) -> None:
+    def _run_sync(self, item: tuple[ClaimedRow, Receivers]) -> None:
         """Run a sync task on this task thread, up to queueing its outcome."""
+        row, started = item
         late = False
         try:
             attempt = self._prepare(row)
             if attempt is None:
                 return
-            self._send(task_started, attempt)
+            self._send(started, attempt)
             timeout = attempt.policy.timeout
             if timeout is not None:
                 assert self._loop is not None
@@ -423,7 +447,8 @@ class Worker:
             else:
                 attempts.append(attempt)
         assert self._signals is not None
-        await asyncio.wrap_future(self._signals.post(self._send_each, task_started, attempts))
+        started = Receivers(task_started, self.backend_class)
+        await asyncio.wrap_future(self._signals.post(self._send_each, started, attempts))
         for attempt in attempts:
             job = asyncio.get_running_loop().create_task(self._run_async(attempt))
             self._async_jobs.add(job)
@@ -527,6 +552,7 @@ class Worker:
         self._signals.post(self._send_finished, batch)
 
     def _send_finished(self, batch: Batch) -> None:
+        finished = Receivers(task_finished, self.backend_class)
         for outcome, context in zip(batch.outcomes, batch.contexts, strict=True):
             if context is None or outcome.id not in batch.written:
                 continue  # a task that never started, or that another worker holds now
@@ -535,20 +561,19 @@ class Worker:
             if outcome.status == "READY":
                 continue  # retried: not finished yet
             if exc is None:
-                self._send(task_finished, attempt)
+                self._send(finished, attempt)
                 continue
             try:
                 raise exc
             except BaseException:
-                self._send(task_finished, attempt)  # receivers see the task's exception
+                self._send(finished, attempt)  # receivers see the task's exception
 
-    def _send_each(self, signal_: Any, attempts: list[execution.Attempt]) -> None:
+    def _send_each(self, receivers: Receivers, attempts: list[execution.Attempt]) -> None:
         for attempt in attempts:
-            self._send(signal_, attempt)
+            self._send(receivers, attempt)
 
-    def _send(self, signal_: Any, attempt: execution.Attempt) -> None:
-        responses = signal_.send_robust(self.backend_class, task_result=attempt.result)
-        for receiver, response in responses:
+    def _send(self, receivers: Receivers, attempt: execution.Attempt) -> None:
+        for receiver, response in receivers.send(task_result=attempt.result):
             if isinstance(response, Exception):
                 logger.error(
                     "Signal receiver %r failed for task id=%s",

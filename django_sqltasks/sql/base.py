@@ -153,9 +153,11 @@ class Dialect:
             return None
         if isinstance(value, str):
             value = datetime.fromisoformat(value)
-        if self.use_tz and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC) if self.use_tz else value
+        # Text from the database is in the connection's time zone, which without USE_TZ is
+        # TIME_ZONE: the naive local time Django would return.
+        return value if self.use_tz else value.replace(tzinfo=None)
 
     def outcome_params(self, outcome: Outcome) -> list[Any]:
         """An outcome's values in the order of OUTCOME_COLUMNS."""
@@ -169,17 +171,21 @@ class Dialect:
             self.encode_datetime(outcome.available_at),
         ]
 
-    def claimed_row(self, values: Sequence[Any]) -> ClaimedRow:
+    def claimed_row(self, values: Sequence[Any], *, json_decoded: bool = False) -> ClaimedRow:
+        """A claimed row from its RETURNED_COLUMNS values; ``json_decoded`` when the JSON
+        columns arrive as Python values rather than text."""
         row = dict(zip(RETURNED_COLUMNS, values, strict=True))
         decoded: dict[str, Any] = {}
         problems: list[str] = []
         # A row damaged outside this package must fail alone, not break the whole claim.
         for column, kind in JSON_SHAPES.items():
-            try:
-                value = loads(row[column])
-            except ValueError as e:
-                problems.append(f"column {column} holds text that is not JSON ({e})")
-                value = kind()
+            value = row[column]
+            if not json_decoded:
+                try:
+                    value = loads(value)
+                except ValueError as e:
+                    problems.append(f"column {column} holds text that is not JSON ({e})")
+                    value = kind()
             if not isinstance(value, kind):
                 problems.append(
                     f"column {column} holds a JSON {type(value).__name__}, not a "

@@ -9,10 +9,12 @@ from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
+from ..serialization import dumps, loads
 from ..wakeup import CHANNEL
-from .base import INSERT_COLUMNS, RETURNED_COLUMNS, Dialect, NewTask, Outcome
+from .base import INSERT_COLUMNS, RETURNED_COLUMNS, ClaimedRow, Dialect, NewTask, Outcome
 
 RETURNING = ", ".join(f"t.{c}" for c in RETURNED_COLUMNS)
+COLUMNS = ", ".join(RETURNED_COLUMNS)
 # PostgreSQL types of INSERT_COLUMNS, for the unnest() form of a multi-row INSERT.
 INSERT_TYPES = (
     "uuid",
@@ -111,6 +113,9 @@ class PostgreSQLDialect(Dialect):
         queue_sql, queue_params = self.queue_filter(queue_names)
         # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
         # concurrent workers take the next rows instead of waiting on these.
+        # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
+        # concurrent workers take the next rows instead of waiting on these. The rows come
+        # back as one JSON document: one value to decode instead of fourteen per row.
         return (
             f"""
             WITH picked AS (
@@ -119,46 +124,79 @@ class PostgreSQLDialect(Dialect):
                 ORDER BY priority DESC, available_at
                 LIMIT %s
                 FOR UPDATE SKIP LOCKED
+            ), claimed AS (
+                UPDATE {self.tasks} AS t
+                SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
+                    worker_ids = t.worker_ids || jsonb_build_array(%s::text),
+                    started_at = COALESCE(t.started_at, %s), last_attempted_at = %s
+                FROM picked WHERE t.id = picked.id
+                RETURNING {RETURNING}
             )
-            UPDATE {self.tasks} AS t
-            SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
-                worker_ids = t.worker_ids || jsonb_build_array(%s::text),
-                started_at = COALESCE(t.started_at, %s), last_attempted_at = %s
-            FROM picked WHERE t.id = picked.id
-            RETURNING {RETURNING}
+            SELECT json_agg(json_build_array({COLUMNS}))::text FROM claimed
             """,
             [backend_name, *queue_params, now, limit, worker_id, worker_id, now, now],
         )
+
+    def claim(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        worker_id: str,
+        now: datetime,
+        limit: int,
+    ) -> list[ClaimedRow]:
+        cursor.execute(
+            *self.claim_sql(
+                backend_name=backend_name,
+                queue_names=queue_names,
+                worker_id=worker_id,
+                now=now,
+                limit=limit,
+            )
+        )
+        document = cursor.fetchone()[0]
+        if document is None:
+            return []
+        return [self.claimed_row(values, json_decoded=True) for values in loads(document)]
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
     ) -> set[uuid.UUID]:
         error = self.append_error("t.errors", "v.error_class", "v.error_traceback")
-        # The owner guard keeps a late result from overwriting a task that was rescued and
-        # claimed again (or finished) meanwhile.
+        # The outcomes travel as one JSON document (cheaper to encode than seven arrays). The
+        # owner guard keeps a late result from overwriting a task that was rescued and claimed
+        # again (or finished) meanwhile.
         cursor.execute(
             f"""
             UPDATE {self.tasks} AS t
             SET status = v.status, finished_at = v.finished_at, owner = NULL,
-                return_value = v.return_value,
+                return_value = v.return_value::jsonb,
                 errors = CASE WHEN v.error_class IS NULL THEN t.errors ELSE {error} END,
                 available_at = COALESCE(v.available_at, t.available_at)
-            FROM unnest(
-                %s::uuid[], %s::text[], %s::timestamptz[], %s::jsonb[], %s::text[], %s::text[],
-                %s::timestamptz[]
-            ) AS v(id, status, finished_at, return_value, error_class, error_traceback,
-                   available_at)
+            FROM jsonb_to_recordset(%s::jsonb) AS v(
+                id uuid, status text, finished_at timestamptz, return_value text,
+                error_class text, error_traceback text, available_at timestamptz
+            )
             WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
             RETURNING t.id
             """,
             [
-                [o.id for o in outcomes],
-                [o.status for o in outcomes],
-                [o.finished_at for o in outcomes],
-                [o.return_value for o in outcomes],
-                [o.error_class for o in outcomes],
-                [o.error_traceback for o in outcomes],
-                [o.available_at for o in outcomes],
+                dumps(
+                    [
+                        {
+                            "id": o.id,
+                            "status": o.status,
+                            "finished_at": o.finished_at,
+                            "return_value": o.return_value,
+                            "error_class": o.error_class,
+                            "error_traceback": o.error_traceback,
+                            "available_at": o.available_at,
+                        }
+                        for o in outcomes
+                    ]
+                ),
                 worker_id,
             ],
         )
