@@ -34,6 +34,8 @@ from benchmarks.systems.base import CORE_PATH_ENV, REPO_ROOT, Endpoints, Service
 RAW_DIR = REPO_ROOT / "benchmarks" / "results" / "raw"
 DOCS_DIR = REPO_ROOT / "docs" / "benchmarks"
 SMOKE_DIR = REPO_ROOT / "benchmarks" / "results" / "smoke"
+IDLE_SECONDS = 10.0  # an idle worker's CPU is measured over this long, after the latency probes
+SMOKE_IDLE_SECONDS = 2.0
 REQUIREMENTS = REPO_ROOT / "benchmarks" / "requirements.txt"
 
 LOCK_PATH = Path(tempfile.gettempdir()) / "django-sqltasks-bench.lock"
@@ -201,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
             http_connections=args.http_connections,
             http_requests=args.http_requests,
             log_dir=log_dir,
+            idle_seconds=SMOKE_IDLE_SECONDS if args.smoke else IDLE_SECONDS,
         )
         broken: dict[str, str] = {}
         for system in plan.systems:

@@ -33,6 +33,18 @@ def vm_hwm_bytes(pid: int) -> int | None:
     return None
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of the process and its descendants, so far."""
+    total = 0.0
+    for process in tree(pid):
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 class TreeSampler(threading.Thread):
     """Sample RSS of the whole worker tree and its connections to the given ports."""
 

@@ -22,6 +22,10 @@ def _ms(v: float) -> str:
     return f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
 
 
+def _pct(v: float) -> str:
+    return f"{v:.2f}"
+
+
 def _s(v: float) -> str:
     return f"{v:.2f}"
 
@@ -38,6 +42,7 @@ LATENCY_COLUMNS: dict[str, tuple[str, Formatter]] = {
     "latency_p50_ms": ("p50 ms", _ms),
     "latency_p95_ms": ("p95 ms", _ms),
     "latency_p99_ms": ("p99 ms", _ms),
+    "idle_cpu_percent": ("Idle CPU %", _pct),
 }
 HTTP_COLUMNS: dict[str, tuple[str, Formatter]] = {
     "http_rps": ("Requests/s", _int),

@@ -13,7 +13,7 @@ from typing import Any
 
 from benchmarks import loadgen, services
 from benchmarks.marker import EXPECTED_ENV, MARKER_ADDR_ENV, MarkerListener
-from benchmarks.metrics import TreeSampler, percentile, vm_hwm_bytes
+from benchmarks.metrics import TreeSampler, percentile, tree_cpu_seconds, vm_hwm_bytes
 from benchmarks.processes import free_port, spawn, stop, wait_for_port
 from benchmarks.systems.base import SUBPROCESS_CWD, Endpoints, System, django_env
 
@@ -36,6 +36,7 @@ class RunContext:
     http_connections: int
     http_requests: int
     log_dir: Path
+    idle_seconds: float = 10.0  # how long an idle worker's CPU use is measured
 
     def log(self, system: System, what: str) -> Path:
         return self.log_dir / f"{system.name}-{what}.log"
@@ -130,10 +131,16 @@ def run_latency(system: System, ctx: RunContext) -> dict[str, Any]:
     )
     try:
         result = _agent(system, ctx, "latency", "--probes", str(ctx.probes))
+        # The worker has run its probes and waits for work: what does waiting cost?
+        cpu_before, wall_before = tree_cpu_seconds(worker.pid), time.monotonic()
+        time.sleep(ctx.idle_seconds)
+        idle_cpu = tree_cpu_seconds(worker.pid) - cpu_before
+        idle_wall = time.monotonic() - wall_before
     finally:
         stop(worker)
     latencies = result["latencies"]
     return {
+        "idle_cpu_percent": 100 * idle_cpu / idle_wall,
         "probes": len(latencies),
         "latency_p50_ms": percentile(latencies, 50) * 1000,
         "latency_p95_ms": percentile(latencies, 95) * 1000,

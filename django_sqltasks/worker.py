@@ -173,6 +173,26 @@ class Worker:
         logging.shutdown()
         os._exit(1)
 
+    def check_database(self) -> None:
+        """Check the server version and the task table on the connection the worker will use;
+        raise ``RuntimeError`` saying what is wrong."""
+        self._db.submit(self._check_database).result()
+
+    def _check_database(self) -> None:
+        from .checks import unsupported_version
+        from .models import TaskRecord
+
+        message = unsupported_version(self.database)
+        if message:
+            raise RuntimeError(message)
+        try:
+            TaskRecord.objects.using(self.database).exists()
+        except DatabaseError as e:
+            raise RuntimeError(
+                f"Cannot read the task table on database {self.database!r} ({e}); run "
+                "'manage.py migrate django_sqltasks' first."
+            ) from e
+
     @property
     def running(self) -> int:
         """Claimed tasks whose function has not returned yet."""
@@ -185,6 +205,10 @@ class Worker:
         self._wake = asyncio.Event()
         self._signals = SignalThread()
         self._install_signal_handlers()
+        if self._writer is not self._db:
+            # Connect the outcome writer while the worker registers: the first outcome is
+            # written sooner.
+            self._writer.submit(self._connect_writer)
         await self._db_call(self.lease.register)
         self._wakeup = wakeup_for(
             self.database,
@@ -614,6 +638,10 @@ class Worker:
         )
         self._claim_uncertain = False
         return rows
+
+    def _connect_writer(self) -> None:
+        with contextlib.suppress(DatabaseError):  # the first write connects again, and retries
+            connections[self.database].ensure_connection()
 
     def _write_outcomes(self, outcomes: list[Outcome]) -> set[Any]:
         try:
