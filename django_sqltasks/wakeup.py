@@ -1,14 +1,16 @@
 """Waking an idle worker when a task is enqueued, instead of waiting for its next poll.
 
 PostgreSQL: ``LISTEN``/``NOTIFY`` (the enqueue's INSERT notifies, so the message arrives at
-commit). SQLite: enqueues in the same process wake workers directly, and a thread watches
-``PRAGMA data_version``, which changes when another process commits. MySQL has neither; its
+commit). SQLite: enqueues in the same process wake workers directly, and a thread waits for
+writes to the database files (inotify on Linux) or else polls ``PRAGMA data_version``, which
+changes when another process commits. MySQL has neither; its
 workers poll, faster while work keeps arriving. Polling stays on everywhere as the fallback.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -104,13 +106,35 @@ class PostgresListener(Wakeup):
 
 
 class SQLiteProbe(Wakeup):
-    """Watch ``PRAGMA data_version``: it changes when another connection commits."""
+    """Wake on commits of other processes to the database file.
+
+    On Linux, inotify reports each write to the database, its WAL or its journal, so the
+    thread sleeps until one happens. Elsewhere (or where inotify is unavailable), it polls
+    ``PRAGMA data_version``, which changes when another connection commits, every
+    ``SQLITE_PROBE_INTERVAL``.
+    """
 
     def _target(self) -> Callable[[], None] | None:
         name = str(connections[self.database].settings_dict["NAME"])
         if not name or name == ":memory:" or name.startswith("file::memory:"):
             return None
-        return lambda: self._probe(name)
+        if name.startswith("file:"):
+            return lambda: self._probe(name)
+        watcher = _watch_directory(name)
+        if watcher is None:
+            return lambda: self._probe(name)
+        return lambda: self._watch(watcher, name)
+
+    def _watch(self, watcher: Any, name: str) -> None:
+        base = os.path.basename(name)
+        names = {base, f"{base}-wal", f"{base}-journal"}
+        try:
+            while not self._stop.is_set():
+                events = watcher.read(timeout=int(LISTEN_TIMEOUT * 1000))
+                if any(event.name in names for event in events):
+                    self.on_wake(None)
+        finally:
+            watcher.close()
 
     def _probe(self, name: str) -> None:
         connection = sqlite3.connect(name, check_same_thread=False, uri=name.startswith("file:"))
@@ -126,6 +150,29 @@ class SQLiteProbe(Wakeup):
                 last = version
         finally:
             connection.close()
+
+
+def _watch_directory(path: str) -> Any:
+    """An inotify watch of the directory holding ``path``, or None where there is none."""
+    try:
+        from inotify_simple import INotify, flags
+    except ImportError:  # not Linux
+        return None
+    try:
+        watcher = INotify()
+    except OSError as e:
+        logger.info("inotify is unavailable (%s): SQLite workers poll for commits", e)
+        return None
+    try:
+        # The WAL and journal come and go: watch the directory, not the files.
+        watcher.add_watch(
+            os.path.dirname(os.path.abspath(path)), flags.MODIFY | flags.CREATE | flags.MOVED_TO
+        )
+    except OSError as e:
+        watcher.close()
+        logger.info("Cannot watch %s (%s): SQLite workers poll for commits", path, e)
+        return None
+    return watcher
 
 
 def wakeup_for(database: str, vendor: str, notify: bool, on_wake: OnWake) -> Wakeup:
