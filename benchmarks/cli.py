@@ -165,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     raw_path = RAW_DIR / f"{stamp}-{plan.profile}.jsonl"
     log_dir = RAW_DIR / f"{stamp}-{plan.profile}-logs"
     state_dir = tempfile.mkdtemp(prefix="django-sqltasks-bench-")
+    snapshot.compile_sources()
     core = snapshot.extract(args.core_ref, Path(state_dir) / "core")
     if core is not None:
         os.environ[CORE_PATH_ENV] = str(core)
