@@ -12,11 +12,29 @@ from concurrent.futures import Future
 from typing import Any
 
 from django.db import close_old_connections, connections
+from django.db.backends.signals import connection_created
 
 logger = logging.getLogger("django_sqltasks")
 
 _STOP = object()
 MIN_THREADS = 2  # started up front; more are added only when tasks wait
+
+# Whether the current thread has opened a database connection: a thread that never did has
+# nothing to close after a task, and asking Django costs more than a fast task.
+_opened = threading.local()
+
+
+def _mark_opened(sender: Any, **kwargs: Any) -> None:
+    _opened.connection = True
+
+
+connection_created.connect(_mark_opened, dispatch_uid="django_sqltasks.threads")
+
+
+def close_used_connections() -> None:
+    """``close_old_connections()``, on a thread that has opened a connection."""
+    if getattr(_opened, "connection", False):
+        close_old_connections()
 
 
 class TaskThreads:
@@ -108,7 +126,7 @@ class TaskThreads:
                 except BaseException:  # fn handles task errors; this is a bug, keep the thread
                     logger.exception("Unexpected error on a task thread")
                 finally:
-                    close_old_connections()
+                    close_used_connections()
         finally:
             connections.close_all()
 
@@ -148,7 +166,7 @@ class SignalThread:
                     logger.exception("Unexpected error while sending task signals")
                     future.set_exception(e)
                 finally:
-                    close_old_connections()
+                    close_used_connections()
         finally:
             connections.close_all()
 
