@@ -3,6 +3,7 @@
 Runs with the system's Django settings (``BENCH_SYSTEM``) and prints one JSON object.
 Usage: ``python -m benchmarks.agent enqueue --task noop -n 5000 --in-flight 200``
        ``python -m benchmarks.agent latency --probes 50``
+       ``python -m benchmarks.agent bulk -n 5000``
 """
 
 from __future__ import annotations
@@ -106,6 +107,28 @@ async def latency(probes: int, seed: int) -> dict[str, Any]:
     return {"latencies": latencies}
 
 
+async def bulk(n: int) -> dict[str, Any]:
+    """Time one ``enqueue_many`` of ``n`` NoOp tasks, then one ``aenqueue_many`` of ``n``."""
+    _, tasks = _django_enqueuer()
+    from asgiref.sync import sync_to_async
+
+    task = tasks["noop"]
+    backend = task.get_backend()
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [((), {})] * n
+
+    def timed_sync() -> float:
+        backend.enqueue_many(task, calls[:10])  # connected, warmed up
+        started = time.perf_counter()
+        backend.enqueue_many(task, calls)
+        return time.perf_counter() - started
+
+    sync_seconds = await sync_to_async(timed_sync)()
+    await backend.aenqueue_many(task, calls[:10])
+    started = time.perf_counter()
+    await backend.aenqueue_many(task, calls)
+    return {"sync_seconds": sync_seconds, "async_seconds": time.perf_counter() - started}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.agent")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -113,12 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     enq.add_argument("--task", choices=["noop", "sleep", "probe"], default="noop")
     enq.add_argument("-n", type=int, required=True)
     enq.add_argument("--in-flight", type=int, default=200)
+    blk = sub.add_parser("bulk")
+    blk.add_argument("-n", type=int, required=True)
     lat = sub.add_parser("latency")
     lat.add_argument("--probes", type=int, default=50)
     lat.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "enqueue":
         result = asyncio.run(enqueue(args.task, args.n, args.in_flight))
+    elif args.command == "bulk":
+        result = asyncio.run(bulk(args.n))
     else:
         result = asyncio.run(latency(args.probes, args.seed))
     json.dump(result, sys.stdout)

@@ -142,7 +142,8 @@ def _runs(plan: Plan) -> list[tuple[int, str, System]]:
         for rep in range(1, plan.repeat + 1)
         for scenario in plan.scenarios
         for system in plan.systems
-        if scenario != "http" or system.supports_http
+        if (scenario != "http" or system.supports_http)
+        and (scenario != "bulk" or system.supports_bulk)
     ]
 
 

@@ -59,7 +59,12 @@ METHOD = """\
   start time back over UDP, and only then is the next one enqueued, after a random gap of
   0-1 s so probes land at random phases of a polling worker's cycle. Latency =
   task start - the moment just before the enqueue call (so it includes the enqueue itself).
-  {probes} probes per run after one warm-up probe.
+  {probes} probes per run after one warm-up probe. **Idle CPU:** after the probes, the worker's
+  whole process tree's CPU time (user + system, psutil) over 10 s with nothing to do, as a
+  percentage of one core.
+- **Bulk enqueue** (systems with a bulk API only): one `backend.enqueue_many(task, calls)` of N
+  NoOp tasks, then one `await backend.aenqueue_many(task, calls)` of N more, each timed alone
+  after a warm-up call of 10 tasks.
 - **End to end:** the async view `benchmarks/projects/views.py` (one `noop` enqueue per request)
   served by uvicorn (one process, asyncio loop, h11, access log off) and driven by a small
   keep-alive HTTP/1.1 load generator (`benchmarks/loadgen.py`) with {http_connections}

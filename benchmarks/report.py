@@ -49,17 +49,23 @@ HTTP_COLUMNS: dict[str, tuple[str, Formatter]] = {
     "http_p50_ms": ("p50 ms", _ms),
     "http_p99_ms": ("p99 ms", _ms),
 }
+BULK_COLUMNS: dict[str, tuple[str, Formatter]] = {
+    "bulk_ops": ("enqueue_many tasks/s", _int),
+    "abulk_ops": ("aenqueue_many tasks/s", _int),
+}
 COLUMNS = {
     "noop": THROUGHPUT_COLUMNS,
     "sleep": THROUGHPUT_COLUMNS,
     "latency": LATENCY_COLUMNS,
     "http": HTTP_COLUMNS,
+    "bulk": BULK_COLUMNS,
 }
 TITLES = {
     "noop": "NoOp",
     "sleep": "Sleep 10 ms",
     "latency": "Enqueue-to-start latency (one task at a time, idle worker)",
     "http": "End to end: async view behind uvicorn, one enqueue per request",
+    "bulk": "Bulk enqueue: all the tasks in one call (systems with a bulk API)",
 }
 
 
@@ -109,7 +115,9 @@ def table(summary: dict[str, Any], scenario: str) -> str:
     rows = [r for r in summary["rows"] if r["scenario"] == scenario]
     if not rows:
         return ""
-    extra = ["Tasks", "Sleep"] if scenario == "sleep" else ["Tasks"] if scenario == "noop" else []
+    extra = ["Tasks"] if scenario in ("noop", "bulk") else []
+    if scenario == "sleep":
+        extra = ["Tasks", "Sleep"]
     if scenario == "http":
         extra = ["Requests"]
     header = ["System", *extra, *(title for title, _ in columns.values())]

@@ -18,7 +18,7 @@ from benchmarks.processes import free_port, spawn, stop, wait_for_port
 from benchmarks.systems.base import SUBPROCESS_CWD, Endpoints, System, django_env
 
 THROUGHPUT_SCENARIOS = ("noop", "sleep")
-ALL_SCENARIOS = ("noop", "sleep", "latency", "http")
+ALL_SCENARIOS = ("noop", "sleep", "latency", "http", "bulk")
 MB = 1024 * 1024
 AGENT_TIMEOUT = 600.0  # seconds
 HTTP_START_TIMEOUT = 60.0  # seconds
@@ -181,6 +181,17 @@ def run_http(system: System, ctx: RunContext) -> dict[str, Any]:
     return result.as_dict()
 
 
+def run_bulk(system: System, n: int, ctx: RunContext) -> dict[str, Any]:
+    """``n`` tasks in one ``enqueue_many`` call, then ``n`` in one ``aenqueue_many`` call."""
+    services.reset(system, ctx.admin)
+    result = _agent(system, ctx, "bulk", "-n", str(n))
+    return {
+        "tasks": n,
+        "bulk_ops": n / result["sync_seconds"],
+        "abulk_ops": n / result["async_seconds"],
+    }
+
+
 def run(system: System, scenario: str, n: int, ctx: RunContext) -> dict[str, Any]:
     if scenario in THROUGHPUT_SCENARIOS:
         return run_throughput(system, scenario, n, ctx)
@@ -188,4 +199,6 @@ def run(system: System, scenario: str, n: int, ctx: RunContext) -> dict[str, Any
         return run_latency(system, ctx)
     if scenario == "http":
         return run_http(system, ctx)
+    if scenario == "bulk":
+        return run_bulk(system, n, ctx)
     raise ValueError(f"scenario must be one of {', '.join(ALL_SCENARIOS)}, not {scenario!r}")

@@ -90,6 +90,8 @@ class System:
     database: tuple[str, str] | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     supports_http: bool = True
+    # Whether the backend has a bulk enqueue (``enqueue_many`` / ``aenqueue_many``).
+    supports_bulk: bool = False
 
     def tasks_for(self, n: int) -> int:
         return min(n, self.max_tasks) if self.max_tasks else n

@@ -77,6 +77,7 @@ def _system(
         django_settings=_settings(database),
         connect_completion=_connect,
         database=(service or "sqlite", DATABASE_NAME),
+        supports_bulk=True,
     )
 
 
