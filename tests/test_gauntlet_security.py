@@ -105,6 +105,7 @@ STRUCTURAL = {
     "CHANNEL",
     "COLUMNS",
     "RETURNING",
+    "INSERT_RECORD",
     "returning",
     "', '.join(INSERT_COLUMNS)",
     "', '.join(OUTCOME_COLUMNS)",
