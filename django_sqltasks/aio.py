@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_sqltasks")
 
 MAX_BATCH = 500  # rows per INSERT
+# A batch this large is written at once, without waiting for the end of the loop's turn, so
+# the database writes it while the loop builds the next rows.
+EAGER_BATCH = 100
 POOL_SIZE = 4  # connections per event loop; batches beyond this wait for one
 
 
@@ -54,7 +57,10 @@ class Coalescer:
         future: asyncio.Future[None] = self.loop.create_future()
         self._pending.append((row, future))
         self._results[row.id] = result
-        if not self._scheduled:
+        if len(self._pending) >= EAGER_BATCH:
+            batch, self._pending = self._pending, []
+            self.loop.create_task(self._flush(batch))
+        elif not self._scheduled:
             self._scheduled = True
             self.loop.call_soon(self._start_flush)  # after the callers of this turn
         await future
