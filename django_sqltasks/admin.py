@@ -68,7 +68,7 @@ class TaskRecordAdmin(TaskAdminBase):
     )
     list_filter = ("status", QueueFilter, TaskFilter, SQLBackendFilter)
     search_fields = ("=id", "task_path")
-    ordering = ("-enqueued_at",)
+    ordering = ("-id",)  # newest first: ids are UUIDv7 (see TaskRecord.Meta)
     list_per_page = 50
     # Counting the rows of every filtered page exactly would scan; see EstimatedCountPaginator.
     show_full_result_count = False

@@ -82,13 +82,13 @@ class QueueFilter(admin.SimpleListFilter):
 
 
 class TaskFilter(admin.SimpleListFilter):
-    """Task paths among the newest tasks: a bounded read of the enqueued-at index."""
+    """Task paths among the newest tasks: a bounded read of the primary key, newest first."""
 
     title = _("task")
     parameter_name = "task_path"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        recent = TaskRecord.objects.order_by("-enqueued_at").values_list("task_path", flat=True)
+        recent = TaskRecord.objects.order_by("-id").values_list("task_path", flat=True)
         paths = set(recent[:RECENT_TASKS_SCANNED])
         if self.value():
             paths.add(str(self.value()))

@@ -28,6 +28,8 @@ except ImportError:  # pragma: no cover - Django 5.2 with the backport
 
 
 _settle_lock = threading.Lock()
+_policies: dict[tuple[Task, int], Policy] = {}
+MAX_POLICIES = 4096  # distinct (task, options) pairs cached; the cache restarts beyond
 
 
 @dataclass(slots=True)
@@ -80,13 +82,31 @@ def prepare(row: ClaimedRow, config: BackendOptions) -> Attempt:
         started_at=row.started_at,
         finished_at=None,
         last_attempted_at=row.last_attempted_at,
-        args=row.args,
-        kwargs=row.kwargs,
+        args=[],
+        kwargs={},
         backend=row.backend_name,
         errors=errors_from_json(row.errors),
         worker_ids=row.worker_ids,
     )
-    return Attempt(row=row, task=task, result=result, policy=policy_for(task, config))
+    # Decoded from JSON, the arguments are normalized already: TaskResult would walk them
+    # again (normalize_json) if they were passed to it.
+    object.__setattr__(result, "args", row.args)
+    object.__setattr__(result, "kwargs", row.kwargs)
+    return Attempt(row=row, task=task, result=result, policy=_policy(task, config))
+
+
+def _policy(task: Task, config: BackendOptions) -> Policy:
+    """``policy_for``, computed once per task and options."""
+    key = (task, id(config))
+    try:
+        policy = _policies.get(key)
+    except TypeError:  # a task with an unhashable option
+        return policy_for(task, config)
+    if policy is None:
+        if len(_policies) >= MAX_POLICIES:
+            _policies.clear()
+        policy = _policies[key] = policy_for(task, config)
+    return policy
 
 
 def success(
