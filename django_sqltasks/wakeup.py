@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -49,12 +50,14 @@ class Wakeup:
         self.on_wake = on_wake
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pipe: tuple[int, int] | None = None  # written to by stop(): ends a wait at once
 
     def start(self) -> None:
         with _local_lock:
             _local.setdefault(self.database, []).append(self.on_wake)
         target = self._target()
         if target is not None:
+            self._pipe = os.pipe()
             self._thread = threading.Thread(target=target, name="sqltasks-wakeup", daemon=True)
             self._thread.start()
 
@@ -64,11 +67,26 @@ class Wakeup:
             if self.on_wake in listeners:
                 listeners.remove(self.on_wake)
         self._stop.set()
+        if self._pipe is not None:
+            os.write(self._pipe[1], b"x")
         if self._thread is not None:
             self._thread.join(timeout=LISTEN_TIMEOUT + 1)
+            if self._thread.is_alive():
+                return  # leave its pipe open: it may still wait on it
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
 
     def _target(self) -> Callable[[], None] | None:
         return None
+
+    def _wait(self, source: Any) -> bool:
+        """Wait up to LISTEN_TIMEOUT for ``source`` (a file descriptor or object with one) to
+        be readable; return False at once on a stop."""
+        assert self._pipe is not None
+        readable, _, _ = select.select([source, self._pipe[0]], [], [], LISTEN_TIMEOUT)
+        return source in readable and not self._stop.is_set()
 
 
 class PostgresListener(Wakeup):
@@ -96,8 +114,9 @@ class PostgresListener(Wakeup):
                     connection.execute(f"LISTEN {CHANNEL}")
                     self.on_wake(None)  # anything sent while we were not listening
                     while not self._stop.is_set():
-                        for notify in connection.notifies(timeout=LISTEN_TIMEOUT):
-                            self.on_wake(notify.payload or None)
+                        if self._wait(connection.fileno()):
+                            for notify in connection.notifies(timeout=0):
+                                self.on_wake(notify.payload or None)
             except Exception as e:
                 if self._stop.is_set():
                     return
@@ -130,8 +149,9 @@ class SQLiteProbe(Wakeup):
         names = {base, f"{base}-wal", f"{base}-journal"}
         try:
             while not self._stop.is_set():
-                events = watcher.read(timeout=int(LISTEN_TIMEOUT * 1000))
-                if any(event.name in names for event in events):
+                if self._wait(watcher) and any(
+                    event.name in names for event in watcher.read(timeout=0)
+                ):
                     self.on_wake(None)
         finally:
             watcher.close()
