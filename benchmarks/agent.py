@@ -107,8 +107,12 @@ async def latency(probes: int, seed: int) -> dict[str, Any]:
     return {"latencies": latencies}
 
 
+SINGLE_ENQUEUES = 1000  # sync enqueue() calls, one at a time, against as many ORM creates
+
+
 async def bulk(n: int) -> dict[str, Any]:
-    """Time one ``enqueue_many`` of ``n`` NoOp tasks, then one ``aenqueue_many`` of ``n``."""
+    """Time one ``enqueue_many`` of ``n`` NoOp tasks, then one ``aenqueue_many`` of ``n``; and
+    sync ``enqueue()`` one at a time against the plain ORM insert of the same row."""
     _, tasks = _django_enqueuer()
     from asgiref.sync import sync_to_async
 
@@ -122,11 +126,40 @@ async def bulk(n: int) -> dict[str, Any]:
         backend.enqueue_many(task, calls)
         return time.perf_counter() - started
 
+    def timed_single() -> tuple[float, float]:
+        from django.utils import timezone
+
+        from django_sqltasks.models import TaskRecord
+
+        started = time.perf_counter()
+        for _ in range(SINGLE_ENQUEUES):
+            task.enqueue()
+        enqueue_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(SINGLE_ENQUEUES):
+            now = timezone.now()
+            TaskRecord.objects.create(
+                task_path=task.module_path,
+                backend_name=backend.alias,
+                queue_name=task.queue_name,
+                enqueued_at=now,
+                available_at=now,
+            )
+        return enqueue_seconds, time.perf_counter() - started
+
     sync_seconds = await sync_to_async(timed_sync)()
     await backend.aenqueue_many(task, calls[:10])
     started = time.perf_counter()
     await backend.aenqueue_many(task, calls)
-    return {"sync_seconds": sync_seconds, "async_seconds": time.perf_counter() - started}
+    async_seconds = time.perf_counter() - started
+    enqueue_seconds, orm_seconds = await sync_to_async(timed_single)()
+    return {
+        "sync_seconds": sync_seconds,
+        "async_seconds": async_seconds,
+        "single_enqueues": SINGLE_ENQUEUES,
+        "enqueue_seconds": enqueue_seconds,
+        "orm_create_seconds": orm_seconds,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,8 @@ HTTP_COLUMNS: dict[str, tuple[str, Formatter]] = {
 BULK_COLUMNS: dict[str, tuple[str, Formatter]] = {
     "bulk_ops": ("enqueue_many tasks/s", _int),
     "abulk_ops": ("aenqueue_many tasks/s", _int),
+    "enqueue_one_ops": ("enqueue() one at a time /s", _int),
+    "orm_create_ops": ("ORM create() one at a time /s", _int),
 }
 COLUMNS = {
     "noop": THROUGHPUT_COLUMNS,

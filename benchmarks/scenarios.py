@@ -182,13 +182,16 @@ def run_http(system: System, ctx: RunContext) -> dict[str, Any]:
 
 
 def run_bulk(system: System, n: int, ctx: RunContext) -> dict[str, Any]:
-    """``n`` tasks in one ``enqueue_many`` call, then ``n`` in one ``aenqueue_many`` call."""
+    """``n`` tasks in one ``enqueue_many`` call, then ``n`` in one ``aenqueue_many`` call; then
+    sync ``enqueue()`` calls one at a time against as many plain ORM creates of the row."""
     services.reset(system, ctx.admin)
     result = _agent(system, ctx, "bulk", "-n", str(n))
     return {
         "tasks": n,
         "bulk_ops": n / result["sync_seconds"],
         "abulk_ops": n / result["async_seconds"],
+        "enqueue_one_ops": result["single_enqueues"] / result["enqueue_seconds"],
+        "orm_create_ops": result["single_enqueues"] / result["orm_create_seconds"],
     }
 
 
