@@ -48,7 +48,8 @@ bench-smoke:  ## A few hundred tasks through our PostgreSQL and SQLite rows and 
 	WITH_BENCH=1 VENV=$(VENV) scripts/venv.sh
 	$(PY) -m benchmarks run --smoke
 
-docs: venv
+docs:
+	WITH_DOCS=1 VENV=$(VENV) scripts/venv.sh
 	$(VENV)/bin/mkdocs build --strict
 
 clean:

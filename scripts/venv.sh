@@ -5,6 +5,7 @@
 #   VENV=.venv-52 DJANGO=5.2 scripts/venv.sh     Django 5.2 with the django-tasks backport
 #   WITH_MYSQL=1 scripts/venv.sh    also mysqlclient (needs the MariaDB/MySQL client headers)
 #   WITH_BENCH=1 scripts/venv.sh    also the benchmark's peers (Django 6 only)
+#   WITH_DOCS=1 scripts/venv.sh     also mkdocs, to build the documentation
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,7 +48,10 @@ fi
 uv=$(command -v uv || echo "$python -m uv")
 
 $uv venv --quiet --allow-existing --python "$python" "$VENV"
-$uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[$extras]" --group test --group lint
+groups="--group test --group lint"
+[ "${WITH_DOCS:-0}" = "1" ] && groups="$groups --group docs"
+# shellcheck disable=SC2086
+$uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[$extras]" $groups
 if [ "$DJANGO" = "5.2" ]; then
     $uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" "django>=5.2,<6.0"
 fi
