@@ -119,6 +119,18 @@ async def async_touch_then_sleep(path: str, seconds: float) -> str:
 
 
 @task
+def connection_left_open() -> bool:
+    """Whether an earlier task left this thread's database connection open; then use it."""
+    from django.db import connection
+
+    from django_sqltasks.models import TaskRecord
+
+    was_open = connection.connection is not None
+    TaskRecord.objects.exists()
+    return was_open
+
+
+@task
 def count_rows() -> int:
     from django_sqltasks.models import TaskRecord
 
