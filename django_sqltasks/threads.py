@@ -80,6 +80,25 @@ class TaskThreads:
             if self._idle:
                 self._ready.notify(min(self._idle, len(args)))
 
+    def take_queued(self) -> list[Any]:
+        """Remove the tasks no thread has taken yet; return their arguments, in order."""
+        taken: list[Any] = []
+        stops: list[Any] = []
+        with self._ready:
+            # Popped one by one, in place: a thread taking its next task without the lock gets
+            # either that task or none, never one that is also returned here.
+            while True:
+                try:
+                    item = self._items.popleft()
+                except IndexError:
+                    break
+                if item is _STOP:
+                    stops.append(item)
+                else:
+                    taken.append(item[1])
+            self._items.extend(stops)
+        return taken
+
     def balance(self) -> bool:
         """Add threads for tasks that have waited too long; return whether any still wait."""
         queued = len(self._items)

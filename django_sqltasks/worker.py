@@ -340,7 +340,11 @@ class Worker:
                 self._loop.call_soon_threadsafe(self._wake.set)
 
     async def _drain(self) -> None:
-        """Wait for running tasks, up to the shutdown timeout, then requeue what is left."""
+        """On a stop, release claimed tasks that have not started; wait for running ones up to
+        the shutdown timeout, then requeue what is left. (After --max-tasks, the claimed tasks
+        all run: they are the ones it counted.)"""
+        if self._stopping:
+            await self._release_unstarted()
         if not self.running:
             return
         logger.info("Waiting for %d running task(s) worker_id=%s", self.running, self.worker_id)
@@ -360,6 +364,35 @@ class Worker:
         await self._db_call(self._requeue_owned, "The worker stopped before this task finished.")
         for job in list(self._async_jobs):
             job.cancel()  # async tasks stop here; sync threads run on, their result unused
+
+    async def _release_unstarted(self) -> None:
+        """Put claimed sync tasks that no thread has taken yet back to READY: another worker
+        can start them now, instead of after this worker's running tasks."""
+        unstarted = [row for row, _ in self._threads.take_queued()]
+        if not unstarted:
+            return
+        released = {row.id for row in unstarted}
+        with self._count_lock:
+            keep = (self._in_flight - released) | self._completer.pending_ids()
+        count = await self._db_call(
+            lambda: self._cursor_call(
+                lambda d, c: d.requeue_owned(
+                    c,
+                    worker_id=self.worker_id,
+                    now=timezone.now(),
+                    reason="The worker stopped before this task started.",
+                    keep=list(keep),
+                )
+            )
+        )
+        for row in unstarted:
+            self._task_done(row.id)
+        logger.info(
+            "Released %d claimed task(s) that had not started worker_id=%s",
+            count,
+            self.worker_id,
+            extra={"action": "tasks_released", "worker_id": self.worker_id},
+        )
 
     def _begin_stop(self) -> None:
         if self._stopping:

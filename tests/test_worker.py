@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from django_sqltasks.compat import TaskResultStatus, task_finished, task_started
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker import Worker
 from tests import tasks
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -360,3 +363,33 @@ def test_worker_refuses_a_backend_of_another_kind() -> None:
 def test_worker_checks_its_arguments(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Worker(**kwargs)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stopping_releases_claimed_tasks_that_have_not_started(tmp_path: Path) -> None:
+    paths = [tmp_path / f"t{i}" for i in range(4)]
+    results = [tasks.touch_then_sleep.enqueue(str(path), 1.0) for path in paths]
+    worker = Worker(concurrency=4, queue_names=["*"])
+    # No thread is added for waiting tasks: of the four claimed, two start and two wait.
+    worker._threads.spawn_after = 3600
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        wait_for(lambda: sum(path.exists() for path in paths) == 2, timeout=10)
+        time.sleep(0.2)
+        assert sum(path.exists() for path in paths) == 2
+    finally:
+        worker.stop()
+        runner.join(15)
+    assert not runner.is_alive()
+    statuses = {}
+    for result, path in zip(results, paths, strict=True):
+        record = TaskRecord.objects.get(id=result.id)
+        statuses[record.status] = statuses.get(record.status, 0) + 1
+        if record.status == TaskResultStatus.READY:
+            assert not path.exists(), "a released task ran"
+            assert record.owner is None
+            assert "stopped before this task started" in record.errors[-1]["traceback"]
+        else:
+            assert record.status == TaskResultStatus.SUCCESSFUL and path.exists()
+    assert statuses == {TaskResultStatus.SUCCESSFUL: 2, TaskResultStatus.READY: 2}
