@@ -382,7 +382,7 @@ def test_stopping_releases_claimed_tasks_that_have_not_started(tmp_path: Path) -
         worker.stop()
         runner.join(15)
     assert not runner.is_alive()
-    statuses = {}
+    statuses: dict[str, int] = {}
     for result, path in zip(results, paths, strict=True):
         record = TaskRecord.objects.get(id=result.id)
         statuses[record.status] = statuses.get(record.status, 0) + 1
