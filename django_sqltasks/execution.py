@@ -28,7 +28,8 @@ except ImportError:  # pragma: no cover - Django 5.2 with the backport
 
 
 _settle_lock = threading.Lock()
-_policies: dict[tuple[Task, int], Policy] = {}
+# (task, id(options)) -> (options, policy): the options are held, so their id is not reused.
+_policies: dict[tuple[Task, int], tuple[BackendOptions, Policy]] = {}
 MAX_POLICIES = 4096  # distinct (task, options) pairs cached; the cache restarts beyond
 
 
@@ -99,13 +100,15 @@ def _policy(task: Task, config: BackendOptions) -> Policy:
     """``policy_for``, computed once per task and options."""
     key = (task, id(config))
     try:
-        policy = _policies.get(key)
+        cached = _policies.get(key)
     except TypeError:  # a task with an unhashable option
         return policy_for(task, config)
-    if policy is None:
-        if len(_policies) >= MAX_POLICIES:
-            _policies.clear()
-        policy = _policies[key] = policy_for(task, config)
+    if cached is not None and cached[0] is config:
+        return cached[1]
+    if len(_policies) >= MAX_POLICIES:
+        _policies.clear()
+    policy = policy_for(task, config)
+    _policies[key] = (config, policy)
     return policy
 
 
