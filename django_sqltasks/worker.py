@@ -371,22 +371,15 @@ class Worker:
         unstarted = [row for row, _ in self._threads.take_queued()]
         if not unstarted:
             return
-        released = {row.id for row in unstarted}
-        with self._count_lock:
-            keep = (self._in_flight - released) | self._completer.pending_ids()
+        for row in unstarted:
+            self._task_done(row.id)  # no longer in flight: requeued below
         count = await self._db_call(
-            lambda: self._cursor_call(
-                lambda d, c: d.requeue_owned(
-                    c,
-                    worker_id=self.worker_id,
-                    now=timezone.now(),
-                    reason="The worker stopped before this task started.",
-                    keep=list(keep),
-                )
+            partial(
+                self._requeue_owned,
+                "The worker stopped before this task started.",
+                keep_known=True,
             )
         )
-        for row in unstarted:
-            self._task_done(row.id)
         logger.info(
             "Released %d claimed task(s) that had not started worker_id=%s",
             count,
@@ -712,24 +705,23 @@ class Worker:
 
     def _reconcile(self) -> None:
         """After a failed claim, requeue rows the claim may have taken without our knowing."""
-        with self._count_lock:
-            keep = self._in_flight | self._completer.pending_ids()
-        count = self._cursor_call(
-            lambda d, c: d.requeue_owned(
-                c,
-                worker_id=self.worker_id,
-                now=timezone.now(),
-                reason="The claim that took this task failed before the worker saw it.",
-                keep=list(keep),
-            )
+        count = self._requeue_owned(
+            "The claim that took this task failed before the worker saw it.",
+            keep_known=True,
         )
         if count:
             logger.warning("Requeued %d task(s) from a failed claim", count)
 
-    def _requeue_owned(self, reason: str) -> int:
+    def _requeue_owned(self, reason: str, *, keep_known: bool = False) -> int:
+        """Put this worker's RUNNING tasks back to READY; with ``keep_known``, only those it
+        does not know it holds (running, or with an outcome waiting to be written)."""
+        keep: set[uuid.UUID] = set()
+        if keep_known:
+            with self._count_lock:
+                keep = self._in_flight | self._completer.pending_ids()
         return self._cursor_call(
             lambda d, c: d.requeue_owned(
-                c, worker_id=self.worker_id, now=timezone.now(), reason=reason
+                c, worker_id=self.worker_id, now=timezone.now(), reason=reason, keep=list(keep)
             )
         )
 

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -125,6 +126,25 @@ class Outcome:
     available_at: datetime | None = None  # for a retry (status READY): when to run again
 
 
+def _json_column(column: str, value: Any, *, decoded: bool, problems: list[str]) -> Any:
+    """A JSON column's value, decoded and of its JSON_SHAPES type; or, if it is not, an empty
+    one, with the problem added to ``problems``."""
+    kind = JSON_SHAPES[column]
+    if not decoded:
+        try:
+            value = loads(value)
+        except ValueError as e:
+            problems.append(f"column {column} holds text that is not JSON ({e})")
+            return kind()
+    if not isinstance(value, kind):
+        problems.append(
+            f"column {column} holds a JSON {type(value).__name__}, not a "
+            f"{'list' if kind is list else 'object'}"
+        )
+        return kind()
+    return value
+
+
 class Dialect:
     """Raw SQL for one database vendor, run on a Django connection's cursor."""
 
@@ -174,42 +194,47 @@ class Dialect:
     def claimed_row(self, values: Sequence[Any], *, json_decoded: bool = False) -> ClaimedRow:
         """A claimed row from its RETURNED_COLUMNS values; ``json_decoded`` when the JSON
         columns arrive as Python values rather than text."""
-        row = dict(zip(RETURNED_COLUMNS, values, strict=True))
-        decoded: dict[str, Any] = {}
-        problems: list[str] = []
+        (
+            id_,
+            task_path,
+            backend_name,
+            queue_name,
+            priority,
+            args,
+            kwargs,
+            enqueued_at,
+            run_after,
+            started_at,
+            last_attempted_at,
+            errors,
+            worker_ids,
+            attempts,
+        ) = values  # fmt: skip  (RETURNED_COLUMNS, in order)
         # A row damaged outside this package must fail alone, not break the whole claim.
-        for column, kind in JSON_SHAPES.items():
-            value = row[column]
-            if not json_decoded:
-                try:
-                    value = loads(value)
-                except ValueError as e:
-                    problems.append(f"column {column} holds text that is not JSON ({e})")
-                    value = kind()
-            if not isinstance(value, kind):
-                problems.append(
-                    f"column {column} holds a JSON {type(value).__name__}, not a "
-                    f"{'list' if kind is list else 'object'}"
-                )
-                value = kind()
-            decoded[column] = value
+        problems: list[str] = []
+        json_column = partial(_json_column, decoded=json_decoded, problems=problems)
+        decode = self.decode_datetime
         return ClaimedRow(
-            id=self.decode_id(row["id"]),
-            task_path=row["task_path"],
-            backend_name=row["backend_name"],
-            queue_name=row["queue_name"],
-            priority=row["priority"],
-            args=decoded["args"],
-            kwargs=decoded["kwargs"],
-            enqueued_at=self.decode_datetime(row["enqueued_at"]),  # type: ignore[arg-type]
-            run_after=self.decode_datetime(row["run_after"]),
-            started_at=self.decode_datetime(row["started_at"]),  # type: ignore[arg-type]
-            last_attempted_at=self.decode_datetime(row["last_attempted_at"]),  # type: ignore[arg-type]
-            errors=decoded["errors"],
-            worker_ids=decoded["worker_ids"],
-            attempts=row["attempts"],
+            id=self.decode_id(id_),
+            task_path=task_path,
+            backend_name=backend_name,
+            queue_name=queue_name,
+            priority=priority,
+            args=json_column("args", args),
+            kwargs=json_column("kwargs", kwargs),
+            enqueued_at=decode(enqueued_at),  # type: ignore[arg-type]
+            run_after=decode(run_after),
+            started_at=decode(started_at),  # type: ignore[arg-type]
+            last_attempted_at=decode(last_attempted_at),  # type: ignore[arg-type]
+            errors=json_column("errors", errors),
+            worker_ids=json_column("worker_ids", worker_ids),
+            attempts=attempts,
             corrupt="; ".join(problems) or None,
         )
+
+    def fetch_claimed(self, cursor: CursorWrapper) -> list[ClaimedRow]:
+        """The rows the claim statement just returned."""
+        return [self.claimed_row(values) for values in cursor.fetchall()]
 
     def insert_params(self, task: NewTask) -> list[Any]:
         return [
@@ -310,7 +335,7 @@ class Dialect:
                 limit=limit,
             )
         )
-        return [self.claimed_row(values) for values in cursor.fetchall()]
+        return self.fetch_claimed(cursor)
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]

@@ -73,7 +73,7 @@ class MySQLDialect(Dialect):
                     limit=limit,
                 )
             )
-            rows = [self.claimed_row(values) for values in cursor.fetchall()]
+            rows = self.fetch_claimed(cursor)
             corrupt = [r for r in rows if r.corrupt is not None]
             if corrupt:
                 # MariaDB checks every JSON column's CHECK on any UPDATE of the row: a row

@@ -145,73 +145,11 @@ class PostgreSQLDialect(Dialect):
             [backend_name, *queue_params, now, limit, worker_id, worker_id, now, now],
         )
 
-    def claim(
-        self,
-        cursor: CursorWrapper,
-        *,
-        backend_name: str,
-        queue_names: list[str] | None,
-        worker_id: str,
-        now: datetime,
-        limit: int,
-    ) -> list[ClaimedRow]:
-        cursor.execute(
-            *self.claim_sql(
-                backend_name=backend_name,
-                queue_names=queue_names,
-                worker_id=worker_id,
-                now=now,
-                limit=limit,
-            )
-        )
-        document = cursor.fetchone()[0]
+    def fetch_claimed(self, cursor: CursorWrapper) -> list[ClaimedRow]:
+        document = cursor.fetchone()[0]  # the claim's json_agg(), or NULL for no row
         if document is None:
             return []
-        return [self._claimed_row(values) for values in loads(document)]
-
-    def _claimed_row(self, values: list[Any]) -> ClaimedRow:
-        """``claimed_row`` for the usual row, decoded straight from the claim's JSON."""
-        (
-            id_,
-            task_path,
-            backend_name,
-            queue_name,
-            priority,
-            args,
-            kwargs,
-            enqueued_at,
-            run_after,
-            started_at,
-            last_attempted_at,
-            errors,
-            worker_ids,
-            attempts,
-        ) = values  # fmt: skip  (RETURNED_COLUMNS, in order)
-        if not (
-            type(args) is list
-            and type(kwargs) is dict
-            and type(errors) is list
-            and type(worker_ids) is list
-            and self.use_tz
-        ):
-            return self.claimed_row(values, json_decoded=True)  # says what is wrong, if any
-        # json_build_array() writes timestamps in the session's time zone, with its offset.
-        return ClaimedRow(
-            id=uuid.UUID(id_),
-            task_path=task_path,
-            backend_name=backend_name,
-            queue_name=queue_name,
-            priority=priority,
-            args=args,
-            kwargs=kwargs,
-            enqueued_at=datetime.fromisoformat(enqueued_at),
-            run_after=None if run_after is None else datetime.fromisoformat(run_after),
-            started_at=datetime.fromisoformat(started_at),
-            last_attempted_at=datetime.fromisoformat(last_attempted_at),
-            errors=errors,
-            worker_ids=worker_ids,
-            attempts=attempts,
-        )
+        return [self.claimed_row(values, json_decoded=True) for values in loads(document)]
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
