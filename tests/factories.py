@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.auth.models import Permission, User
+from django.test import Client
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
@@ -49,3 +51,12 @@ def task_row(
         values.update(attempts=1, started_at=now, last_attempted_at=now, owner="w1")
     values.update(fields)
     return TaskRecord.objects.create(**values)
+
+
+def staff_client(*permissions: str) -> Client:
+    """A client logged in as a staff user holding only these permissions (codenames)."""
+    user = User.objects.create_user("staff", "staff@example.com", "pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=permissions))
+    client = Client()
+    client.force_login(user)
+    return client

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -14,7 +14,7 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.control import CANCELLED
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
-from tests.factories import task_row
+from tests.factories import staff_client, task_row
 
 pytestmark = pytest.mark.django_db
 
@@ -25,14 +25,6 @@ CHANGELIST = "admin:django_sqltasks_taskrecord_changelist"
 def superuser_client() -> Client:
     client = Client()
     client.force_login(User.objects.create_superuser("admin", "admin@example.com", "pw"))
-    return client
-
-
-def staff_client(*perms: str) -> Client:
-    user = User.objects.create_user("staff", "staff@example.com", "pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(codename__in=perms))
-    client = Client()
-    client.force_login(user)
     return client
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
@@ -18,6 +17,7 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from tests import tasks
+from tests.factories import staff_client
 
 RunWorker = Callable[..., Worker]
 PACKAGE = Path(__file__).resolve().parent.parent / "django_sqltasks"
@@ -227,14 +227,6 @@ def test_a_hostile_worker_id_survives_a_rescue(run_worker: RunWorker) -> None:
 # The admin's task controls need their permissions --------------------------------------------
 
 
-def staff(*codenames: str) -> Client:
-    user = User.objects.create_user("viewer", "viewer@example.com", "pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 @pytest.mark.django_db
 @pytest.mark.parametrize(("button", "status"), [("retry", "FAILED"), ("cancel", "READY")])
 def test_detail_page_controls_refuse_a_user_without_their_permission(
@@ -245,7 +237,7 @@ def test_detail_page_controls_refuse_a_user_without_their_permission(
     )
     url = reverse(f"admin:django_sqltasks_taskrecord_{button}", args=[record.pk])
     assert Client().post(url).status_code == 302  # anonymous: to the login page
-    assert staff("view_taskrecord").post(url).status_code == 403
+    assert staff_client("view_taskrecord").post(url).status_code == 403
     record.refresh_from_db()
     assert record.status == status
 
@@ -257,7 +249,7 @@ def test_changelist_actions_refuse_a_view_only_user(action: str) -> None:
         TaskRecord.objects.create(task_path="tests.tasks.noop", backend_name="default", status=s)
         for s in ("READY", "FAILED", "SUCCESSFUL")
     ]
-    client = staff("view_taskrecord")
+    client = staff_client("view_taskrecord")
     response = client.post(
         reverse("admin:django_sqltasks_taskrecord_changelist"),
         {"action": action, "_selected_action": [str(r.pk) for r in rows]},
