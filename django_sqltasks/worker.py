@@ -11,6 +11,7 @@ import signal
 import socket
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -58,6 +59,10 @@ def _is_async(task_path: str) -> bool:
         return False
 
 
+def _start_order(row: ClaimedRow) -> tuple[int, Any]:
+    return -row.priority, row.run_after or row.enqueued_at
+
+
 class Worker:
     """Run tasks of one backend's queues until stopped, or until no task is left (``burst``)."""
 
@@ -72,6 +77,7 @@ class Worker:
         worker_id: str | None = None,
         poll_interval: float | None = None,
         shutdown_timeout: float | None = None,
+        prefetch: int | None = None,
     ) -> None:
         task_backend = task_backends[backend]
         if not isinstance(task_backend, SQLTaskBackend):
@@ -81,6 +87,8 @@ class Worker:
             )
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}.")
+        if prefetch is not None and prefetch < 0:
+            raise ValueError(f"prefetch must be 0 or more, not {prefetch}.")
         if max_tasks is not None and max_tasks < 1:
             raise ValueError(f"max_tasks must be at least 1, not {max_tasks}.")
         if worker_id is not None and not 0 < len(worker_id) <= MAX_WORKER_ID_LENGTH:
@@ -90,6 +98,9 @@ class Worker:
         self.database = task_backend.database
         self.queue_names = None if queue_names is None or "*" in queue_names else queue_names
         self.concurrency = concurrency
+        # Tasks claimed beyond the free slots, started as slots free up: a finished task's slot
+        # is filled at once instead of after the next claim's round trip.
+        self.prefetch = concurrency // 4 if prefetch is None else prefetch
         self.burst = burst
         self.max_tasks = max_tasks
         self.worker_id = worker_id or f"{socket.gethostname()[:40]}-{get_random_string(12)}"
@@ -114,12 +125,17 @@ class Worker:
         self.abandoned = False  # True when the shutdown timeout left tasks running
         self._finished = 0  # claimed tasks whose function has returned (any thread)
         self._in_flight: set[uuid.UUID] = set()  # claimed, function not returned yet
+        self._waiting: deque[ClaimedRow] = deque()  # claimed, waiting for a free slot
+        self._active = 0  # tasks started (handed to a thread or the loop), not returned yet
+        self._started: Receivers | None = None  # task_started receivers, as of the last claim
+        self._async_starting: list[ClaimedRow] = []  # async rows to start this turn of the loop
         self._count_lock = threading.Lock()
         self._wake_below = 0  # the claim loop wants waking once this few tasks run
         self._async_jobs: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0  # the ident of the thread running the loop
         self._wake: asyncio.Event | None = None
         self._db = ThreadPoolExecutor(1, thread_name_prefix="sqltasks-db")
         # Outcomes are written on a connection of their own, so that a claim and a write run
@@ -202,6 +218,7 @@ class Worker:
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
         self._signals = SignalThread()
         self._install_signal_handlers()
@@ -259,15 +276,20 @@ class Worker:
                 extra={"action": "worker_stop", "worker_id": self.worker_id},
             )
 
+    @property
+    def _capacity(self) -> int:
+        """The most tasks held at once: the slots, and the prefetched tasks waiting for one."""
+        return self.concurrency + self.prefetch
+
     async def _claim_loop(self) -> None:
         while not self._stopping:
             running = self.running
-            free = self.concurrency - running
+            free = self._capacity - running
             if self.max_tasks is not None:
                 free = min(free, self.max_tasks - self.claimed)
                 if free <= 0 and self.claimed >= self.max_tasks:
                     return
-            if free <= 0 or (running and free < self.concurrency // 4):
+            if free <= 0 or (running and free < self._capacity // 4):
                 # Wait for more free slots, so claims come in batches rather than one by one.
                 await self._sleep(GATHER_DELAY if free > 0 else self.poll_interval)
                 continue
@@ -279,9 +301,7 @@ class Worker:
                 await self._sleep(self.poll_interval)
                 continue
             self.claimed += len(rows)
-            with self._count_lock:
-                self._in_flight.update(row.id for row in rows)
-            self._dispatch(rows)
+            self._hold(rows)
             if len(rows) < free:
                 if self.burst and not rows and not self.running:
                     # Done only if no outcome was written since this claim began: a retry
@@ -305,7 +325,7 @@ class Worker:
         if self._threads.balance():
             seconds = min(seconds, self._threads.spawn_after)
         with self._count_lock:
-            self._wake_below = self.concurrency - max(1, self.concurrency // 4)
+            self._wake_below = self._capacity - max(1, self._capacity // 4)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
@@ -328,13 +348,18 @@ class Worker:
         self._wake.set()
 
     def _task_done(self, task_id: uuid.UUID) -> None:
-        """Count a finished task function (from any thread) and wake a waiting claim loop."""
+        """Count a finished task function (from any thread), start a waiting task in its slot,
+        and wake a waiting claim loop."""
         with self._count_lock:
             self._finished += 1
+            self._active -= 1
             self._in_flight.discard(task_id)
+            ready = self._take_waiting() if self._waiting else None
             wake = self.claimed - self._finished <= self._wake_below
             if wake:
                 self._wake_below = -1  # once is enough until the loop sleeps again
+        if ready:
+            self._start(ready)
         if wake and self._loop is not None and self._wake is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
                 self._loop.call_soon_threadsafe(self._wake.set)
@@ -366,13 +391,19 @@ class Worker:
             job.cancel()  # async tasks stop here; sync threads run on, their result unused
 
     async def _release_unstarted(self) -> None:
-        """Put claimed sync tasks that no thread has taken yet back to READY: another worker
-        can start them now, instead of after this worker's running tasks."""
-        unstarted = [row for row, _ in self._threads.take_queued()]
-        if not unstarted:
-            return
-        for row in unstarted:
+        """Put claimed tasks that have not started (prefetched ones, and sync ones that no
+        thread has taken yet) back to READY: another worker can start them now, instead of
+        after this worker's running tasks."""
+        with self._count_lock:
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            self._finished += len(waiting)  # no longer in flight: requeued below
+            self._in_flight.difference_update(row.id for row in waiting)
+        queued = [row for row, _ in self._threads.take_queued()]
+        for row in queued:
             self._task_done(row.id)  # no longer in flight: requeued below
+        if not waiting and not queued:
+            return
         count = await self._db_call(
             partial(
                 self._requeue_owned,
@@ -415,7 +446,30 @@ class Worker:
 
     # Running tasks -----------------------------------------------------------------------
 
-    def _dispatch(self, rows: list[ClaimedRow]) -> None:
+    def _hold(self, rows: list[ClaimedRow]) -> None:
+        """Take claimed rows in: start as many as there are free slots, keep the rest waiting."""
+        self._started = Receivers(task_started, self.backend_class)
+        # A claim returns its rows in no set order: start them in the order the claim chose
+        # them (priority, then due time), as a worker claiming one at a time would.
+        rows.sort(key=_start_order)
+        with self._count_lock:
+            self._in_flight.update(row.id for row in rows)
+            self._waiting.extend(rows)
+            ready = self._take_waiting()
+        self._start(ready)
+
+    def _take_waiting(self) -> list[ClaimedRow]:
+        """Pop the waiting rows that free slots can start (with ``_count_lock`` held)."""
+        count = min(len(self._waiting), self.concurrency - self._active)
+        if count <= 0:
+            return []
+        self._active += count
+        waiting = self._waiting
+        return [waiting.popleft() for _ in range(count)]
+
+    def _start(self, rows: list[ClaimedRow]) -> None:
+        """Start rows that have a slot (from any thread): sync ones on the task threads, async
+        ones on the loop."""
         async_rows = []
         sync_rows = []
         for row in rows:
@@ -423,14 +477,33 @@ class Worker:
                 async_rows.append(row)
             else:
                 sync_rows.append(row)
+        started = self._started
+        assert started is not None
         if sync_rows:
-            started = Receivers(task_started, self.backend_class)
             self._threads.submit_many(self._run_sync, [(row, started) for row in sync_rows])
         if async_rows:
-            assert self._loop is not None
-            job = self._loop.create_task(self._start_async(async_rows))
-            self._async_jobs.add(job)
-            job.add_done_callback(self._async_jobs.discard)
+            loop = self._loop
+            assert loop is not None
+            if threading.get_ident() == self._loop_thread:
+                self._start_async_soon(async_rows)
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
+                    loop.call_soon_threadsafe(self._start_async_soon, async_rows)
+
+    def _start_async_soon(self, rows: list[ClaimedRow]) -> None:
+        """Start async rows at the end of this turn of the loop, with the others started in it
+        (tasks finishing together free their slots one by one: one signal hop for them all)."""
+        assert self._loop is not None
+        if not self._async_starting:
+            self._loop.call_soon(self._start_async_batch)
+        self._async_starting.extend(rows)
+
+    def _start_async_batch(self) -> None:
+        rows, self._async_starting = self._async_starting, []
+        assert self._loop is not None
+        job = self._loop.create_task(self._start_async(rows))
+        self._async_jobs.add(job)
+        job.add_done_callback(self._async_jobs.discard)
 
     def _run_sync(self, item: tuple[ClaimedRow, Receivers]) -> None:
         """Run a sync task on this task thread, up to queueing its outcome."""
@@ -496,9 +569,8 @@ class Worker:
                 self._task_done(row.id)
             else:
                 attempts.append(attempt)
-        assert self._signals is not None
-        started = Receivers(task_started, self.backend_class)
-        await asyncio.wrap_future(self._signals.post(self._send_each, started, attempts))
+        assert self._signals is not None and self._started is not None
+        await asyncio.wrap_future(self._signals.post(self._send_each, self._started, attempts))
         for attempt in attempts:
             job = asyncio.get_running_loop().create_task(self._run_async(attempt))
             self._async_jobs.add(job)
@@ -773,6 +845,20 @@ class Worker:
             if self._stopped.wait(max(0.0, delay) + 0.005):
                 return
 
+    def _cancel_waiting(self, task_id: uuid.UUID) -> bool:
+        """Fail a prefetched task that has not started, as cancelled; False if none waits."""
+        with self._count_lock:
+            row = next((row for row in self._waiting if row.id == task_id), None)
+            if row is None:
+                return False
+            self._waiting.remove(row)
+            self._finished += 1
+            self._in_flight.discard(task_id)
+        logger.warning("Cancelled task id=%s before it started, at a user's request", task_id)
+        cancelled = TaskCancelled("Cancelled before it started, at the request of a user.")
+        self._completer.submit(execution.failure(task_id, cancelled), None)
+        return True
+
     def _forget_async(self, task_id: uuid.UUID, _job: asyncio.Task[None]) -> None:
         self._async_by_id.pop(task_id, None)
 
@@ -788,11 +874,14 @@ class Worker:
         )
 
     def _cancel_running(self, task_ids: list[uuid.UUID]) -> None:
-        """Cancel the async tasks among ``task_ids``; sync ones cannot be stopped."""
+        """Cancel the tasks among ``task_ids`` that wait for a slot and the async ones that
+        run; running sync ones cannot be stopped."""
         for task_id in task_ids:
             if task_id in self._cancel_requested:
                 continue
             self._cancel_requested.add(task_id)
+            if self._cancel_waiting(task_id):
+                continue
             job = self._async_by_id.get(task_id)
             if job is not None and self._loop is not None:
                 logger.warning("Cancelling task id=%s at a user's request", task_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -204,3 +205,42 @@ def tick(label: str = "tick") -> str:
 async def long_async(seconds: float) -> str:
     await asyncio.sleep(seconds)
     return "finished"
+
+
+class RunningCount:
+    """How many of the ``counted`` tasks run at once in this process, and the most seen."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+running_count = RunningCount()
+
+
+@task
+def counted(seconds: float) -> None:
+    running_count.enter()
+    try:
+        time.sleep(seconds)
+    finally:
+        running_count.leave()
+
+
+@task
+async def async_counted(seconds: float) -> None:
+    running_count.enter()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        running_count.leave()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,7 +41,7 @@ def test_unknown_id_raises() -> None:
         task_backends["default"].cancel("01a1fd00-0000-7000-8000-000000000000")
 
 
-def test_a_running_async_task_is_cancelled_at_the_next_heartbeat(settings: Any) -> None:
+def _fast_heartbeat(settings: Any) -> None:
     settings.TASKS = {
         **settings.TASKS,
         "default": {
@@ -53,6 +54,10 @@ def test_a_running_async_task_is_cancelled_at_the_next_heartbeat(settings: Any) 
             },
         },
     }
+
+
+def test_a_running_async_task_is_cancelled_at_the_next_heartbeat(settings: Any) -> None:
+    _fast_heartbeat(settings)
     result = tasks.long_async.enqueue(30)
     worker = Worker(queue_names=["*"], concurrency=2, burst=True)
     runner = threading.Thread(target=worker.run)
@@ -70,3 +75,25 @@ def test_a_running_async_task_is_cancelled_at_the_next_heartbeat(settings: Any) 
     assert result.status == TaskResultStatus.FAILED  # not retried, although MAX_ATTEMPTS is 3
     assert result.attempts == 1
     assert result.errors[-1].exception_class_path == "django_sqltasks.exceptions.TaskCancelled"
+
+
+def test_a_prefetched_task_is_cancelled_before_it_starts(settings: Any, tmp_path: Path) -> None:
+    _fast_heartbeat(settings)
+    first = tasks.touch_then_sleep.using(priority=1).enqueue(str(tmp_path / "first"), 1.5)
+    waiting = tasks.record.enqueue(str(tmp_path / "waiting"), "ran")
+    worker = Worker(queue_names=["*"], concurrency=1, prefetch=1, burst=True)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        wait_for(lambda: worker.claimed == 2)
+        assert task_backends["default"].cancel(waiting.id) is True
+        runner.join(timeout=15)
+    finally:
+        worker.stop()
+        runner.join(timeout=15)
+    assert tasks.touch_then_sleep.get_result(first.id).status == TaskResultStatus.SUCCESSFUL
+    result = tasks.record.get_result(waiting.id)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class_path == "django_sqltasks.exceptions.TaskCancelled"
+    assert "before it started" in result.errors[-1].traceback
+    assert not (tmp_path / "waiting").exists(), "the cancelled task ran"

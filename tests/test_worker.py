@@ -214,6 +214,26 @@ def test_max_tasks_stops_after_that_many(run_worker: RunWorker) -> None:
     assert TaskRecord.objects.ready().count() == 2
 
 
+def test_prefetched_tasks_start_in_priority_order(run_worker: RunWorker, tmp_path: Path) -> None:
+    log = tmp_path / "order"
+    # Enqueued lowest priority first: the claim takes all four at once (one slot, three
+    # prefetched), and must start them highest first, as four claims of one would.
+    for priority in (-5, 0, 10, 50):
+        tasks.record.using(priority=priority).enqueue(str(log), str(priority))
+    worker = run_worker(concurrency=1, prefetch=3)
+    assert worker.processed == 4
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["50", "10", "0", "-5"]
+
+
+def test_prefetch_never_runs_more_than_the_concurrency(run_worker: RunWorker) -> None:
+    tasks.running_count.most = 0
+    for i in range(24):
+        (tasks.counted if i % 2 else tasks.async_counted).enqueue(0.05)
+    run_worker(concurrency=3, prefetch=6)
+    assert TaskRecord.objects.succeeded().count() == 24
+    assert tasks.running_count.most == 3
+
+
 def test_sync_tasks_run_concurrently(run_worker: RunWorker) -> None:
     for _ in range(6):
         tasks.sleep.enqueue(0.5)
@@ -357,6 +377,7 @@ def test_worker_refuses_a_backend_of_another_kind() -> None:
     [
         ({"concurrency": 0}, "concurrency must be at least 1"),
         ({"max_tasks": 0}, "max_tasks must be at least 1"),
+        ({"prefetch": -1}, "prefetch must be 0 or more"),
         ({"worker_id": "x" * 65}, "worker_id must be 1 to 64 characters"),
     ],
 )
@@ -393,3 +414,26 @@ def test_stopping_releases_claimed_tasks_that_have_not_started(tmp_path: Path) -
         else:
             assert record.status == TaskResultStatus.SUCCESSFUL and path.exists()
     assert statuses == {TaskResultStatus.SUCCESSFUL: 2, TaskResultStatus.READY: 2}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("task", [tasks.touch_then_sleep, tasks.async_touch_then_sleep])
+def test_stopping_releases_prefetched_tasks(tmp_path: Path, task: Any) -> None:
+    paths = [tmp_path / f"t{i}" for i in range(3)]
+    results = [task.enqueue(str(path), 1.0) for path in paths]
+    worker = Worker(concurrency=1, prefetch=2, queue_names=["*"])
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        wait_for(lambda: worker.claimed == 3 and any(path.exists() for path in paths))
+    finally:
+        worker.stop()
+        runner.join(15)
+    assert not runner.is_alive()
+    records = [TaskRecord.objects.get(id=result.id) for result in results]
+    assert [r.status for r in records].count(TaskResultStatus.SUCCESSFUL) == 1
+    for record, path in zip(records, paths, strict=True):
+        if record.status == TaskResultStatus.READY:
+            assert not path.exists(), "a released task ran"
+            assert record.owner is None
+            assert "stopped before this task started" in record.errors[-1]["traceback"]

@@ -6,14 +6,22 @@ import argparse
 import math
 
 
-def positive_int(value: str) -> int:
+def _whole_number(value: str, least: int) -> int:
     try:
         number = int(value)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from e
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    if number < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, not {number}")
     return number
+
+
+def positive_int(value: str) -> int:
+    return _whole_number(value, 1)
+
+
+def non_negative_int(value: str) -> int:
+    return _whole_number(value, 0)
 
 
 def positive_seconds(value: str) -> float:

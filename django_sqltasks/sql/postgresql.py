@@ -120,8 +120,6 @@ class PostgreSQLDialect(Dialect):
     ) -> tuple[str, list[Any]]:
         queue_sql, queue_params = self.queue_filter(queue_names)
         # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
-        # concurrent workers take the next rows instead of waiting on these.
-        # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
         # concurrent workers take the next rows instead of waiting on these. The rows come
         # back as one JSON document: one value to decode instead of fourteen per row.
         return (

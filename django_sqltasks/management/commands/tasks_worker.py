@@ -10,7 +10,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
-from django_sqltasks.management.arguments import positive_int, positive_seconds
+from django_sqltasks.management.arguments import (
+    non_negative_int,
+    positive_int,
+    positive_seconds,
+)
 from django_sqltasks.worker import MAX_WORKER_ID_LENGTH, Worker
 
 DEFAULT_CONCURRENCY = 10
@@ -50,6 +54,12 @@ class Command(BaseCommand):
             type=positive_int,
             default=DEFAULT_CONCURRENCY,
             help=f"Tasks run at once in this process (default: {DEFAULT_CONCURRENCY}).",
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=non_negative_int,
+            help="Tasks claimed beyond the free slots, started as soon as a slot frees up "
+            "(default: a quarter of --concurrency, rounded down; 0 claims only for free slots).",
         )
         parser.add_argument(
             "--burst", action="store_true", help="Exit once no runnable task is left."
@@ -105,6 +115,7 @@ class Command(BaseCommand):
                 worker_id=options["worker_id"],
                 poll_interval=options["poll_interval"],
                 shutdown_timeout=options["shutdown_timeout"],
+                prefetch=options["prefetch"],
             )
         except ValueError as e:
             raise CommandError(str(e)) from e
