@@ -73,40 +73,47 @@ class Coalescer:
 
     async def _flush(self, batch: list[tuple[NewTask, asyncio.Future[None]]]) -> None:
         results = [self._results.pop(row.id) for row, _ in batch]
-        written: list[Any] = []
         try:
             writer = await self._get_writer()
             await writer.insert([row for row, _ in batch], self.backend.config.notify)
-            written = results
-            await self._send_enqueued(written)
         except Exception as e:
-            if not written and len(batch) > 1:
+            if len(batch) > 1:
                 await self._flush_one_by_one(batch, results)
                 return
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(e)
+            _settle(batch, [e])
             return
-        _settle(batch)
+        _settle(batch, await self._send_enqueued(results))
 
     async def _flush_one_by_one(
         self, batch: list[tuple[NewTask, asyncio.Future[None]]], results: list[Any]
     ) -> None:
         """A batch failed: write its rows alone, so only the bad ones fail."""
-        writer = await self._get_writer()
-        for (row, future), result in zip(batch, results, strict=True):
+        try:
+            writer = await self._get_writer()
+        except Exception as e:  # no connection to the database: every caller gets the error
+            _settle(batch, [e] * len(batch))
+            return
+        errors: list[Exception | None] = []
+        for row, _ in batch:
             try:
                 await writer.insert([row], self.backend.config.notify)
-                await self._send_enqueued([result])
             except Exception as e:
-                if not future.done():
-                    future.set_exception(e)
+                errors.append(e)
             else:
-                if not future.done():
-                    future.set_result(None)
+                errors.append(None)
+        written = [result for result, e in zip(results, errors, strict=True) if e is None]
+        sent = iter(await self._send_enqueued(written))
+        _settle(batch, [e if e is not None else next(sent) for e in errors])
 
-    async def _send_enqueued(self, results: list[Any]) -> None:
-        await sync_to_async(_send_enqueued)(type(self.backend), results)
+    async def _send_enqueued(self, results: list[Any]) -> list[Exception | None]:
+        """Send ``task_enqueued`` for each written task in one thread hop; return each one's
+        receiver error (which fails that caller's ``aenqueue`` only: its row is written)."""
+        if not results:
+            return []
+        try:
+            return await sync_to_async(_send_enqueued)(type(self.backend), results)
+        except Exception as e:  # the hop itself failed: no caller may wait forever
+            return [e] * len(results)
 
     async def get_result(self, result_id: str) -> Any:
         """Read a result: on the loop on PostgreSQL, else through Django's async path."""
@@ -132,17 +139,31 @@ class Coalescer:
             self._writer = None
 
 
-def _send_enqueued(sender: type, results: list[Any]) -> None:
+def _send_enqueued(sender: type, results: list[Any]) -> list[Exception | None]:
     from .compat import task_enqueued
 
+    errors: list[Exception | None] = []
     for result in results:
-        task_enqueued.send(sender, task_result=result)
+        try:
+            task_enqueued.send(sender, task_result=result)
+        except Exception as e:  # raised to that task's caller, as a sync enqueue() would
+            errors.append(e)
+        else:
+            errors.append(None)
+    return errors
 
 
-def _settle(batch: list[tuple[NewTask, asyncio.Future[None]]]) -> None:
-    for _, future in batch:
-        if not future.done():
+def _settle(
+    batch: list[tuple[NewTask, asyncio.Future[None]]], errors: Sequence[Exception | None]
+) -> None:
+    """Resolve each caller's future: with its error, or done."""
+    for (_, future), error in zip(batch, errors, strict=True):
+        if future.done():
+            continue
+        if error is None:
             future.set_result(None)
+        else:
+            future.set_exception(error)
 
 
 class Writer:

@@ -227,3 +227,24 @@ def test_sync_enqueue_is_one_statement() -> None:
     with CaptureQueriesContext(connection) as queries:
         tasks.noop.enqueue()
     assert len(queries) == 1
+
+
+async def test_a_failing_task_enqueued_receiver_fails_only_its_own_aenqueue() -> None:
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        if task_result.args == [13, 0]:
+            raise RuntimeError("receiver refused task 13")
+
+    task_enqueued.connect(receiver)
+    try:
+        outcomes = await asyncio.gather(
+            *(tasks.add.aenqueue(i, 0) for i in range(20)), return_exceptions=True
+        )
+    finally:
+        task_enqueued.disconnect(receiver)
+    failed = [o for o in outcomes if isinstance(o, Exception)]
+    assert [str(e) for e in failed] == ["receiver refused task 13"]
+    # The row was written before its receiver ran, as with a sync enqueue().
+    count = await TaskRecord.objects.filter(task_path=tasks.add.module_path).acount()
+    assert count == 20
+    await close_thread_connections()
+
