@@ -247,4 +247,3 @@ async def test_a_failing_task_enqueued_receiver_fails_only_its_own_aenqueue() ->
     count = await TaskRecord.objects.filter(task_path=tasks.add.module_path).acount()
     assert count == 20
     await close_thread_connections()
-
