@@ -225,7 +225,7 @@ def write(docs_dir: Path, page: Path) -> None:
         CAVEATS.format(cores=first["machine"]["cores"]),
         _settings_table(),
         "## Results\n\nThe figures below come from `python -m benchmarks run --probes 10 "
-        "--http-requests 1000` (all systems and scenarios, 5,000 tasks, 3 repeats: about 40 "
+        "--http-requests 1000` (all systems and scenarios, 5,000 tasks, 3 repeats: about 25 "
         "minutes on this machine), `python -m benchmarks run --systems sqltasks-pg,"
         "sqltasks-sqlite,sqltasks-mariadb,vtasks-valkey,raw-sql --scenarios noop -n 50000 "
         "--profile local-50k` (the steady state, where start-up weighs little) and `python -m "
