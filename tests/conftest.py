@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -113,6 +114,35 @@ def worker_process() -> Iterator[Callable[..., WorkerProcess]]:
     for process in started:
         process.stop()
         Path(process.log.name).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def worker_thread(worker: Worker, stop_timeout: float = 15) -> Iterator[threading.Thread]:
+    """Run ``worker`` on a thread for the ``with`` block; then stop it and fail if it hangs."""
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    try:
+        yield runner
+    finally:
+        worker.stop()
+        runner.join(stop_timeout)
+    assert not runner.is_alive(), f"the worker did not stop within {stop_timeout}s"
+
+
+def run_burst_or_fail(timeout: float, failure: str, **kwargs: Any) -> Worker:
+    """Run a burst worker on a thread; stop it and fail with ``failure`` if it has not finished
+    within ``timeout`` seconds (a worker stuck on a bad task would otherwise run forever)."""
+    kwargs.setdefault("queue_names", ["*"])
+    kwargs.setdefault("concurrency", 4)
+    worker = Worker(burst=True, **kwargs)
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    runner.join(timeout=timeout)
+    if runner.is_alive():
+        worker.stop()
+        runner.join(timeout=10)
+        pytest.fail(failure)
+    return worker
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ from django_sqltasks.compat import TaskResultDoesNotExist, TaskResultStatus, tas
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from tests import tasks
-from tests.conftest import wait_for
+from tests.conftest import wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,15 +59,10 @@ def test_a_running_async_task_is_cancelled_at_the_next_heartbeat(settings: Any) 
     _fast_heartbeat(settings)
     result = tasks.long_async.enqueue(30)
     worker = Worker(queue_names=["*"], concurrency=2, burst=True)
-    runner = threading.Thread(target=worker.run)
     started = time.monotonic()
-    runner.start()
-    try:
+    with worker_thread(worker) as runner:
         wait_for(lambda: TaskRecord.objects.get(id=result.id).status == TaskResultStatus.RUNNING)
         assert task_backends["default"].cancel(result.id) is True
-        runner.join(timeout=15)
-    finally:
-        worker.stop()
         runner.join(timeout=15)
     assert time.monotonic() - started < 10
     result.refresh()
@@ -82,14 +76,9 @@ def test_a_prefetched_task_is_cancelled_before_it_starts(settings: Any, tmp_path
     first = tasks.touch_then_sleep.using(priority=1).enqueue(str(tmp_path / "first"), 1.5)
     waiting = tasks.record.enqueue(str(tmp_path / "waiting"), "ran")
     worker = Worker(queue_names=["*"], concurrency=1, prefetch=1, burst=True)
-    runner = threading.Thread(target=worker.run)
-    runner.start()
-    try:
+    with worker_thread(worker) as runner:
         wait_for(lambda: worker.claimed == 2)
         assert task_backends["default"].cancel(waiting.id) is True
-        runner.join(timeout=15)
-    finally:
-        worker.stop()
         runner.join(timeout=15)
     assert tasks.touch_then_sleep.get_result(first.id).status == TaskResultStatus.SUCCESSFUL
     result = tasks.record.get_result(waiting.id)

@@ -19,7 +19,7 @@ from django_sqltasks.exceptions import InvalidTaskArguments, PayloadTooLarge
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from tests import gauntlet_tasks, tasks
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WorkerProcess, run_burst_or_fail, wait_for
 
 RunWorker = Callable[..., Worker]
 StartWorker = Callable[..., WorkerProcess]
@@ -189,21 +189,12 @@ def write_corrupt_json(record: TaskRecord) -> None:
 )
 @pytest.mark.django_db(transaction=True)
 def test_a_row_with_corrupt_json_fails_alone(run_worker: RunWorker) -> None:
-    import threading
-
     if connection.vendor == "mysql" and not connection.mysql_is_mariadb:
         pytest.skip("MySQL's JSON type refuses text that is not JSON: no such row can exist")
     bad = insert_row("tests.tasks.echo", args=[1, 2])
     write_corrupt_json(bad)
     good = [tasks.add.enqueue(i, i) for i in range(5)]
-    worker = Worker(queue_names=["*"], concurrency=4, burst=True)
-    runner = threading.Thread(target=worker.run, daemon=True)
-    runner.start()
-    runner.join(timeout=5)
-    if runner.is_alive():
-        worker.stop()
-        runner.join(timeout=15)
-        pytest.fail("the worker kept claiming the corrupt row (and its batch) again and again")
+    run_burst_or_fail(5, "the worker kept claiming the corrupt row (and its batch) again and again")
     bad.refresh_from_db()
     assert bad.status == TaskResultStatus.FAILED
     assert all(tasks.add.get_result(r.id).status == TaskResultStatus.SUCCESSFUL for r in good)
@@ -266,18 +257,9 @@ def test_a_task_that_never_returns_holds_one_slot_until_the_shutdown_timeout(
 def test_a_return_value_the_database_cannot_store_fails_alone(kind: str, message: str) -> None:
     """PostgreSQL's jsonb refuses a NUL character: one such result must fail its own task,
     not block the batch of outcomes written with it."""
-    import threading
-
     bad = gauntlet_tasks.return_unstorable.enqueue(kind)
     good = [tasks.add.enqueue(i, i) for i in range(10)]
-    worker = Worker(queue_names=["*"], concurrency=4, burst=True)
-    runner = threading.Thread(target=worker.run, daemon=True)
-    runner.start()
-    runner.join(timeout=10)
-    if runner.is_alive():
-        worker.stop()
-        runner.join(timeout=10)
-        pytest.fail("the worker could not write its outcomes")
+    run_burst_or_fail(10, "the worker could not write its outcomes")
     record = TaskRecord.objects.get(id=bad.id)
     assert record.status == TaskResultStatus.FAILED
     assert record.errors[0]["exception_class_path"] == (
@@ -287,26 +269,12 @@ def test_a_return_value_the_database_cannot_store_fails_alone(kind: str, message
     assert all(tasks.add.get_result(r.id).status == TaskResultStatus.SUCCESSFUL for r in good)
 
 
-def run_burst_or_fail(timeout: float) -> None:
-    """Run a burst worker on a thread; fail (and stop it) if it has not finished in time."""
-    import threading
-
-    worker = Worker(queue_names=["*"], concurrency=4, burst=True)
-    runner = threading.Thread(target=worker.run, daemon=True)
-    runner.start()
-    runner.join(timeout=timeout)
-    if runner.is_alive():
-        worker.stop()
-        runner.join(timeout=10)
-        pytest.fail("the worker could not write its outcomes")
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_20_mb_return_value_does_not_block_other_outcomes() -> None:
     size = 20 * 1024 * 1024
     bad = gauntlet_tasks.big_result.enqueue(size)
     good = [tasks.add.enqueue(i, i) for i in range(10)]
-    run_burst_or_fail(timeout=20)
+    run_burst_or_fail(20, "the worker could not write its outcomes")
     record = TaskRecord.objects.get(id=bad.id)
     assert record.status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
     assert all(tasks.add.get_result(r.id).status == TaskResultStatus.SUCCESSFUL for r in good)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -19,7 +18,7 @@ from django_sqltasks.compat import TaskResultStatus, task_finished, task_started
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker import Worker
 from tests import tasks
-from tests.conftest import wait_for
+from tests.conftest import wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -393,16 +392,10 @@ def test_stopping_releases_claimed_tasks_that_have_not_started(tmp_path: Path) -
     worker = Worker(concurrency=4, queue_names=["*"])
     # No thread is added for waiting tasks: of the four claimed, two start and two wait.
     worker._threads.spawn_after = 3600
-    runner = threading.Thread(target=worker.run)
-    runner.start()
-    try:
+    with worker_thread(worker):
         wait_for(lambda: sum(path.exists() for path in paths) == 2, timeout=10)
         time.sleep(0.2)
         assert sum(path.exists() for path in paths) == 2
-    finally:
-        worker.stop()
-        runner.join(15)
-    assert not runner.is_alive()
     statuses: dict[str, int] = {}
     for result, path in zip(results, paths, strict=True):
         record = TaskRecord.objects.get(id=result.id)
@@ -422,14 +415,8 @@ def test_stopping_releases_prefetched_tasks(tmp_path: Path, task: Any) -> None:
     paths = [tmp_path / f"t{i}" for i in range(3)]
     results = [task.enqueue(str(path), 1.0) for path in paths]
     worker = Worker(concurrency=1, prefetch=2, queue_names=["*"])
-    runner = threading.Thread(target=worker.run)
-    runner.start()
-    try:
+    with worker_thread(worker):
         wait_for(lambda: worker.claimed == 3 and any(path.exists() for path in paths))
-    finally:
-        worker.stop()
-        runner.join(15)
-    assert not runner.is_alive()
     records = [TaskRecord.objects.get(id=result.id) for result in results]
     assert [r.status for r in records].count(TaskResultStatus.SUCCESSFUL) == 1
     for record, path in zip(records, paths, strict=True):
