@@ -91,7 +91,7 @@ class TaskRecordAdmin(TaskAdminBase):
         ),
         (_("Call"), {"fields": ("args_display", "kwargs_display")}),
         (_("Outcome"), {"fields": ("return_value_display", "errors_display")}),
-        (_("Attempts"), {"fields": ("attempts", "worker_ids", "owner")}),
+        (_("Attempts"), {"fields": ("attempts", "rescues", "worker_ids", "owner")}),
         (
             _("Times"),
             {
@@ -119,6 +119,7 @@ class TaskRecordAdmin(TaskAdminBase):
         "return_value_display",
         "errors_display",
         "attempts",
+        "rescues",
         "worker_ids",
         "owner",
         "enqueued_at",

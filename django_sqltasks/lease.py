@@ -30,6 +30,7 @@ class Lease:
         queue_names: list[str] | None,
         concurrency: int,
         timeout: float,
+        max_rescues: int | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.backend_name = backend_name
@@ -37,6 +38,7 @@ class Lease:
         self.queue_names = queue_names
         self.concurrency = concurrency
         self.timeout = timeout
+        self.max_rescues = max_rescues
 
     def register(self) -> None:
         """Insert this worker's row; refuse an id held by a live worker."""
@@ -89,14 +91,19 @@ class Lease:
         WorkerRecord.objects.using(self.database).filter(id=self.worker_id).delete()
 
     def rescue(self, now: datetime) -> int:
-        """Requeue RUNNING tasks whose owner has not heartbeaten within the lease timeout."""
+        """Requeue RUNNING tasks whose owner has not heartbeaten within the lease timeout (or
+        fail those already rescued ``max_rescues`` times)."""
         from .models import WorkerRecord
 
         cutoff = now - timedelta(seconds=self.timeout)
         connection = connections[self.database]
         with connection.cursor() as cursor:
             count = dialect_for(connection).requeue_orphans(
-                cursor, backend_name=self.backend_name, live_since=cutoff, now=now
+                cursor,
+                backend_name=self.backend_name,
+                live_since=cutoff,
+                now=now,
+                max_rescues=self.max_rescues,
             )
         if count:
             logger.warning(

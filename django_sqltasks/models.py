@@ -83,6 +83,12 @@ class TaskRecord(models.Model):
     errors = models.JSONField(_("errors"), default=list, blank=True)
     worker_ids = models.JSONField(_("worker ids"), default=list, blank=True)
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    rescues = models.PositiveIntegerField(
+        _("rescues"),
+        default=0,
+        db_default=0,  # the enqueue's raw INSERT leaves it out
+        help_text=_("How many times this task went back in the queue because its worker was lost."),
+    )
     # NULL, not "", means unowned: the running-index and the owner guards compare on it.
     owner = models.CharField(  # noqa: DJ001
         _("owner"),

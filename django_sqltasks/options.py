@@ -13,6 +13,7 @@ DEFAULT_HEARTBEAT_INTERVAL = 5.0  # seconds between a worker's heartbeats
 DEFAULT_POLL_INTERVAL = 1.0  # seconds between claims when idle
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024  # encoded args + kwargs of one task
 DEFAULT_MAX_ATTEMPTS = 1  # no retries unless a task or the backend asks for them
+DEFAULT_MAX_RESCUES = 5  # lost workers a task is put back in the queue for; then it fails
 DEFAULT_RETRY_BACKOFF = 1.0  # seconds before the first retry; doubles each attempt
 DEFAULT_RETRY_BACKOFF_MAX = 300.0  # seconds; the cap of the doubling
 
@@ -33,6 +34,7 @@ class BackendOptions:
     notify: bool = True
     enqueue_on_commit: bool | str = False
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_rescues: int | None = DEFAULT_MAX_RESCUES  # None: put back in the queue every time
     retry_backoff: float = DEFAULT_RETRY_BACKOFF
     retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX
     timeout: float | None = None
@@ -89,6 +91,14 @@ class BackendOptions:
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise OptionError(
                 f"{where}['MAX_ATTEMPTS'] must be a whole number of at least 1, not {attempts!r}."
+            )
+        rescues = self.max_rescues
+        if rescues is not None and (
+            isinstance(rescues, bool) or not isinstance(rescues, int) or rescues < 0
+        ):
+            raise OptionError(
+                f"{where}['MAX_RESCUES'] must be a whole number (0 or more) or None, not "
+                f"{rescues!r}."
             )
         for name in ("retry_backoff", "retry_backoff_max"):
             value = getattr(self, name)

@@ -115,6 +115,7 @@ class Worker:
             queue_names=self.queue_names,
             concurrency=concurrency,
             timeout=task_backend.config.lease_timeout,
+            max_rescues=task_backend.config.max_rescues,
         )
         from .pruning import Retention  # imports the models: not at module import
 

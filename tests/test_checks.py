@@ -39,6 +39,8 @@ def test_default_configuration_passes() -> None:
         ({"HEARTBEAT_INTERVAL": 20}, "must be at most half of LEASE_TIMEOUT"),
         ({"MAX_PAYLOAD_BYTES": 0}, "['MAX_PAYLOAD_BYTES'] must be a positive integer or None"),
         ({"DATABASE": ""}, "['DATABASE'] must be a database alias"),
+        ({"MAX_RESCUES": -1}, "['MAX_RESCUES'] must be a whole number (0 or more) or None"),
+        ({"MAX_RESCUES": 2.5}, "['MAX_RESCUES'] must be a whole number (0 or more) or None"),
     ],
 )
 def test_invalid_options_are_reported_by_name(options: dict[str, Any], message: str) -> None:

@@ -124,6 +124,11 @@ STRUCTURAL = {
     "kind",
     "dialect.tasks",
     "self.json_placeholder",  # "%s" or "%s::jsonb": a placeholder
+    # A requeue's status and finished_at (constants, or a CASE on a placeholder's condition)
+    # and its rescue count increment: fixed SQL text.
+    "status_sql",
+    "finished_sql",
+    "rescues_sql",
 }
 
 

@@ -424,3 +424,69 @@ def test_stopping_releases_prefetched_tasks(tmp_path: Path, task: Any) -> None:
             assert not path.exists(), "a released task ran"
             assert record.owner is None
             assert "stopped before this task started" in record.errors[-1]["traceback"]
+
+
+def _lost_task(rescues: int) -> TaskRecord:
+    """A RUNNING task whose worker is gone, after ``rescues`` earlier rescues."""
+    return TaskRecord.objects.create(
+        task_path="tests.tasks.noop",
+        backend_name="default",
+        status=TaskResultStatus.RUNNING,
+        owner="gone-worker",
+        attempts=rescues + 1,
+        worker_ids=["gone-worker"] * (rescues + 1),
+        rescues=rescues,
+        started_at=timezone.now(),
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("rescues", [0, 4])
+def test_a_lost_task_goes_back_in_the_queue_and_runs(run_worker: RunWorker, rescues: int) -> None:
+    record = _lost_task(rescues)
+    run_worker()  # registering rescues the tasks of dead workers
+    record.refresh_from_db()
+    assert record.status == TaskResultStatus.SUCCESSFUL
+    assert record.rescues == rescues + 1
+    assert record.attempts == rescues + 2
+    [error] = record.errors
+    assert error["exception_class_path"] == "django_sqltasks.exceptions.WorkerLost"
+    assert "Worker gone-worker stopped heartbeating" in error["traceback"]
+    assert "it was put back in the queue." in error["traceback"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_that_keeps_losing_its_worker_fails_after_max_rescues(
+    run_worker: RunWorker,
+) -> None:
+    record = _lost_task(5)  # MAX_RESCUES defaults to 5
+    bystander = _lost_task(0)
+    run_worker()
+    record.refresh_from_db()
+    assert record.status == TaskResultStatus.FAILED
+    assert record.owner is None and record.finished_at is not None
+    assert record.rescues == 6 and record.attempts == 6  # it did not run again
+    [error] = record.errors
+    assert error["exception_class_path"] == "django_sqltasks.exceptions.WorkerLost"
+    assert "Worker gone-worker stopped heartbeating" in error["traceback"]
+    assert "(MAX_RESCUES is 5), so it failed." in error["traceback"]
+    bystander.refresh_from_db()
+    assert bystander.status == TaskResultStatus.SUCCESSFUL
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("max_rescues", "status"), [(None, "SUCCESSFUL"), (0, "FAILED")])
+def test_max_rescues_none_never_gives_up_and_zero_fails_at_once(
+    run_worker: RunWorker, settings: Any, max_rescues: int | None, status: str
+) -> None:
+    settings.TASKS = {
+        **settings.TASKS,
+        "default": {
+            **settings.TASKS["default"],
+            "OPTIONS": {**settings.TASKS["default"]["OPTIONS"], "MAX_RESCUES": max_rescues},
+        },
+    }
+    record = _lost_task(0 if max_rescues == 0 else 50)
+    run_worker()
+    record.refresh_from_db()
+    assert record.status == status

@@ -54,6 +54,11 @@ ORPHAN_MESSAGE = (
     "Worker ",
     " stopped heartbeating while running this task; it was put back in the queue.",
 )
+# The end of that error instead, when the task has used up its rescues (MAX_RESCUES).
+ORPHAN_GIVE_UP = (
+    " stopped heartbeating while running this task; it had been put back in the queue {n} "
+    "time(s) after losing its worker (MAX_RESCUES is {n}), so it failed."
+)
 INSERT_COLUMNS = (
     "id",
     "task_path",
@@ -386,24 +391,74 @@ class Dialect:
         error_class: str,
         message_sql: str,
         message_params: list[Any],
+        fail_when: tuple[str, list[Any]] | None = None,
+        rescue: bool = False,
     ) -> int:
+        """Put matching RUNNING tasks back to READY with an error appended; those matching
+        ``fail_when`` (SQL, params) become FAILED instead. ``rescue`` counts a rescue."""
         error = self.append_error("t.errors", self.text_param, message_sql)
-        # errors comes first: MySQL evaluates single-table SET clauses left to right, and
-        # the message reads t.owner before it is cleared.
+        at = self.encode_datetime(now)
+        if fail_when is None:
+            status_sql, status_params = "'READY'", []
+            finished_sql, finished_params = "t.finished_at", []
+        else:
+            condition, condition_params = fail_when
+            status_sql = f"CASE WHEN {condition} THEN 'FAILED' ELSE 'READY' END"
+            status_params = list(condition_params)
+            finished_sql = f"CASE WHEN {condition} THEN %s ELSE t.finished_at END"
+            finished_params = [*condition_params, at]
+        rescues_sql = ", rescues = t.rescues + 1" if rescue else ""
+        # errors comes first and rescues last: MySQL evaluates single-table SET clauses left
+        # to right, and the message and the status read t.owner and t.rescues before they
+        # change.
         cursor.execute(
             f"""
             UPDATE {self.tasks} AS t
-            SET errors = {error}, status = 'READY', owner = NULL, available_at = %s
+            SET errors = {error}, status = {status_sql}, finished_at = {finished_sql},
+                owner = NULL, available_at = %s{rescues_sql}
             WHERE t.status = 'RUNNING' AND {where}
             """,
-            [error_class, *message_params, self.encode_datetime(now), *where_params],
+            [
+                error_class,
+                *message_params,
+                *status_params,
+                *finished_params,
+                at,
+                *where_params,
+            ],
         )
         return cursor.rowcount
 
     def requeue_orphans(
-        self, cursor: CursorWrapper, *, backend_name: str, live_since: datetime, now: datetime
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        live_since: datetime,
+        now: datetime,
+        max_rescues: int | None = None,
     ) -> int:
-        """Put RUNNING tasks whose owner has not heartbeaten since ``live_since`` back to READY."""
+        """Put RUNNING tasks whose owner has not heartbeaten since ``live_since`` back to READY;
+        fail those rescued ``max_rescues`` times already (a task that kills its worker)."""
+        owner = "COALESCE(t.owner, '(none)')"
+        if max_rescues is None:
+            message_sql = self.concat(self.text_param, owner, self.text_param)
+            message_params: list[Any] = list(ORPHAN_MESSAGE)
+            fail_when = None
+        else:
+            given_up = "t.rescues >= %s"
+            message_sql = self.concat(
+                self.text_param,
+                owner,
+                f"CASE WHEN {given_up} THEN {self.text_param} ELSE {self.text_param} END",
+            )
+            message_params = [
+                ORPHAN_MESSAGE[0],
+                max_rescues,
+                ORPHAN_GIVE_UP.format(n=max_rescues),
+                ORPHAN_MESSAGE[1],
+            ]
+            fail_when = (given_up, [max_rescues])
         return self._requeue(
             cursor,
             where=(
@@ -413,10 +468,10 @@ class Dialect:
             where_params=[backend_name, self.encode_datetime(live_since)],
             now=now,
             error_class=WORKER_LOST,
-            message_sql=self.concat(
-                self.text_param, "COALESCE(t.owner, '(none)')", self.text_param
-            ),
-            message_params=list(ORPHAN_MESSAGE),
+            message_sql=message_sql,
+            message_params=message_params,
+            fail_when=fail_when,
+            rescue=True,
         )
 
     def requeue_owned(
