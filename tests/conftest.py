@@ -116,6 +116,16 @@ def worker_process() -> Iterator[Callable[..., WorkerProcess]]:
         Path(process.log.name).unlink(missing_ok=True)
 
 
+def set_backend_options(settings: Any, **options: Any) -> None:
+    """Override OPTIONS of the default task backend for one test (through pytest-django's
+    ``settings``, so the backend is rebuilt and the change undone after the test)."""
+    default = settings.TASKS["default"]
+    settings.TASKS = {
+        **settings.TASKS,
+        "default": {**default, "OPTIONS": {**default["OPTIONS"], **options}},
+    }
+
+
 @contextlib.contextmanager
 def worker_thread(worker: Worker, stop_timeout: float = 15) -> Iterator[threading.Thread]:
     """Run ``worker`` on a thread for the ``with`` block; then stop it and fail if it hangs."""

@@ -24,6 +24,7 @@ from django_sqltasks.compat import (
 from django_sqltasks.exceptions import InvalidTaskArguments, PayloadTooLarge
 from django_sqltasks.models import TaskRecord
 from tests import tasks
+from tests.conftest import set_backend_options
 
 pytestmark = pytest.mark.django_db
 
@@ -287,13 +288,7 @@ class TestNotify:
             listener.close()
 
     def test_notify_option_off_sends_nothing(self, settings: Any) -> None:
-        settings.TASKS = {
-            **settings.TASKS,
-            "default": {
-                **settings.TASKS["default"],
-                "OPTIONS": {**settings.TASKS["default"]["OPTIONS"], "NOTIFY": False},
-            },
-        }
+        set_backend_options(settings, NOTIFY=False)
         listener = self.listen()
         try:
             tasks.noop.enqueue()

@@ -13,7 +13,7 @@ from django_sqltasks.compat import TaskResultDoesNotExist, TaskResultStatus, tas
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from tests import tasks
-from tests.conftest import wait_for, worker_thread
+from tests.conftest import set_backend_options, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,18 +41,7 @@ def test_unknown_id_raises() -> None:
 
 
 def _fast_heartbeat(settings: Any) -> None:
-    settings.TASKS = {
-        **settings.TASKS,
-        "default": {
-            **settings.TASKS["default"],
-            "OPTIONS": {
-                **settings.TASKS["default"]["OPTIONS"],
-                "LEASE_TIMEOUT": 2,
-                "HEARTBEAT_INTERVAL": 0.2,
-                "MAX_ATTEMPTS": 3,
-            },
-        },
-    }
+    set_backend_options(settings, LEASE_TIMEOUT=2, HEARTBEAT_INTERVAL=0.2, MAX_ATTEMPTS=3)
 
 
 def test_a_running_async_task_is_cancelled_at_the_next_heartbeat(settings: Any) -> None:

@@ -16,6 +16,7 @@ from django_sqltasks.compat import TaskResultStatus, task_backends, task_enqueue
 from django_sqltasks.exceptions import InvalidTaskArguments
 from django_sqltasks.models import TaskRecord
 from tests import tasks
+from tests.conftest import set_backend_options
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -192,13 +193,7 @@ class TestEnqueueMany:
 class TestEnqueueOnCommit:
     @pytest.fixture(autouse=True)
     def on_commit(self, settings: Any) -> None:
-        settings.TASKS = {
-            **settings.TASKS,
-            "default": {
-                **settings.TASKS["default"],
-                "OPTIONS": {**settings.TASKS["default"]["OPTIONS"], "ENQUEUE_ON_COMMIT": True},
-            },
-        }
+        set_backend_options(settings, ENQUEUE_ON_COMMIT=True)
 
     def test_waits_for_commit(self) -> None:
         with transaction.atomic():

@@ -16,19 +16,13 @@ from django_sqltasks.compat import task_backends
 from django_sqltasks.models import ScheduleRecord, TaskRecord
 from django_sqltasks.options import BackendOptions, OptionError
 from django_sqltasks.periodic import Schedule, Scheduler
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WorkerProcess, set_backend_options, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def periodic_settings(settings: Any, periodic: dict[str, Any]) -> None:
-    settings.TASKS = {
-        **settings.TASKS,
-        "default": {
-            **settings.TASKS["default"],
-            "OPTIONS": {**settings.TASKS["default"]["OPTIONS"], "PERIODIC": periodic},
-        },
-    }
+    set_backend_options(settings, PERIODIC=periodic)
 
 
 def scheduler() -> Scheduler:

@@ -13,6 +13,7 @@ from django_sqltasks.compat import InvalidTask, TaskResultStatus, task_backends
 from django_sqltasks.task import Policy, SQLTask
 from django_sqltasks.worker import Worker
 from tests import tasks
+from tests.conftest import set_backend_options
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,17 +68,7 @@ def test_retries_wait_for_the_backoff(run_worker: RunWorker, tmp_path: Path) -> 
 
 
 def test_backend_default_applies_to_plain_tasks(settings: Any, run_worker: RunWorker) -> None:
-    settings.TASKS = {
-        **settings.TASKS,
-        "default": {
-            **settings.TASKS["default"],
-            "OPTIONS": {
-                **settings.TASKS["default"]["OPTIONS"],
-                "MAX_ATTEMPTS": 2,
-                "RETRY_BACKOFF": 0,
-            },
-        },
-    }
+    set_backend_options(settings, MAX_ATTEMPTS=2, RETRY_BACKOFF=0)
     result = tasks.fail.enqueue("twice")
     run_worker()
     result.refresh()
@@ -86,13 +77,7 @@ def test_backend_default_applies_to_plain_tasks(settings: Any, run_worker: RunWo
 
 
 def test_exit_exceptions_are_not_retried(settings: Any, run_worker: RunWorker) -> None:
-    settings.TASKS = {
-        **settings.TASKS,
-        "default": {
-            **settings.TASKS["default"],
-            "OPTIONS": {**settings.TASKS["default"]["OPTIONS"], "MAX_ATTEMPTS": 3},
-        },
-    }
+    set_backend_options(settings, MAX_ATTEMPTS=3)
     result = tasks.raise_system_exit.enqueue()
     run_worker()
     result.refresh()

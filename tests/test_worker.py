@@ -18,7 +18,7 @@ from django_sqltasks.compat import TaskResultStatus, task_finished, task_started
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker import Worker
 from tests import tasks
-from tests.conftest import wait_for, worker_thread
+from tests.conftest import set_backend_options, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -479,13 +479,7 @@ def test_a_task_that_keeps_losing_its_worker_fails_after_max_rescues(
 def test_max_rescues_none_never_gives_up_and_zero_fails_at_once(
     run_worker: RunWorker, settings: Any, max_rescues: int | None, status: str
 ) -> None:
-    settings.TASKS = {
-        **settings.TASKS,
-        "default": {
-            **settings.TASKS["default"],
-            "OPTIONS": {**settings.TASKS["default"]["OPTIONS"], "MAX_RESCUES": max_rescues},
-        },
-    }
+    set_backend_options(settings, MAX_RESCUES=max_rescues)
     record = _lost_task(0 if max_rescues == 0 else 50)
     run_worker()
     record.refresh_from_db()
