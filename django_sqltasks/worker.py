@@ -395,11 +395,7 @@ class Worker:
         """Put claimed tasks that have not started (prefetched ones, and sync ones that no
         thread has taken yet) back to READY: another worker can start them now, instead of
         after this worker's running tasks."""
-        with self._count_lock:
-            waiting = list(self._waiting)
-            self._waiting.clear()
-            self._finished += len(waiting)  # no longer in flight: requeued below
-            self._in_flight.difference_update(row.id for row in waiting)
+        waiting = self._drop_waiting()  # no longer in flight: requeued below
         queued = [row for row, _ in self._threads.take_queued()]
         for row in queued:
             self._task_done(row.id)  # no longer in flight: requeued below
@@ -449,6 +445,8 @@ class Worker:
 
     def _hold(self, rows: list[ClaimedRow]) -> None:
         """Take claimed rows in: start as many as there are free slots, keep the rest waiting."""
+        if not rows:
+            return
         self._started = Receivers(task_started, self.backend_class)
         # A claim returns its rows in no set order: start them in the order the claim chose
         # them (priority, then due time), as a worker claiming one at a time would.
@@ -458,6 +456,21 @@ class Worker:
             self._waiting.extend(rows)
             ready = self._take_waiting()
         self._start(ready)
+
+    def _drop_waiting(self, task_id: uuid.UUID | None = None) -> list[ClaimedRow]:
+        """Take the waiting rows (or the one with ``task_id``) out of this worker's hands: they
+        will not start here, and no longer count as held. Return them."""
+        with self._count_lock:
+            if task_id is None:
+                dropped = list(self._waiting)
+                self._waiting.clear()
+            else:
+                dropped = [row for row in self._waiting if row.id == task_id]
+                for row in dropped:
+                    self._waiting.remove(row)
+            self._finished += len(dropped)
+            self._in_flight.difference_update(row.id for row in dropped)
+        return dropped
 
     def _take_waiting(self) -> list[ClaimedRow]:
         """Pop the waiting rows that free slots can start (with ``_count_lock`` held)."""
@@ -848,13 +861,8 @@ class Worker:
 
     def _cancel_waiting(self, task_id: uuid.UUID) -> bool:
         """Fail a prefetched task that has not started, as cancelled; False if none waits."""
-        with self._count_lock:
-            row = next((row for row in self._waiting if row.id == task_id), None)
-            if row is None:
-                return False
-            self._waiting.remove(row)
-            self._finished += 1
-            self._in_flight.discard(task_id)
+        if not self._drop_waiting(task_id):
+            return False
         logger.warning("Cancelled task id=%s before it started, at a user's request", task_id)
         cancelled = TaskCancelled("Cancelled before it started, at the request of a user.")
         self._completer.submit(execution.failure(task_id, cancelled), None)
