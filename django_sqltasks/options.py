@@ -18,6 +18,11 @@ DEFAULT_RETRY_BACKOFF = 1.0  # seconds before the first retry; doubles each atte
 DEFAULT_RETRY_BACKOFF_MAX = 300.0  # seconds; the cap of the doubling
 
 
+def _is_whole(value: Any, *, least: int) -> bool:
+    """Whether ``value`` is an int (not a bool) of at least ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
 class OptionError(ValueError):
     """An OPTIONS value breaks its rule; the message names the option."""
 
@@ -88,14 +93,12 @@ class BackendOptions:
                 f"{self.enqueue_on_commit!r}."
             )
         attempts = self.max_attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        if not _is_whole(attempts, least=1):
             raise OptionError(
                 f"{where}['MAX_ATTEMPTS'] must be a whole number of at least 1, not {attempts!r}."
             )
         rescues = self.max_rescues
-        if rescues is not None and (
-            isinstance(rescues, bool) or not isinstance(rescues, int) or rescues < 0
-        ):
+        if rescues is not None and not _is_whole(rescues, least=0):
             raise OptionError(
                 f"{where}['MAX_RESCUES'] must be a whole number (0 or more) or None, not "
                 f"{rescues!r}."
@@ -124,7 +127,7 @@ class BackendOptions:
                     f"not {days!r}."
                 )
         size = self.max_payload_bytes
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        if size is not None and not _is_whole(size, least=1):
             raise OptionError(
                 f"{where}['MAX_PAYLOAD_BYTES'] must be a positive integer or None, not {size!r}."
             )
