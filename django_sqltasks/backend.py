@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import uuid
 from collections.abc import Iterable, Sequence
 from functools import partial
@@ -12,7 +13,10 @@ from django.core import checks
 from django.db import connections, router, transaction
 from django.utils import timezone
 
+from . import packet
 from .compat import (
+    TASK_MAX_PRIORITY,
+    TASK_MIN_PRIORITY,
     BaseTaskBackend,
     InvalidTask,
     InvalidTaskBackend,
@@ -25,7 +29,7 @@ from .compat import (
 from .exceptions import PayloadTooLarge
 from .ids import new_task_id
 from .options import BackendOptions, OptionError
-from .serialization import check_arguments, dumps
+from .serialization import check_arguments, dumps, text_problem
 from .sql import NewTask, dialect_for
 from .task import SQLTask, dedupe_key, validate_options
 from .wakeup import has_local_listeners, notify_local
@@ -61,6 +65,9 @@ class SQLTaskBackend(BaseTaskBackend):
         # Tasks this instance has validated. Django makes a new backend instance when TASKS
         # changes, so a task is checked again against new settings, as the contract asks.
         self._validated: dict[Task, bool] = {}
+        # max_allowed_packet per database, for aenqueue's check on the event loop (which may
+        # not query); the sync paths read it once per connection instead.
+        self._packet_limits: dict[str, int | None] = {}
 
     @property
     def database(self) -> str:
@@ -72,6 +79,20 @@ class SQLTaskBackend(BaseTaskBackend):
         return router.db_for_write(TaskRecord)
 
     def validate_task(self, task: Task) -> None:
+        # Before Django's checks, which compare priority with < and would raise a bare
+        # TypeError on a string, and take True for 1.
+        priority = task.priority
+        if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
+            raise InvalidTask(
+                f"priority must be a whole number between {TASK_MIN_PRIORITY} and "
+                f"{TASK_MAX_PRIORITY}, not {priority!r} (a {type(priority).__name__})."
+            )
+        queue_name = task.queue_name
+        if not isinstance(queue_name, str) or not queue_name:
+            raise InvalidTask(f"queue_name must be a non-empty string, not {queue_name!r}.")
+        problem = text_problem(queue_name)
+        if problem is not None:
+            raise InvalidTask(f"Queue name {queue_name!r} {problem}.")
         super().validate_task(task)
         validate_options(task)
         if len(task.module_path) > MAX_TASK_PATH_LENGTH:
@@ -143,10 +164,31 @@ class SQLTaskBackend(BaseTaskBackend):
                 )
         return row, result
 
+    def _check_packet(self, rows: Sequence[NewTask], limit: int | None, many: bool = False) -> None:
+        """Refuse a row whose INSERT would exceed the server's max_allowed_packet (MySQL)."""
+        if limit is None:
+            return
+        for index, row in enumerate(rows):
+            size = packet.row_size(row) + packet.STATEMENT_OVERHEAD
+            if size > limit:
+                where = f"calls[{index}]: " if many else ""
+                raise PayloadTooLarge(
+                    f"{where}Task arguments of {row.task_path} make an INSERT of about {size} "
+                    f"bytes, which exceeds the server's max_allowed_packet of {limit} bytes "
+                    "(MySQL and MariaDB drop the connection on a larger statement): store large "
+                    "data elsewhere and pass its key, or raise max_allowed_packet."
+                )
+
+    def _packet_limit(self) -> int | None:
+        limit = packet.max_allowed_packet(connections[self.database])
+        self._packet_limits[self.database] = limit
+        return limit
+
     def enqueue(self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]) -> TaskResult:
         """Queue up a task: one INSERT on the caller's connection, so it joins their transaction."""
         self._check_usable()
         row, result = self._new_row(task, args, kwargs)
+        self._check_packet([row], self._packet_limit())
         if row.dedupe_key is not None:
             return self._enqueue_deduplicated(row, result)
         self._write_or_defer([row], [result])
@@ -179,6 +221,7 @@ class SQLTaskBackend(BaseTaskBackend):
         """
         self._check_usable()
         rows, results = self._new_rows(task, calls)
+        self._check_packet(rows, self._packet_limit(), many=True)
         if rows and rows[0].dedupe_key is not None:
             # Each row may meet a live twin: insert them one by one.
             return [
@@ -221,11 +264,15 @@ class SQLTaskBackend(BaseTaskBackend):
         database = self.database
         connection = connections[database]
         dialect = dialect_for(connection)
+        limit = packet.max_allowed_packet(connection)
         with connection.cursor() as cursor:
             if len(rows) == 1:
                 dialect.insert(cursor, rows, notify=self.config.notify)
-            else:
+            elif limit is None:
                 dialect.bulk_insert(cursor, rows, notify=self.config.notify)
+            else:  # MySQL: each INSERT must fit in one packet
+                for run in packet.statements(rows, limit):
+                    dialect.bulk_insert(cursor, run, notify=self.config.notify)
         self._after_write(rows, results)
 
     def _after_write(self, rows: list[NewTask], results: list[TaskResult]) -> None:
@@ -249,6 +296,9 @@ class SQLTaskBackend(BaseTaskBackend):
 
         self._check_usable()
         row, result = self._new_row(task, args, kwargs)
+        if self.database not in self._packet_limits:
+            await sync_to_async(self._packet_limit)()
+        self._check_packet([row], self._packet_limits[self.database])
         if row.dedupe_key is not None:
             deduplicated: TaskResult = await sync_to_async(self._enqueue_deduplicated)(row, result)
             return deduplicated

@@ -75,28 +75,51 @@ def check_json(value: Any, where: str, _depth: int = 0) -> None:
     )
 
 
-def check_text(value: str, where: str) -> None:
-    """Raise ``InvalidTaskArguments`` if ``value`` holds text that a JSON column cannot store."""
+def text_problem(value: str) -> str | None:
+    """Say why ``value`` cannot be stored as text by every supported database, or None."""
     if "\x00" in value:
-        raise InvalidTaskArguments(
-            f"{where} contains a NUL character (\\x00), which PostgreSQL cannot store in JSON; "
-            "remove it, or encode the data (base64) first."
+        return (
+            "contains a NUL character (\\x00), which PostgreSQL cannot store; remove it, or "
+            "encode the data (base64) first"
         )
     if not value.isascii():
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise InvalidTaskArguments(
-                f"{where} contains a lone surrogate ({value[e.start]!r}), which is not valid "
-                "UTF-8 text."
-            ) from e
+            return f"contains a lone surrogate ({value[e.start]!r}), which is not valid UTF-8 text"
+    return None
 
 
-def check_arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-    """Check every positional and keyword argument, naming the first that is not JSON."""
+def check_text(value: str, where: str) -> None:
+    """Raise ``InvalidTaskArguments`` if ``value`` holds text that a JSON column cannot store."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidTaskArguments(f"{where} {problem}.")
+
+
+def check_arguments(args: Any, kwargs: Any) -> None:
+    """Check every positional and keyword argument, naming the first that is not JSON.
+
+    ``backend.enqueue(task, args, kwargs)`` is public, so the shapes are checked too: args a
+    list or tuple, kwargs a dict whose keys are storable strings.
+    """
+    if not isinstance(args, (list, tuple)):
+        raise InvalidTaskArguments(
+            f"Task arguments args must be a list or tuple, not {type(args).__name__}."
+        )
+    if not isinstance(kwargs, Mapping):
+        raise InvalidTaskArguments(
+            f"Task arguments kwargs must be a dict of name -> value, not {type(kwargs).__name__}."
+        )
     for index, value in enumerate(args):
         check_json(value, f"Task argument args[{index}]")
     for name, value in kwargs.items():
+        if not isinstance(name, str):
+            raise InvalidTaskArguments(
+                f"Task keyword argument name {name!r} is of type {type(name).__name__}; keyword "
+                "argument names must be strings."
+            )
+        check_text(name, f"Task keyword argument name {name!r}")
         check_json(value, f"Task argument kwargs[{name!r}]")
 
 

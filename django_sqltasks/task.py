@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .compat import InvalidTask, Task
-from .serialization import dumps
+from .serialization import dumps, text_problem
 
 if TYPE_CHECKING:
     from .options import BackendOptions
@@ -126,6 +126,12 @@ def dedupe_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | Non
             raise InvalidTask(
                 f"The dedupe callable of {task.module_path} must return a non-empty str, "
                 f"not {key!r}."
+            )
+        problem = text_problem(key)
+        if problem is not None:
+            raise InvalidTask(
+                f"The dedupe callable of {task.module_path} returned the key {key!r}, which "
+                f"{problem}."
             )
     scoped = f"{task.backend}:{task.module_path}:{key}"
     if len(scoped) > MAX_DEDUPE_KEY_LENGTH:
