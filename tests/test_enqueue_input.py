@@ -1,0 +1,166 @@
+"""Input checked where it enters the backend: each bad call is refused by enqueue, aenqueue and
+enqueue_many alike, with an error naming the field and the rule, and leaves no row."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import connection
+
+from django_sqltasks.compat import InvalidTask, Task, TaskResult, task, task_backends
+from django_sqltasks.exceptions import InvalidTaskArguments, PayloadTooLarge
+from django_sqltasks.models import TaskRecord
+from django_sqltasks.packet import max_allowed_packet
+from tests import tasks, tasks_hardening
+from tests.conftest import set_backend_options
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Enqueue = Callable[[Task, Any, Any], Any]
+
+
+def enqueue(task: Task, args: Any, kwargs: Any) -> TaskResult:
+    return task_backends["default"].enqueue(task, args, kwargs)
+
+
+def aenqueue(task: Task, args: Any, kwargs: Any) -> TaskResult:
+    result: TaskResult = async_to_sync(task_backends["default"].aenqueue)(task, args, kwargs)
+    return result
+
+
+def enqueue_many(task: Task, args: Any, kwargs: Any) -> list[TaskResult]:
+    # The bad call second: nothing of the batch may be written.
+    return task_backends["default"].enqueue_many(task, [(("ok",), {}), (args, kwargs)])
+
+
+ENTRIES = [
+    pytest.param(enqueue, id="enqueue"),
+    pytest.param(aenqueue, id="aenqueue"),
+    pytest.param(enqueue_many, id="enqueue_many"),
+]
+
+BAD_CALLS: list[tuple[str, Any, Any, str]] = [
+    ("NUL in a kwarg name", [], {"a\x00b": 1}, r"keyword argument name 'a\x00b' contains a NUL"),
+    ("surrogate kwarg name", [], {"\ud800": 1}, "keyword argument name '\\ud800' contains a lone"),
+    ("int kwarg name", [], {1: "a"}, "name 1 is of type int; keyword argument names must be"),
+    ("None kwarg name", [], {None: "a"}, "name None is of type NoneType"),
+    ("args a string", "abc", {}, "args must be a list or tuple, not str"),
+    ("args a dict", {"a": 1}, {}, "args must be a list or tuple, not dict"),
+    ("kwargs a list", [], [("a", 1)], "kwargs must be a dict of name -> value, not list"),
+]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"), [pytest.param(a, k, m, id=n) for n, a, k, m in BAD_CALLS]
+)
+def test_bad_arguments_are_refused_at_every_entry(
+    entry: Enqueue, args: Any, kwargs: Any, message: str
+) -> None:
+    with pytest.raises(InvalidTaskArguments) as info:
+        entry(tasks.echo, args, kwargs)
+    assert message in str(info.value)
+    if entry is enqueue_many:
+        assert str(info.value).startswith("calls[1]: ")
+    assert not TaskRecord.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("priority", "shown"),
+    [(True, "True (a bool)"), (False, "False (a bool)"), (1.0, "1.0 (a float)"), ("1", "'1'")],
+)
+def test_a_priority_must_be_an_int(priority: Any, shown: str) -> None:
+    """True would be stored as 1 (SQLite, MariaDB) or refused by PostgreSQL's smallint."""
+    with pytest.raises(InvalidTask) as info:
+        tasks.noop.using(priority=priority)
+    assert "priority must be a whole number between -100 and 100" in str(info.value)
+    assert f"not {shown}" in str(info.value)
+    assert tasks.noop.using(priority=-100).priority == -100
+
+
+@pytest.mark.parametrize(
+    ("queue_name", "message"),
+    [
+        pytest.param("a\x00b", "contains a NUL character", id="NUL"),
+        pytest.param("q\udfff", "contains a lone surrogate", id="surrogate"),
+        pytest.param("", "queue_name must be a non-empty string", id="empty"),
+        pytest.param(7, "queue_name must be a non-empty string, not 7", id="int"),
+    ],
+)
+def test_queue_names_are_checked_when_queues_is_empty(
+    settings: Any, queue_name: Any, message: str
+) -> None:
+    settings.TASKS = {**settings.TASKS, "default": {**settings.TASKS["default"], "QUEUES": []}}
+    with pytest.raises(InvalidTask, match=message):
+        tasks.noop.using(queue_name=queue_name)
+    with pytest.raises(InvalidTask, match=message):
+        task(queue_name=queue_name)(tasks_hardening.stand_in)
+    tasks.noop.using(queue_name="any-name").enqueue()  # QUEUES empty: any storable name
+    assert TaskRecord.objects.get().queue_name == "any-name"
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("nul", r"returned the key 'a\x00b', which contains a NUL character"),
+        ("surrogate", "returned the key '\\ud800', which contains a lone surrogate"),
+        ("int", "must return a non-empty str, not 7"),
+    ],
+)
+def test_a_dedupe_key_must_be_storable_text(entry: Enqueue, kind: str, message: str) -> None:
+    with pytest.raises(InvalidTask) as info:
+        entry(tasks_hardening.hostile_key, [kind], {})
+    assert "dedupe callable of tests.tasks_hardening.hostile_key" in str(info.value)
+    assert message in str(info.value)
+    assert not TaskRecord.objects.exists()
+
+
+# MySQL and MariaDB drop the connection on a statement over max_allowed_packet -----------------
+
+
+mysql_only = pytest.mark.skipif(
+    connection.vendor != "mysql", reason="only MySQL and MariaDB limit a statement's size"
+)
+
+
+@mysql_only
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_payload_over_max_allowed_packet_is_refused_and_the_connection_lives(
+    settings: Any, entry: Enqueue
+) -> None:
+    set_backend_options(settings, MAX_PAYLOAD_BYTES=None)
+    packet = max_allowed_packet(connection)
+    assert packet is not None
+    with pytest.raises(PayloadTooLarge) as info:
+        entry(tasks.echo, ["x" * (packet + 1024)], {})
+    assert f"exceeds the server's max_allowed_packet of {packet} bytes" in str(info.value)
+    assert not TaskRecord.objects.exists()
+    # Not a raw error 2006: the connection still works.
+    entry(tasks.echo, ["small"], {})
+    assert TaskRecord.objects.filter(args=["small"]).count() == 1
+
+
+@mysql_only
+def test_escaping_counts_towards_the_packet(settings: Any) -> None:
+    """A JSON string of quotes doubles in the statement, as the driver escapes each one."""
+    set_backend_options(settings, MAX_PAYLOAD_BYTES=None)
+    packet = max_allowed_packet(connection)
+    assert packet is not None
+    with pytest.raises(PayloadTooLarge, match="max_allowed_packet"):
+        tasks.echo.enqueue('"' * (packet // 3))
+    assert not TaskRecord.objects.exists()
+
+
+@mysql_only
+def test_a_batch_larger_than_the_packet_is_written_in_several_statements(settings: Any) -> None:
+    set_backend_options(settings, MAX_PAYLOAD_BYTES=None)
+    packet = max_allowed_packet(connection)
+    assert packet is not None
+    size = packet // 4
+    results = task_backends["default"].enqueue_many(tasks.echo, [(["x" * size], {})] * 10)
+    assert TaskRecord.objects.count() == 10
+    assert {len(r.args[0]) for r in results} == {size}
