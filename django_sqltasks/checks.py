@@ -93,6 +93,35 @@ def check_database_versions(
 
 
 @checks.register(checks.Tags.database)
+def check_migrated(
+    app_configs: Sequence[Any] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> Iterable[checks.CheckMessage]:
+    """Warn when a database that holds tasks lacks some of this app's migrations.
+
+    A warning, not an error: ``migrate`` runs these checks before it migrates, and an error
+    would stop it from applying the very migrations it names.
+    """
+    from .admin_list import sql_backends
+    from .installation import not_migrated, running_migrate, unapplied_migrations
+
+    if not apps.is_installed("django_sqltasks") or running_migrate():
+        return
+    holding_tasks = {backend.database for backend in sql_backends().values()}
+    for alias in databases or []:
+        if alias not in holding_tasks:
+            continue
+        unapplied = unapplied_migrations(alias)
+        if unapplied:
+            yield checks.Warning(
+                not_migrated(alias, unapplied)
+                + " Until then tasks cannot be enqueued or run.",
+                id="django_sqltasks.W002",
+            )
+
+
+@checks.register(checks.Tags.database)
 def check_unserved_queues(
     app_configs: Sequence[Any] | None = None,
     databases: Sequence[str] | None = None,

@@ -1,0 +1,97 @@
+"""A project that skipped a setup step: the app not installed, or the tables not migrated."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import override_settings
+
+from django_sqltasks import SQLTaskBackend
+from django_sqltasks.compat import InvalidTaskBackend
+from tests import tasks
+from tests.conftest import ROOT, worker_env
+
+MIGRATE = "run 'manage.py migrate'"
+
+
+def test_enqueue_without_the_app_says_to_install_it() -> None:
+    apps = [a for a in settings.INSTALLED_APPS if a != "django_sqltasks"]
+    backend = SQLTaskBackend("default", {"BACKEND": "django_sqltasks.SQLTaskBackend"})
+    with override_settings(INSTALLED_APPS=apps):
+        with pytest.raises(InvalidTaskBackend) as caught:
+            backend.enqueue(tasks.add, [1, 2], {})
+        assert "add 'django_sqltasks' to INSTALLED_APPS" in str(caught.value)
+        # The check says the same, under its id.
+        errors = [m for m in backend.check() if m.id == "django_sqltasks.E001"]
+        assert len(errors) == 1
+
+
+@contextlib.contextmanager
+def empty_database() -> Iterator[dict[str, str]]:
+    """A database of the same server with no tables: the env that points a subprocess at it."""
+    if connection.vendor == "sqlite":
+        path = Path(str(connection.settings_dict["NAME"])).with_name("never_migrated.sqlite3")
+        path.unlink(missing_ok=True)
+        yield {"SQLTASKS_TEST_DB_NAME": str(path)}
+        path.unlink(missing_ok=True)
+        return
+    name = f"{connection.settings_dict['NAME']}_never_migrated"
+    quoted = connection.ops.quote_name(name)
+    with connection._nodb_cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+        cursor.execute(f"CREATE DATABASE {quoted}")
+    try:
+        yield {"SQLTASKS_TEST_DB_NAME": name}
+    finally:
+        with connection._nodb_cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+
+
+def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=worker_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+ENQUEUE = (
+    "import django; django.setup()\n"
+    "from tests import tasks\n"
+    "try:\n"
+    "    tasks.add.enqueue(1, 2)\n"
+    "except Exception as e:\n"
+    "    print(type(e).__name__, e)\n"
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forgotten_migrate_is_reported_the_same_way_everywhere() -> None:
+    with empty_database() as env:
+        enqueued = run(env, "-c", ENQUEUE)
+        assert MIGRATE in enqueued.stdout, enqueued.stdout + enqueued.stderr
+        assert enqueued.stdout.split()[0] in {"ProgrammingError", "OperationalError"}
+
+        status = run(env, "-m", "django", "tasks_status")
+        assert status.returncode == 1
+        assert status.stderr.startswith("CommandError: The django_sqltasks tables in database")
+        assert MIGRATE in status.stderr and "Traceback" not in status.stderr
+
+        check = run(env, "-m", "django", "check", "--database", "default")
+        assert "django_sqltasks.W002" in check.stderr, check.stderr
+        assert "0001_initial" in check.stderr and MIGRATE in check.stderr
+
+        worker = run(env, "-m", "django", "tasks_worker", "--burst")
+        assert worker.returncode == 1
+        assert "migrate" in worker.stderr and "Traceback" not in worker.stderr
