@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -123,3 +124,29 @@ def test_retention_comes_from_the_options() -> None:
     assert (retention.successful_days, retention.failed_days) == (None, 30)
     assert isinstance(backend(PRUNE_SUCCESSFUL_DAYS=-1).options_error, OptionError)
     assert "PRUNE_SUCCESSFUL_DAYS" in str(backend(PRUNE_SUCCESSFUL_DAYS="7").options_error)
+
+
+def test_command_refuses_a_queue_outside_queues() -> None:
+    message = r"--queue: 'nosuch' is not a queue of backend 'default', whose QUEUES are: default"
+    with pytest.raises(CommandError, match=message):
+        call_command("tasks_prune", "--queue", "nosuch")
+
+
+@pytest.mark.parametrize(
+    ("queue", "message"),
+    [("q\x00", "must not contain control characters"), ("q\udcff", "must be valid UTF-8")],
+)
+def test_command_refuses_a_queue_name_no_task_can_have(queue: str, message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("tasks_prune", "--queue", queue)
+
+
+def test_command_says_when_no_task_is_in_the_queue(settings: Any) -> None:
+    settings.TASKS = {**settings.TASKS, "default": {**settings.TASKS["default"], "QUEUES": []}}
+    task_row(TaskResultStatus.SUCCESSFUL, queue_name="emails", finished_ago=3 * DAY)
+    out, err = StringIO(), StringIO()
+    call_command("tasks_prune", "--queue", "emials", stdout=out, stderr=err)
+    assert err.getvalue().strip() == "No task of backend 'default' is in queue 'emials'."
+    assert out.getvalue().startswith("Deleted 0 task(s)")
+    call_command("tasks_prune", "--queue", "emails", "--days", "1", stdout=out, stderr=err)
+    assert "Deleted 1 task(s)" in out.getvalue() and err.getvalue().count("No task") == 1

@@ -82,3 +82,17 @@ def test_overview_needs_view_permission() -> None:
     client.force_login(User.objects.create_user("s", "s@example.com", "pw", is_staff=True))
     url = reverse("admin:django_sqltasks_queueoverview_changelist")
     assert client.get(url).status_code == 403
+
+
+def test_status_command_piped_is_never_cut_to_a_width() -> None:
+    # Output that is not a terminal (a pipe, a file, this StringIO) gets whole values.
+    long_id = "worker-on-a-host-with-a-long-name.example.internal-0123456789ab"
+    WorkerRecord.objects.create(
+        id=long_id, backend_name="default", queue_names=["default", "other", "slow"]
+    )
+    task_row(queue_name="slow")
+    out = StringIO()
+    call_command("tasks_status", stdout=out)
+    text = out.getvalue()
+    assert long_id in text and "default,other,slow" in text
+    assert "…" not in text and "─" not in text  # no rich ellipsis, no box drawing

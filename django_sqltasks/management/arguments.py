@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import math
+import unicodedata
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.core.management.base import CommandError
+
+MAX_NAME_LENGTH = 64  # characters: TaskRecord.queue_name and WorkerRecord.id
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # accepted as Celery accepts them
 
 
-def _whole_number(value: str, least: int) -> int:
+def _whole_number(value: str, least: int, most: int | None = None) -> int:
     try:
         number = int(value)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from e
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!a}") from e
     if number < least:
         raise argparse.ArgumentTypeError(f"must be at least {least}, not {number}")
+    if most is not None and number > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most}, not {number}")
     return number
 
 
@@ -24,21 +36,121 @@ def non_negative_int(value: str) -> int:
     return _whole_number(value, 0)
 
 
-def positive_seconds(value: str) -> float:
+def whole_number(least: int, most: int) -> Callable[[str], int]:
+    """Return an argparse type accepting whole numbers from ``least`` to ``most``."""
+
+    def check(value: str) -> int:
+        return _whole_number(value, least, most)
+
+    return check
+
+
+def _seconds(value: str) -> float:
     try:
         number = float(value)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {value!r}") from e
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {value!a}") from e
     if not math.isfinite(number) or number <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number, not {value!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number, not {value!a}")
     return number
+
+
+def positive_seconds(value: str) -> float:
+    return _seconds(value)
+
+
+def seconds_at_least(least: float) -> Callable[[str], float]:
+    """Return an argparse type accepting a finite number of seconds no smaller than ``least``."""
+
+    def check(value: str) -> float:
+        number = _seconds(value)
+        if number < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least:g} seconds, not {value!a}")
+        return number
+
+    return check
+
+
+def _zero_or_more(value: str, unit: str) -> float:
+    try:
+        number = float(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"must be a number of {unit}, not {value!a}") from e
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more {unit}, not {value!a}")
+    return number
+
+
+def non_negative_seconds(value: str) -> float:
+    return _zero_or_more(value, "seconds")
 
 
 def days(value: str) -> float:
+    return _zero_or_more(value, "days")
+
+
+def text(value: str, what: str = "value", most: int = MAX_NAME_LENGTH) -> str:
+    """Check that ``value`` is 1 to ``most`` characters of UTF-8 text without control characters.
+
+    An argument that is not valid UTF-8 reaches Python as lone surrogates, which no database
+    driver can encode: refused here rather than by every query that would carry it.
+    """
     try:
-        number = float(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"must be a number of days, not {value!r}") from e
-    if not math.isfinite(number) or number < 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more days, not {value!r}")
-    return number
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise argparse.ArgumentTypeError(f"{what} must be valid UTF-8 text, not {value!a}") from e
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        raise argparse.ArgumentTypeError(
+            f"{what} must not contain control characters (such as NUL), not {value!a}"
+        )
+    if not 0 < len(value) <= most:
+        raise argparse.ArgumentTypeError(
+            f"{what} must be 1 to {most} characters long, not {len(value)}"
+        )
+    return value
+
+
+def queue_names(value: str) -> list[str]:
+    """Split a ``--queue`` value on commas (Celery's ``-Q a,b``) and check each name."""
+    names = [name.strip() for name in value.split(",")]
+    if "" in names:
+        raise argparse.ArgumentTypeError(f"has an empty queue name: {value!a}")
+    return [text(name, "a queue name") for name in names]
+
+
+def backend_alias(value: str) -> str:
+    return text(value, "a TASKS alias", most=255)
+
+
+def log_level(value: str) -> str:
+    """Accept a logging level name in any case, as Celery's ``--loglevel`` does."""
+    name = value.strip().upper()
+    name = LOG_LEVEL_ALIASES.get(name, name)
+    if name not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"must be one of {', '.join(LOG_LEVELS)} (any case), not {value!a}"
+        )
+    return name
+
+
+def level_number(name: str) -> int:
+    """The ``logging`` level of a name ``log_level`` accepted."""
+    level: int = getattr(logging, name)
+    return level
+
+
+def refuse_unknown_queues(backend: Any, names: Iterable[str]) -> None:
+    """Raise ``CommandError`` for names outside the backend's QUEUES (when it has any).
+
+    A backend with QUEUES refuses every other queue name at enqueue, so no task can be in such
+    a queue: the name is most likely a typo, and a worker given it would wait for ever.
+    """
+    known = set(backend.queues)
+    unknown = [name for name in names if name != "*" and known and name not in known]
+    if unknown:
+        raise CommandError(
+            f"--queue: {', '.join(map(repr, unknown))} "
+            f"{'is not a queue' if len(unknown) == 1 else 'are not queues'} of backend "
+            f"{backend.alias!r}, whose QUEUES are: {', '.join(sorted(known))}"
+            + "."
+        )

@@ -7,7 +7,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
-from django_sqltasks.management.arguments import days, positive_int
+from django_sqltasks.management.arguments import (
+    backend_alias,
+    days,
+    positive_int,
+    refuse_unknown_queues,
+    text,
+)
+from django_sqltasks.management.help import package_version
 from django_sqltasks.pruning import (
     BATCH_SIZE,
     DEFAULT_FAILED_DAYS,
@@ -16,14 +23,22 @@ from django_sqltasks.pruning import (
 )
 
 
+def queue_name(value: str) -> str:
+    return text(value, "a queue name")
+
+
 class Command(BaseCommand):
     help = "Delete finished tasks older than a number of days, in small batches."
+
+    def get_version(self) -> str:
+        return package_version()
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--days",
             type=days,
             default=DEFAULT_SUCCESSFUL_DAYS,
+            metavar="DAYS",
             help="Delete SUCCESSFUL tasks finished more than this many days ago "
             f"(default: {DEFAULT_SUCCESSFUL_DAYS:g}).",
         )
@@ -31,19 +46,28 @@ class Command(BaseCommand):
             "--failed-days",
             type=days,
             default=DEFAULT_FAILED_DAYS,
+            metavar="DAYS",
             help="Delete FAILED tasks finished more than this many days ago "
             f"(default: {DEFAULT_FAILED_DAYS:g}).",
         )
         parser.add_argument(
             "--backend",
+            type=backend_alias,
             default=DEFAULT_TASK_BACKEND_ALIAS,
+            metavar="ALIAS",
             help="The TASKS alias whose tasks to prune (default: 'default').",
         )
-        parser.add_argument("--queue", help="Prune this queue only (default: every queue).")
+        parser.add_argument(
+            "--queue",
+            type=queue_name,
+            metavar="NAME",
+            help="Prune this queue only (default: every queue).",
+        )
         parser.add_argument(
             "--batch-size",
             type=positive_int,
             default=BATCH_SIZE,
+            metavar="N",
             help=f"Rows deleted per statement (default: {BATCH_SIZE}).",
         )
         parser.add_argument(
@@ -62,15 +86,24 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--backend: {options['backend']!r} is not a django_sqltasks SQLTaskBackend."
             )
+        queue = options["queue"]
+        if queue is not None:
+            refuse_unknown_queues(backend, [queue])
         pruned = prune(
             using=backend.database,
             successful_days=options["days"],
             failed_days=options["failed_days"],
             backend=backend.alias,
-            queue=options["queue"],
+            queue=queue,
             batch_size=options["batch_size"],
             dry_run=options["dry_run"],
         )
+        if queue is not None and not pruned.total:
+            from django_sqltasks.models import TaskRecord
+
+            tasks = TaskRecord.objects.using(backend.database).filter(backend_name=backend.alias)
+            if not tasks.filter(queue_name=queue).exists():
+                self.stderr.write(f"No task of backend {backend.alias!r} is in queue {queue!r}.")
         verb = "Would delete" if options["dry_run"] else "Deleted"
         self.stdout.write(
             f"{verb} {pruned.total} task(s): {pruned.successful} successful finished over "

@@ -7,8 +7,11 @@ from importlib.util import find_spec
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from django_sqltasks import overview
+from django_sqltasks.installation import is_missing_table, not_migrated
+from django_sqltasks.management.help import package_version
 
 QUEUE_COLUMNS = (
     "backend",
@@ -27,10 +30,18 @@ WORKER_COLUMNS = ("worker", "host", "pid", "queues", "running", "last heartbeat"
 class Command(BaseCommand):
     help = "Show each queue's counts and backlog age, and the live workers."
 
+    def get_version(self) -> str:
+        return package_version()
+
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--backend", help="Show this TASKS alias only (default: all).")
         parser.add_argument(
-            "--plain", action="store_true", help="Plain text even when rich is installed."
+            "--backend", metavar="ALIAS", help="Show this TASKS alias only (default: all)."
+        )
+        parser.add_argument(
+            "--plain",
+            action="store_true",
+            help="Plain text even on a terminal with rich installed (output that is not a "
+            "terminal is always plain, never cut to a width).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -49,7 +60,14 @@ class Command(BaseCommand):
         worker_rows: list[tuple[str, ...]] = []
         for database in sorted({b.database for b in backends.values()}):
             names = [a for a, b in backends.items() if b.database == database]
-            snapshot = overview.take(using=database, backend=names[0] if len(names) == 1 else None)
+            try:
+                snapshot = overview.take(
+                    using=database, backend=names[0] if len(names) == 1 else None
+                )
+            except DatabaseError as e:
+                if is_missing_table(e):
+                    raise CommandError(not_migrated(database)) from e
+                raise
             queue_rows.extend(
                 (
                     q.backend,
@@ -77,7 +95,9 @@ class Command(BaseCommand):
                 for w in snapshot.workers
                 if w.backend in names
             )
-        if find_spec("rich") is not None and not options["plain"]:
+        # Piped or redirected, a table is read by a program or a wider screen: rich would cut
+        # it to 80 columns there, so only a terminal gets rich's boxes.
+        if find_spec("rich") is not None and not options["plain"] and self.stdout.isatty():
             self._rich(queue_rows, worker_rows)
         else:
             self._plain("Queues", QUEUE_COLUMNS, queue_rows)
@@ -105,7 +125,7 @@ class Command(BaseCommand):
         ):
             table = Table(title=title, title_justify="left")
             for column in columns:
-                table.add_column(column)
+                table.add_column(column, overflow="fold")  # wrap a long name; never cut it
             for row in rows:
                 table.add_row(*row)
             console.print(table)

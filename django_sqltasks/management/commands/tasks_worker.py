@@ -10,14 +10,43 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
+from django_sqltasks.management import logs, startup
 from django_sqltasks.management.arguments import (
-    non_negative_int,
+    MAX_NAME_LENGTH,
+    backend_alias,
+    level_number,
+    log_level,
+    non_negative_seconds,
     positive_int,
     positive_seconds,
+    queue_names,
+    refuse_unknown_queues,
+    seconds_at_least,
+    text,
+    whole_number,
 )
-from django_sqltasks.worker import MAX_WORKER_ID_LENGTH, Worker
+from django_sqltasks.management.help import HelpFormatter, package_version
+from django_sqltasks.worker import Worker
 
 DEFAULT_CONCURRENCY = 10
+# Ceilings that catch a typo (an extra zero or three) before it becomes thousands of threads
+# or a claim that locks a whole table; far above what one process can use.
+MAX_CONCURRENCY = 1000
+MAX_PREFETCH = 10_000
+MIN_POLL_INTERVAL = 0.01  # seconds: below this an idle worker commits a claim per few ms
+DEFAULT_METRICS_HOST = "127.0.0.1"  # metrics name queues and tasks: not for other machines
+
+EXAMPLES = """\
+examples:
+  manage.py tasks_worker                            the backend's QUEUES (or 'default'), 10 at once
+  manage.py tasks_worker -Q emails,reports -c 50    two queues, up to 50 tasks at once
+  manage.py tasks_worker -Q '*' --burst             every queue until nothing is due, then exit
+  manage.py tasks_worker -l debug                   also log each task (and Django's task lines)
+  manage.py tasks_worker --wait-for-database 60     start before the database is up (containers)
+
+Stop with SIGTERM or Ctrl-C: unstarted tasks go back to the queue and running ones finish;
+a second signal puts the running ones back too and exits at once.
+"""
 
 
 def port(value: str) -> int:
@@ -28,11 +57,11 @@ def port(value: str) -> int:
 
 
 def worker_id(value: str) -> str:
-    if not 0 < len(value) <= MAX_WORKER_ID_LENGTH:
-        raise argparse.ArgumentTypeError(
-            f"must be 1 to {MAX_WORKER_ID_LENGTH} characters long, not {len(value)}"
-        )
-    return value
+    return text(value, "a worker id", most=MAX_NAME_LENGTH)
+
+
+def host(value: str) -> str:
+    return text(value, "a host name or address", most=255)
 
 
 class Command(BaseCommand):
@@ -40,63 +69,115 @@ class Command(BaseCommand):
     # Only the checks a worker needs run, in handle(): its backend's and its database's.
     requires_system_checks: list[str] = []
 
+    def get_version(self) -> str:
+        return package_version()
+
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.formatter_class = HelpFormatter
+        parser.epilog = EXAMPLES
         parser.add_argument(
+            "-Q",
             "--queue",
+            "--queues",
             dest="queues",
             action="append",
-            metavar="NAME",
-            help="Queue to run tasks from; repeat for several, '*' for all (default: the "
-            "backend's QUEUES, or 'default').",
+            type=queue_names,
+            metavar="NAME[,NAME...]",
+            help="Queues to run tasks from: comma-separated or repeated, '*' for all (default: "
+            "the backend's QUEUES, or 'default'). With QUEUES set, other names are refused.",
         )
         parser.add_argument(
+            "-c",
             "--concurrency",
-            type=positive_int,
+            type=whole_number(1, MAX_CONCURRENCY),
             default=DEFAULT_CONCURRENCY,
-            help=f"Tasks run at once in this process (default: {DEFAULT_CONCURRENCY}).",
+            metavar="N",
+            help=f"Tasks run at once in this process, 1 to {MAX_CONCURRENCY} "
+            f"(default: {DEFAULT_CONCURRENCY}).",
         )
         parser.add_argument(
             "--prefetch",
-            type=non_negative_int,
-            help="Tasks claimed beyond the free slots, started as soon as a slot frees up "
-            "(default: a quarter of --concurrency, rounded down; 0 claims only for free slots).",
+            type=whole_number(0, MAX_PREFETCH),
+            metavar="N",
+            help="Tasks claimed beyond the free slots, started as soon as a slot frees up, "
+            f"0 to {MAX_PREFETCH} (default: a quarter of --concurrency; 0 for long tasks "
+            "shared by several workers).",
         )
         parser.add_argument(
-            "--burst", action="store_true", help="Exit once no runnable task is left."
+            "--burst",
+            action="store_true",
+            help="Exit once no task is due and none is running. A task waiting out a retry's "
+            "backoff or deferred with run_after is not due: it stays READY for the next worker.",
         )
         parser.add_argument(
-            "--max-tasks", type=positive_int, help="Exit after running this many tasks."
+            "--max-tasks",
+            type=positive_int,
+            metavar="N",
+            help="Exit after claiming this many tasks and finishing them (default: no limit).",
         )
         parser.add_argument(
             "--backend",
+            type=backend_alias,
             default=DEFAULT_TASK_BACKEND_ALIAS,
+            metavar="ALIAS",
             help="The TASKS alias whose tasks to run (default: 'default').",
         )
         parser.add_argument(
             "--worker-id",
             type=worker_id,
-            help="A unique id for this worker (default: hostname and a random suffix).",
+            metavar="ID",
+            help=f"A unique id for this worker, up to {MAX_NAME_LENGTH} characters "
+            "(default: hostname and a random suffix).",
         )
         parser.add_argument(
             "--poll-interval",
-            type=positive_seconds,
-            help="Seconds between claims when idle (default: the POLL_INTERVAL option, 1s).",
+            type=seconds_at_least(MIN_POLL_INTERVAL),
+            metavar="S",
+            help=f"Seconds between claims when idle, at least {MIN_POLL_INTERVAL:g} "
+            "(default: the POLL_INTERVAL option, 1).",
         )
         parser.add_argument(
             "--shutdown-timeout",
             type=positive_seconds,
+            metavar="S",
             help="On stop, seconds to wait for running tasks before requeueing them "
             "(default: wait for them).",
         )
         parser.add_argument(
+            "--wait-for-database",
+            type=non_negative_seconds,
+            default=0.0,
+            metavar="S",
+            help="If the database cannot be reached at start, keep trying for this many "
+            "seconds, with backoff (default: 0, fail at once).",
+        )
+        parser.add_argument(
+            "-l",
+            "--loglevel",
+            type=log_level,
+            metavar="LEVEL",
+            help="DEBUG, INFO, WARNING, ERROR or CRITICAL, for the worker's log and Django's "
+            "task log (default: from -v: 0 WARNING, 1 INFO, 2 DEBUG).",
+        )
+        parser.add_argument(
             "--metrics-port",
             type=port,
+            metavar="PORT",
             help="Serve Prometheus metrics on this port at /metrics (needs prometheus-client, "
             "the 'metrics' extra; default: off).",
         )
+        parser.add_argument(
+            "--metrics-host",
+            type=host,
+            default=DEFAULT_METRICS_HOST,
+            metavar="HOST",
+            help=f"The address --metrics-port listens on (default: {DEFAULT_METRICS_HOST}, this "
+            "machine only; 0.0.0.0 for every interface).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self._configure_logging(options["verbosity"])
+        loglevel = options["loglevel"]
+        logs.configure(options["verbosity"], level_number(loglevel) if loglevel else None)
         try:
             from django_sqltasks.compat import task_backends
 
@@ -104,7 +185,7 @@ class Command(BaseCommand):
         except InvalidTaskBackend as e:
             raise CommandError(f"--backend: {e}") from e
         self._check_backend(backend)
-        queues = options["queues"] or sorted(backend.queues) or ["default"]
+        queues = self._queues(backend, options["queues"])
         try:
             worker = Worker(
                 backend=options["backend"],
@@ -120,14 +201,20 @@ class Command(BaseCommand):
         except ValueError as e:
             raise CommandError(str(e)) from e
         try:
-            worker.check_database()
+            startup.connect(worker.check_database, worker.database, options["wait_for_database"])
+        except startup.DatabaseUnreachable as e:
+            waited = options["wait_for_database"]
+            hint = "" if waited else "; pass --wait-for-database S to wait for it"
+            raise CommandError(f"{e}{hint}") from e
         except RuntimeError as e:
             raise CommandError(str(e)) from e
         if options["metrics_port"] is not None:
             from django_sqltasks import metrics
 
             try:
-                metrics.serve(options["metrics_port"], using=worker.database)
+                metrics.serve(
+                    options["metrics_port"], using=worker.database, addr=options["metrics_host"]
+                )
             except (RuntimeError, OSError) as e:
                 raise CommandError(f"--metrics-port: {e}") from e
         try:
@@ -138,6 +225,14 @@ class Command(BaseCommand):
             # Threads of requeued sync tasks cannot be interrupted; leave without joining them.
             logging.shutdown()
             os._exit(0)
+
+    def _queues(self, backend: Any, given: list[list[str]] | None) -> list[str]:
+        """The queues to run: those given (flattened, in order, once each), else the default."""
+        if not given:
+            return sorted(backend.queues) or ["default"]
+        names = list(dict.fromkeys(name for names in given for name in names))
+        refuse_unknown_queues(backend, names)
+        return names
 
     def _check_backend(self, backend: Any) -> None:
         """Run the backend's own checks (not the whole ``check`` suite: a worker starts faster
@@ -153,14 +248,3 @@ class Command(BaseCommand):
                     f"{e.id}: {e.msg}" + (f" HINT: {e.hint}" if e.hint else "") for e in errors
                 )
             )
-
-    def _configure_logging(self, verbosity: int) -> None:
-        logger = logging.getLogger("django_sqltasks")
-        level = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}.get(
-            verbosity, logging.DEBUG
-        )
-        logger.setLevel(level)
-        if not logger.hasHandlers():
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-            logger.addHandler(handler)
