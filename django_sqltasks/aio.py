@@ -171,7 +171,7 @@ class Writer:
 
     @staticmethod
     async def create(database: str, loop: asyncio.AbstractEventLoop) -> Writer:
-        if connections[database].vendor == "postgresql":
+        if dialect_for(connections[database]).async_driver:
             try:
                 return await PostgresWriter.open(database)
             except ImportError:
@@ -273,9 +273,7 @@ class PostgresWriter(Writer):
         columns = [f.attname for f in TaskRecord._meta.concrete_fields]
         async with self.pool.connection() as connection:
             cursor = await connection.execute(
-                f"SELECT {', '.join(columns)} FROM {self.dialect.tasks} "
-                "WHERE id = %s AND backend_name = %s",
-                [task_id, backend.alias],
+                self.dialect.select_result_sql(columns), [task_id, backend.alias]
             )
             values = await cursor.fetchone()
         if values is None:

@@ -27,10 +27,10 @@ if find_spec("django.tasks") is not None:
         TaskResultDoesNotExist,
         TaskResultMismatch,
     )
+    from django.tasks.signals import log_task_finished as logs_task_finished
     from django.tasks.signals import task_enqueued, task_finished, task_started
 
-    TASKS_LOGGER = "django.tasks"
-    USES_BACKPORT = False
+    TASKS_LOGGER = "django.tasks"  # the logger of Django Tasks' own receivers
 elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by the Django 5.2 leg
     from django_tasks import (  # type: ignore[no-redef]
         DEFAULT_TASK_BACKEND_ALIAS,
@@ -59,13 +59,15 @@ elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by t
         TaskResultMismatch,
     )
     from django_tasks.signals import (  # type: ignore[no-redef]
+        log_task_finished as logs_task_finished,
+    )
+    from django_tasks.signals import (  # type: ignore[no-redef]
         task_enqueued,
         task_finished,
         task_started,
     )
 
     TASKS_LOGGER = "django_tasks"
-    USES_BACKPORT = True
 else:  # pragma: no cover
     raise ImportError(
         "django-sqltasks needs Django Tasks: use Django 6.0+, or install "
@@ -78,7 +80,6 @@ __all__ = [
     "TASKS_LOGGER",
     "TASK_MAX_PRIORITY",
     "TASK_MIN_PRIORITY",
-    "USES_BACKPORT",
     "BaseTaskBackend",
     "InvalidTask",
     "InvalidTaskBackend",
@@ -89,6 +90,7 @@ __all__ = [
     "TaskResultDoesNotExist",
     "TaskResultMismatch",
     "TaskResultStatus",
+    "logs_task_finished",
     "task",
     "task_backends",
     "task_enqueued",

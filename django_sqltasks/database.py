@@ -8,7 +8,9 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db import DatabaseError, connections
+
+from .sql import dialect_for
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -19,33 +21,32 @@ MAX_BACKOFF = 5.0  # seconds; retries continue at this pace until the database i
 RETRIES_WHEN_STOPPING = 3  # once the worker stops, give up after this many retries
 
 
-def is_transient(error: BaseException) -> bool:
-    """Whether ``error`` may go away by itself: lost connection, restart, lock or deadlock."""
-    if isinstance(error, (OperationalError, InterfaceError)):
-        return True
-    cause = error.__cause__
-    # psycopg reports a server shutdown during a statement as a DatabaseError subclass.
-    name = type(cause).__name__ if cause is not None else ""
-    return name in {
-        "AdminShutdown",
-        "OperationalError",
-        "InterfaceError",
-        "SerializationFailure",
-        "DeadlockDetected",
-        "QueryCanceled",
-    }
+def is_transient(alias: str, error: BaseException) -> bool:
+    """Whether ``error``, raised on ``connections[alias]``, may go away by itself: a lost
+    connection, a restart, a deadlock, a lock timeout (each database's list is in ``sql/``)."""
+    return isinstance(error, DatabaseError) and dialect_for(connections[alias]).is_transient(error)
 
 
-def run_with_retries(alias: str, fn: Callable[[], T], stopping: threading.Event | None = None) -> T:
-    """Call ``fn`` (which uses ``connections[alias]``); on a transient error reconnect and retry."""
+def run_with_retries(
+    alias: str,
+    fn: Callable[[], T],
+    stopping: threading.Event | None = None,
+    *,
+    attempts: int | None = None,
+) -> T:
+    """Call ``fn`` (which uses ``connections[alias]``); on a transient error reconnect and retry,
+    up to ``attempts`` calls in all (None: until the database is back, or a few more once
+    ``stopping`` is set). Any other error is raised at once."""
     attempt = 0
     while True:
         try:
             return fn()
         except DatabaseError as e:
-            if not is_transient(e):
+            if not is_transient(alias, e):
                 raise
             attempt += 1
+            if attempts is not None and attempt >= attempts:
+                raise
             if stopping is not None and stopping.is_set() and attempt > RETRIES_WHEN_STOPPING:
                 raise
             delay = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (attempt - 1))
@@ -57,11 +58,11 @@ def run_with_retries(alias: str, fn: Callable[[], T], stopping: threading.Event 
                 e,
                 extra={"action": "db_retry", "attempt": attempt},
             )
-            _reset(alias)
+            reset(alias)
             threading.Event().wait(delay)
 
 
-def _reset(alias: str) -> None:
+def reset(alias: str) -> None:
     """Drop the connection so the next call opens a fresh one."""
     connection = connections[alias]
     try:

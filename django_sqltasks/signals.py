@@ -34,6 +34,10 @@ class Receivers:
         if not asynchronous:
             self._sync = list(sync)
 
+    def includes(self, receiver: Callable[..., Any]) -> bool:
+        """Whether ``receiver`` is among them (False when they could not be read)."""
+        return self._sync is not None and receiver in self._sync
+
     def send(self, **named: Any) -> list[tuple[Any, Any]]:
         """Call every receiver as ``send_robust`` does: an exception is returned, not raised."""
         if self._sync is None:

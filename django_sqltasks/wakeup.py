@@ -19,9 +19,10 @@ from typing import Any
 
 from django.db import connections
 
+from .sql import dialect_for
+
 logger = logging.getLogger("django_sqltasks")
 
-CHANNEL = "sqltasks"  # payload: the queue name of the enqueued task(s)
 LISTEN_TIMEOUT = 1.0  # seconds between checks for a stop while listening
 RECONNECT_DELAY = 1.0  # seconds before listening again after a lost connection
 SQLITE_PROBE_INTERVAL = 0.002  # seconds between PRAGMA data_version checks
@@ -93,6 +94,9 @@ class PostgresListener(Wakeup):
     """LISTEN on a connection of its own (not pooled: pgbouncer transaction mode breaks it)."""
 
     def _target(self) -> Callable[[], None] | None:
+        from .sql.postgresql import PostgreSQLDialect
+
+        self._listen_sql = PostgreSQLDialect.listen_sql
         try:
             import psycopg  # noqa: F401
         except ImportError:
@@ -111,7 +115,7 @@ class PostgresListener(Wakeup):
         while not self._stop.is_set():
             try:
                 with self._connect() as connection:
-                    connection.execute(f"LISTEN {CHANNEL}")
+                    connection.execute(self._listen_sql)
                     self.on_wake(None)  # anything sent while we were not listening
                     while not self._stop.is_set():
                         if self._wait(connection.fileno()):
@@ -157,12 +161,14 @@ class SQLiteProbe(Wakeup):
             watcher.close()
 
     def _probe(self, name: str) -> None:
+        from .sql.sqlite import DATA_VERSION_SQL
+
         connection = sqlite3.connect(name, check_same_thread=False, uri=name.startswith("file:"))
         try:
             last = None
             while not self._stop.wait(SQLITE_PROBE_INTERVAL):
                 try:
-                    version = connection.execute("PRAGMA data_version").fetchone()[0]
+                    version = connection.execute(DATA_VERSION_SQL).fetchone()[0]
                 except sqlite3.Error:
                     continue
                 if last is not None and version != last:
@@ -195,10 +201,11 @@ def _watch_directory(path: str) -> Any:
     return watcher
 
 
-def wakeup_for(database: str, vendor: str, notify: bool, on_wake: OnWake) -> Wakeup:
-    """Return the way workers on ``database`` learn about new tasks."""
-    if vendor == "postgresql" and notify:
+def wakeup_for(database: str, notify: bool, on_wake: OnWake) -> Wakeup:
+    """Return the way workers on ``database`` learn about new tasks (``Dialect.wakeup``)."""
+    how = dialect_for(connections[database]).wakeup
+    if how == "notify" and notify:
         return PostgresListener(database, on_wake)
-    if vendor == "sqlite":
+    if how == "files":
         return SQLiteProbe(database, on_wake)
     return Wakeup(database, on_wake)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -14,7 +15,12 @@ import pytest
 from django.utils import timezone
 
 from django_sqltasks import SQLTaskBackend
-from django_sqltasks.compat import TaskResultStatus, task_finished, task_started
+from django_sqltasks.compat import (
+    TaskResultStatus,
+    logs_task_finished,
+    task_finished,
+    task_started,
+)
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker import Worker
 from tests import tasks
@@ -353,17 +359,49 @@ def test_worker_registers_and_unregisters(run_worker: RunWorker) -> None:
 def test_logs_start_failures_and_debug_lines(
     run_worker: RunWorker, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="django_sqltasks")
     ok = tasks.add.enqueue(1, 1)
     bad = tasks.fail.enqueue("logged")
     worker = run_worker()
-    records = [r for r in caplog.records if r.name == "django_sqltasks"]
-    messages = [r.getMessage() for r in records]
+    ours = [r for r in caplog.records if r.name == "django_sqltasks"]
+    messages = [r.getMessage() for r in ours]
     assert any(f"Worker started worker_id={worker.worker_id}" in m for m in messages)
     assert any(f"Task id={ok.id}" in m and "SUCCESSFUL" in m for m in messages)
-    failure = next(r for r in records if f"Task id={bad.id}" in r.getMessage())
-    assert failure.levelno == logging.ERROR
+    # One record for the failure, with its traceback: Django's own receiver logs it, so the
+    # worker does not log it again.
+    failures = [r for r in caplog.records if r.exc_info and f"Task id={bad.id}" in r.getMessage()]
+    assert len(failures) == 1
+    (failure,) = failures
+    assert failure.levelno == logging.ERROR and "FAILED" in failure.getMessage()
     assert failure.exc_info is not None and failure.exc_info[0] is ValueError
+    _assert_starts_at_the_task(failure.exc_info[2])
+
+
+def _assert_starts_at_the_task(tb: Any) -> None:
+    """The traceback's first frame is the task's, not the worker's."""
+    assert tb is not None
+    assert tb.tb_frame.f_code.co_filename.endswith(os.path.join("tests", "tasks.py"))
+
+
+@pytest.mark.parametrize("task", [tasks.fail, tasks.async_fail])
+def test_without_djangos_receiver_the_worker_logs_the_failure_once(
+    run_worker: RunWorker, caplog: pytest.LogCaptureFixture, task: Any
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    bad = task.enqueue("logged")
+    assert task_finished.disconnect(logs_task_finished)
+    try:
+        run_worker()
+    finally:
+        task_finished.connect(logs_task_finished)
+    failures = [r for r in caplog.records if r.exc_info and f"Task id={bad.id}" in r.getMessage()]
+    assert [r.name for r in failures] == ["django_sqltasks"]
+    assert failures[0].exc_info is not None
+    _assert_starts_at_the_task(failures[0].exc_info[2])
+    stored = TaskRecord.objects.get(id=bad.id).errors[-1]["traceback"]
+    assert "django_sqltasks" not in stored, stored
+    assert stored.startswith("Traceback (most recent call last):\n  File")
 
 
 def test_worker_refuses_a_backend_of_another_kind() -> None:

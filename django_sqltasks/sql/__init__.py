@@ -41,4 +41,25 @@ def _make_dialect(connection: BaseDatabaseWrapper) -> Dialect:
     )
 
 
-__all__ = ["ClaimedRow", "Dialect", "NewTask", "Outcome", "dialect_for"]
+def unsupported_version(alias: str) -> str | None:
+    """Say which version is needed if ``alias`` runs a server too old for django-sqltasks, or
+    a database it does not support at all."""
+    from django.db import connections
+
+    connection = connections[alias]
+    if connection.vendor not in {"postgresql", "sqlite", "mysql"}:
+        return (
+            f"Database {alias!r} is {connection.display_name}; django-sqltasks needs PostgreSQL, "
+            "SQLite, MariaDB or MySQL."
+        )
+    return dialect_for(connection).version_problem()
+
+
+__all__ = [
+    "ClaimedRow",
+    "Dialect",
+    "NewTask",
+    "Outcome",
+    "dialect_for",
+    "unsupported_version",
+]

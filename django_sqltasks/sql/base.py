@@ -10,10 +10,12 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
+from django.db import InterfaceError
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from ..serialization import dumps, loads
+from ..storable import storable
 
 UTC = timezone.utc
 
@@ -138,8 +140,9 @@ def _json_column(column: str, value: Any, *, decoded: bool, problems: list[str])
     if not decoded:
         try:
             value = loads(value)
-        except ValueError as e:
-            problems.append(f"column {column} holds text that is not JSON ({e})")
+        except (ValueError, TypeError, RecursionError) as e:
+            # orjson also refuses nesting deeper than 1024 levels: such a row fails alone.
+            problems.append(f"column {column} holds text that cannot be decoded as JSON ({e})")
             return kind()
     if not isinstance(value, kind):
         problems.append(
@@ -150,8 +153,30 @@ def _json_column(column: str, value: Any, *, decoded: bool, problems: list[str])
     return value
 
 
+def driver_error(error: BaseException) -> BaseException:
+    """The database driver's exception behind Django's wrapper (or ``error`` itself)."""
+    cause = error.__cause__
+    return cause if cause is not None else error
+
+
 class Dialect:
-    """Raw SQL for one database vendor, run on a Django connection's cursor."""
+    """Raw SQL for one database vendor, run on a Django connection's cursor, and the facts
+    about that database that the rest of the package acts on."""
+
+    # Facts ------------------------------------------------------------------------------
+
+    product = "database"
+    # How a worker learns of new tasks: "notify" (LISTEN/NOTIFY), "files" (watching the
+    # database's files), or "poll" (only its claims).
+    wakeup = "poll"
+    # Whether the database takes one writer at a time (then a worker writes its outcomes on
+    # the connection it claims with, instead of a second one that would wait for the first).
+    single_writer = False
+    # Whether the planner's row estimate is cheap to read (the admin uses it for large counts).
+    estimates_counts = False
+    # Whether aenqueue() talks to the database natively from the event loop (psycopg 3's
+    # async connections), rather than through a thread.
+    async_driver = False
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         from ..models import TaskRecord, WorkerRecord
@@ -161,6 +186,35 @@ class Dialect:
         self.tasks = qn(TaskRecord._meta.db_table)
         self.workers = qn(WorkerRecord._meta.db_table)
         self.use_tz = settings.USE_TZ
+
+    def is_transient(self, error: BaseException) -> bool:
+        """Whether ``error`` may go away by itself (a lost connection, a server restart, a
+        deadlock, a lock timeout), so that the same statement may succeed if run again.
+        Anything else (a value the database refuses, a statement it cannot run) is not."""
+        return isinstance(error, InterfaceError)
+
+    def is_contention(self, error: BaseException) -> bool:
+        """Whether ``error`` is a transient error caused by other transactions (a lock wait
+        timeout, a deadlock, a serialization failure, a busy database file): never the fault
+        of the statement that met it, so it is waited out, not judged."""
+        return False
+
+    def version_problem(self) -> str | None:
+        """Say which version is needed if the server is too old for django-sqltasks."""
+        return None
+
+    def outcome_problem(self, outcome: Outcome) -> str | None:
+        """Say why ``outcome`` cannot be written as it is (too large for one statement, say),
+        before trying; None if nothing is known against it."""
+        return None
+
+    def too_old(self, version: Sequence[int], needed: Sequence[int]) -> str:
+        have = ".".join(map(str, version[: len(needed) + 1]))
+        need = ".".join(map(str, needed))
+        return (
+            f"Database {self.connection.alias!r} runs {self.product} {have}; django-sqltasks "
+            f"needs {self.product} {need} or newer."
+        )
 
     # Values in and out ------------------------------------------------------------------
 
@@ -218,7 +272,7 @@ class Dialect:
         # A row damaged outside this package must fail alone, not break the whole claim.
         problems: list[str] = []
         json_column = partial(_json_column, decoded=json_decoded, problems=problems)
-        decode = self.decode_datetime
+        decode = partial(self._decode_datetime, problems=problems)
         return ClaimedRow(
             id=self.decode_id(id_),
             task_path=task_path,
@@ -236,6 +290,13 @@ class Dialect:
             attempts=attempts,
             corrupt="; ".join(problems) or None,
         )
+
+    def _decode_datetime(self, value: Any, *, problems: list[str]) -> datetime | None:
+        try:
+            return self.decode_datetime(value)
+        except (TypeError, ValueError) as e:
+            problems.append(f"a date column holds {str(value)[:100]!r} ({e})")
+            return datetime.now(UTC)
 
     def fetch_claimed(self, cursor: CursorWrapper) -> list[ClaimedRow]:
         """The rows the claim statement just returned."""
@@ -263,6 +324,15 @@ class Dialect:
     # Statements --------------------------------------------------------------------------
 
     json_placeholder = "%s"
+
+    def ping(self, cursor: CursorWrapper) -> None:
+        """Run the cheapest statement: whether the database answers at all."""
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+
+    def select_result_sql(self, columns: Sequence[str]) -> str:
+        """A statement reading one task's ``columns`` by id and backend name."""
+        return f"SELECT {', '.join(columns)} FROM {self.tasks} WHERE id = %s AND backend_name = %s"
 
     def insert_sql(self, count: int) -> str:
         j = self.json_placeholder
@@ -356,7 +426,12 @@ class Dialect:
         The errors column is replaced by one error saying why: it may be what broke the write.
         """
         error = dumps(
-            [{"exception_class_path": OUTCOME_NOT_STORED, "traceback": reason[:MAX_REASON]}]
+            [
+                {
+                    "exception_class_path": OUTCOME_NOT_STORED,
+                    "traceback": storable(reason, MAX_REASON, "reason"),
+                }
+            ]
         )
         cursor.execute(
             f"UPDATE {self.tasks} SET status = 'FAILED', finished_at = %s, owner = NULL, "

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, transaction
 from django.db.backends.utils import CursorWrapper
 
 from .base import (
@@ -23,12 +23,70 @@ from .base import (
     Dialect,
     NewTask,
     Outcome,
+    driver_error,
 )
 
 COLUMNS = ", ".join(RETURNED_COLUMNS)
+MIN_MARIADB = (10, 6)  # SKIP LOCKED
+MIN_MYSQL = (8, 0)  # SKIP LOCKED
+# Error codes that may go away by themselves: too many connections (1040), server shutdown
+# (1053), lock wait timeout (1205), deadlock (1213), connection killed (1927), cannot connect
+# (2002, 2003), server gone away (2006), lost connection (2013, 2055), disconnected for
+# inactivity (4031). A packet over max_allowed_packet (1153) is not one of them: it fails the
+# same way every time.
+CONTENTION_CODES = frozenset({1205, 1213})
+TRANSIENT_CODES = CONTENTION_CODES | {1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
+STATEMENT_OVERHEAD = 64 * 1024  # bytes of an outcome's statement besides its two large values
 
 
 class MySQLDialect(Dialect):
+    product = "MySQL"
+    _max_packet: int | None = None  # the server's max_allowed_packet, read once
+
+    def is_transient(self, error: BaseException) -> bool:
+        if isinstance(error, InterfaceError):
+            return True
+        args: tuple[Any, ...] = getattr(driver_error(error), "args", ())
+        return bool(args) and args[0] in TRANSIENT_CODES
+
+    def is_contention(self, error: BaseException) -> bool:
+        args: tuple[Any, ...] = getattr(driver_error(error), "args", ())
+        return bool(args) and args[0] in CONTENTION_CODES
+
+    def version_problem(self) -> str | None:
+        connection = self.connection
+        connection.ensure_connection()
+        version = connection.mysql_version  # type: ignore[attr-defined]
+        if connection.mysql_is_mariadb:  # type: ignore[attr-defined]
+            self.product = "MariaDB"
+            return self.too_old(version, MIN_MARIADB) if version < MIN_MARIADB else None
+        return self.too_old(version, MIN_MYSQL) if version < MIN_MYSQL else None
+
+    def max_packet(self) -> int:
+        """The server's ``max_allowed_packet`` in bytes (read on first use)."""
+        if self._max_packet is None:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SELECT @@max_allowed_packet")
+                self._max_packet = int(cursor.fetchone()[0])
+        return self._max_packet
+
+    def outcome_problem(self, outcome: Outcome) -> str | None:
+        # A statement over max_allowed_packet makes the server drop the connection (error
+        # 1153 or 2006): say so before sending it. Characters are at most 4 bytes in utf8mb4;
+        # count bytes only when that bound is over the limit.
+        values = [outcome.return_value or "", outcome.error_traceback or ""]
+        limit = self.max_packet() - STATEMENT_OVERHEAD
+        if sum(len(v) for v in values) * 4 <= limit:
+            return None
+        size = sum(len(v.encode("utf-8", "surrogatepass")) for v in values)
+        if size <= limit:
+            return None
+        return (
+            f"it is {size:,} bytes, over what one statement can carry on this server "
+            f"(max_allowed_packet is {self.max_packet():,} bytes): raise max_allowed_packet, "
+            "or set MAX_PAYLOAD_BYTES so that oversized return values fail when returned"
+        )
+
     def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
         return (
             f"JSON_ARRAY_APPEND({column}, '$', JSON_OBJECT("

@@ -7,15 +7,33 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from django.db import InterfaceError, OperationalError
 from django.db.backends.utils import CursorWrapper
 from orjson import Fragment
 
 from ..serialization import dumps, loads
-from ..wakeup import CHANNEL
-from .base import INSERT_COLUMNS, RETURNED_COLUMNS, ClaimedRow, Dialect, NewTask, Outcome
+from .base import (
+    INSERT_COLUMNS,
+    JSON_SHAPES,
+    RETURNED_COLUMNS,
+    ClaimedRow,
+    Dialect,
+    NewTask,
+    Outcome,
+    driver_error,
+)
 
+CHANNEL = "sqltasks"  # LISTEN/NOTIFY channel; payload: the queue name of the enqueued task(s)
+MIN_VERSION = (13,)
 RETURNING = ", ".join(f"t.{c}" for c in RETURNED_COLUMNS)
-COLUMNS = ", ".join(RETURNED_COLUMNS)
+# The claimed rows' columns in its JSON document. The JSON columns travel as text, decoded row
+# by row: one row nested deeper than the decoder allows then fails alone, not its batch.
+COLUMNS = ", ".join(f"{c}::text" if c in JSON_SHAPES else c for c in RETURNED_COLUMNS)
+# SQLSTATEs that may go away by themselves: serialization failure, deadlock, lock not
+# available (lock_timeout), query canceled (statement_timeout), too many connections, and the
+# server shutting down or starting. Class 08 (connection exceptions) is matched by prefix.
+CONTENTION_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014"})
+TRANSIENT_SQLSTATES = CONTENTION_SQLSTATES | {"53300", "57P01", "57P02", "57P03"}
 # What a multi-row INSERT reads from its JSON document: the columns a new task does not share
 # with every other new task, with their types.
 INSERT_RECORD = (
@@ -25,7 +43,27 @@ INSERT_RECORD = (
 
 
 class PostgreSQLDialect(Dialect):
+    product = "PostgreSQL"
+    wakeup = "notify"
+    estimates_counts = True
+    async_driver = True
     json_placeholder = "%s::jsonb"
+
+    def is_transient(self, error: BaseException) -> bool:
+        sqlstate = getattr(driver_error(error), "sqlstate", None)
+        if sqlstate:
+            return sqlstate.startswith("08") or sqlstate in TRANSIENT_SQLSTATES
+        # No SQLSTATE: the client lost the server (closed connection, broken socket).
+        return isinstance(error, (OperationalError, InterfaceError))
+
+    def is_contention(self, error: BaseException) -> bool:
+        return getattr(driver_error(error), "sqlstate", None) in CONTENTION_SQLSTATES
+
+    def version_problem(self) -> str | None:
+        version = divmod(self.connection.pg_version, 10000)  # type: ignore[attr-defined]
+        return self.too_old(version, MIN_VERSION) if version[:1] < MIN_VERSION else None
+
+    listen_sql = f"LISTEN {CHANNEL}"
 
     text_param = "%s::text"
 
@@ -147,7 +185,7 @@ class PostgreSQLDialect(Dialect):
         document = cursor.fetchone()[0]  # the claim's json_agg(), or NULL for no row
         if document is None:
             return []
-        return [self.claimed_row(values, json_decoded=True) for values in loads(document)]
+        return [self.claimed_row(values) for values in loads(document)]
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from django.db import OperationalError
 from django.db.backends.utils import CursorWrapper
 
 from .base import (
@@ -17,9 +18,28 @@ from .base import (
 )
 
 RETURNING = ", ".join(RETURNED_COLUMNS)
+MIN_VERSION = (3, 35)  # UPDATE ... RETURNING, used by the claim
+# The statement that tells whether another connection has committed since it last ran.
+DATA_VERSION_SQL = "PRAGMA data_version"
 
 
 class SQLiteDialect(Dialect):
+    product = "SQLite"
+    wakeup = "files"
+    single_writer = True
+
+    def is_transient(self, error: BaseException) -> bool:
+        # Another connection holds the write lock past the busy timeout: "database is
+        # locked" (or a table of it). Other OperationalErrors (no such table, too big) stay.
+        return isinstance(error, OperationalError) and "locked" in str(error)
+
+    def is_contention(self, error: BaseException) -> bool:
+        return self.is_transient(error)
+
+    def version_problem(self) -> str | None:
+        version = self.connection.Database.sqlite_version_info  # type: ignore[attr-defined]
+        return self.too_old(version, MIN_VERSION) if version < MIN_VERSION else None
+
     def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
         return (
             f"json_insert({column}, '$[#]', json_object("

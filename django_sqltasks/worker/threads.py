@@ -1,4 +1,7 @@
-"""The worker's threads: a pool that runs sync tasks, and one thread that sends signals."""
+"""The worker's threads: a pool that runs sync tasks, and one thread that sends signals.
+
+Both are used from several threads: every method here is safe to call from any of them.
+"""
 
 from __future__ import annotations
 
@@ -49,23 +52,42 @@ class TaskThreads:
     """
 
     def __init__(self, size: int, name: str = "sqltasks-task", spawn_after: float = 0.02) -> None:
-        self.size = size
-        self.spawn_after = spawn_after
+        self.spawn_after = spawn_after  # set once, before any task is submitted
         self._name = name
-        self._items: deque[Any] = deque()
-        self._ready = threading.Condition(threading.Lock())
-        self._idle = 0  # threads waiting for work
+        # Guarded by ``_ready``'s lock: the most threads allowed, the threads started, and how
+        # many of them wait for work.
+        self._size = size
         self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._ready = threading.Condition(threading.Lock())
+        # Appended under the lock; popped without it by a thread taking its next task
+        # (``deque.popleft`` is atomic), so a busy thread needs no lock and wakes nobody.
+        self._items: deque[Any] = deque()
+        # Written by whichever thread last took a task or added threads; read by balance().
+        # A stale value only delays or hastens adding a thread by one check.
         self._last_take = time.monotonic()
 
     @property
-    def queued(self) -> int:
-        """Tasks submitted and not yet taken by a thread."""
-        return len(self._items)
+    def size(self) -> int:
+        """The most threads allowed now."""
+        with self._ready:
+            return self._size
 
-    def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
-        """Run ``fn(arg)`` on a task thread."""
-        self.submit_many(fn, [arg])
+    @property
+    def started(self) -> int:
+        """The threads started so far."""
+        with self._ready:
+            return len(self._threads)
+
+    def add_stand_in(self) -> None:
+        """Allow one more thread, in place of one held by a task past its timeout."""
+        with self._ready:
+            self._size += 1
+
+    def drop_stand_in(self) -> None:
+        """Take back a stand-in allowed by ``add_stand_in`` (its late task has ended)."""
+        with self._ready:
+            self._size -= 1
 
     def submit_many(self, fn: Callable[[Any], None], args: Sequence[Any]) -> None:
         """Run ``fn(arg)`` for each of ``args``, in order, on the task threads."""
@@ -75,7 +97,7 @@ class TaskThreads:
             if not self._items:
                 self._last_take = time.monotonic()  # waiting starts now, not at the last take
             self._items.extend((fn, arg) for arg in args)
-            for _ in range(min(len(args), MIN_THREADS, self.size) - len(self._threads)):
+            for _ in range(min(len(args), MIN_THREADS, self._size) - len(self._threads)):
                 self._start_thread()
             if self._idle:
                 self._ready.notify(min(self._idle, len(args)))
@@ -106,7 +128,7 @@ class TaskThreads:
             return False
         if time.monotonic() - self._last_take >= self.spawn_after:
             with self._ready:
-                for _ in range(min(queued, self.size - len(self._threads))):
+                for _ in range(min(queued, self._size - len(self._threads))):
                     self._start_thread()
             self._last_take = time.monotonic()
         return True
@@ -165,6 +187,9 @@ class SignalThread:
     def __init__(self, name: str = "sqltasks-signals") -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread; callables posted before run once it starts."""
         self._thread.start()
 
     def post(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
@@ -191,4 +216,5 @@ class SignalThread:
 
     def stop(self, timeout: float | None = None) -> None:
         self._queue.put(_STOP)
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)

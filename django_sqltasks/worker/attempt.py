@@ -1,7 +1,10 @@
-"""Running one claimed task, as the Django Tasks contract describes, and recording how it ended."""
+"""One attempt at a claimed task: its resolved task and ``TaskResult``, and its outcome as it
+will be stored (every stored value made storable first)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -11,15 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from .compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-from .exceptions import CorruptTask, PayloadTooLarge
-from .results import errors_from_json, rebind_task, resolve_task
-from .serialization import check_json, dumps
-from .sql import ClaimedRow, Outcome
-from .task import Policy, policy_for
+from ..compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+from ..exceptions import CorruptTask, PayloadTooLarge
+from ..results import errors_from_json, rebind_task, resolve_task
+from ..serialization import check_json, dumps
+from ..sql import ClaimedRow, Outcome
+from ..storable import storable_class_path, storable_traceback
+from ..task import Policy, policy_for
 
 if TYPE_CHECKING:
-    from .options import BackendOptions
+    from ..options import BackendOptions
 
 try:
     from django.utils.json import normalize_json
@@ -27,6 +31,11 @@ except ImportError:  # pragma: no cover - Django 5.2 with the backport
     from django_tasks.utils import normalize_json  # type: ignore[no-redef]
 
 
+# Frames a task's traceback starts with that are ours or asyncio's, not the task's own.
+_RUNNER_DIRS = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    os.path.dirname(os.path.abspath(asyncio.__file__)) + os.sep,
+)
 _settle_lock = threading.Lock()
 # (task, id(options)) -> (options, policy): the options are held, so their id is not reused.
 _policies: dict[tuple[Task, int], tuple[BackendOptions, Policy]] = {}
@@ -134,16 +143,33 @@ def success(
     return outcome, value
 
 
+def from_task_frame(exc: BaseException) -> BaseException:
+    """``exc`` with the worker's own frames taken off the start of its traceback, so that it
+    starts at the task's frame (where the task raised; a worker error keeps its frames)."""
+    tb = exc.__traceback__
+    first = tb
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_RUNNER_DIRS):
+        tb = tb.tb_next
+    if tb is not None and tb is not first:
+        exc.__traceback__ = tb
+    return exc
+
+
 def failure(attempt_id: Any, exc: BaseException) -> Outcome:
-    """Record ``exc`` as the attempt's error, with its class path and full traceback."""
+    """Record ``exc`` as the attempt's error, with its class path and traceback, both made
+    storable (escaped and capped: see ``storable``)."""
     kind = type(exc)
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception as e:  # an exception whose __str__ raises, say
+        text = f"{kind.__qualname__}: (its message could not be formatted: {e!r})"
     return Outcome(
         id=attempt_id,
         status=TaskResultStatus.FAILED,
         finished_at=timezone.now(),
         return_value=None,
-        error_class=f"{kind.__module__}.{kind.__qualname__}",
-        error_traceback="".join(traceback.format_exception(exc)),
+        error_class=storable_class_path(f"{kind.__module__}.{kind.__qualname__}"),
+        error_traceback=storable_traceback(text),
     )
 
 

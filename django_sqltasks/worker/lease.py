@@ -1,16 +1,18 @@
-"""A worker's lease: its row in the worker table, its heartbeat, and the rescue of the dead."""
+"""A worker's lease: its row in the worker table, its heartbeat, the rescue of the dead, and
+the cancel requests for the tasks it holds."""
 
 from __future__ import annotations
 
 import logging
 import os
 import socket
+import uuid
 from datetime import datetime, timedelta
 
 from django.db import connections
 from django.utils import timezone
 
-from .sql import dialect_for
+from ..sql import dialect_for
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -18,7 +20,7 @@ logger = logging.getLogger("django_sqltasks")
 class Lease:
     """Register, heartbeat and unregister one worker; requeue tasks of workers that went silent.
 
-    Every method runs on the worker's database thread.
+    Every method runs on the worker's database thread; the fields are set once, here.
     """
 
     def __init__(
@@ -42,7 +44,7 @@ class Lease:
 
     def register(self) -> None:
         """Insert this worker's row; refuse an id held by a live worker."""
-        from .models import WorkerRecord
+        from ..models import WorkerRecord
 
         now = timezone.now()
         existing = WorkerRecord.objects.using(self.database).filter(id=self.worker_id).first()
@@ -68,7 +70,7 @@ class Lease:
 
     def heartbeat(self) -> None:
         """Renew the lease, then rescue tasks of workers whose lease ran out."""
-        from .models import WorkerRecord
+        from ..models import WorkerRecord
 
         now = timezone.now()
         renewed = (
@@ -85,15 +87,26 @@ class Lease:
             self._create(now)
         self.rescue(now)
 
+    def cancel_requests(self) -> list[uuid.UUID]:
+        """Ids of this worker's RUNNING tasks whose cancellation was asked."""
+        from ..models import TaskRecord
+
+        return list(
+            TaskRecord.objects.using(self.database)
+            .owned_by(self.worker_id)
+            .filter(cancel_requested=True)
+            .values_list("id", flat=True)
+        )
+
     def unregister(self) -> None:
-        from .models import WorkerRecord
+        from ..models import WorkerRecord
 
         WorkerRecord.objects.using(self.database).filter(id=self.worker_id).delete()
 
     def rescue(self, now: datetime) -> int:
         """Requeue RUNNING tasks whose owner has not heartbeaten within the lease timeout (or
         fail those already rescued ``max_rescues`` times)."""
-        from .models import WorkerRecord
+        from ..models import WorkerRecord
 
         cutoff = now - timedelta(seconds=self.timeout)
         connection = connections[self.database]
@@ -116,7 +129,7 @@ class Lease:
         return count
 
     def _create(self, now: datetime) -> None:
-        from .models import WorkerRecord
+        from ..models import WorkerRecord
 
         WorkerRecord.objects.using(self.database).create(
             id=self.worker_id,

@@ -1,0 +1,321 @@
+"""The completer: batches finished tasks' outcomes, writes them, and reports them once stored.
+
+Outcomes arrive from any thread (task threads, the event loop) and are written on the writer
+thread, many per statement. There is no timer: a write starts as soon as an outcome arrives and
+no write is under way, and the outcomes that arrive meanwhile go in the next one. Under load,
+batches grow by themselves; when idle, an outcome is written at once.
+
+One bad outcome must not hold up the others. A batch the database refuses is written again one
+outcome at a time; an outcome refused on its own is salvaged: its task is marked FAILED with an
+``OutcomeNotStored`` error saying why. Only transient errors (see ``Dialect.is_transient``) are
+retried, a few times. When other transactions hold the rows up (lock timeouts, deadlocks) or
+the database does not answer at all, the outcomes wait and are written again later, and the
+heartbeat learns (through ``Progress``) that this worker is not making progress.
+
+``task_finished`` is sent for a task only after its outcome is stored, on the signal thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, TypeVar
+
+from django.db import connections
+from django.db.backends.utils import CursorWrapper
+
+from ..compat import task_finished
+from ..database import is_transient, run_with_retries
+from ..exceptions import OutcomeNotStored
+from ..signals import Receivers
+from ..sql import Dialect, Outcome, dialect_for
+from . import attempt as attempts
+from .progress import Progress
+from .threads import SignalThread
+
+logger = logging.getLogger("django_sqltasks")
+
+T = TypeVar("T")
+
+MAX_BATCH = 500  # outcomes written by one statement
+WRITE_ATTEMPTS = 3  # calls of one statement on transient errors before judging the outcome
+FIRST_WAIT = 0.5  # seconds before writing again when the database does not answer
+MAX_WAIT = 5.0  # seconds; the wait doubles up to this while the database stays away
+ROUNDS_WHEN_STOPPING = 3  # once the worker stops, give up on an absent database after these
+
+
+class DatabaseAway(Exception):
+    """The database does not answer, or other transactions hold it up: nothing can be
+    judged or written until that passes."""
+
+
+class Batch:
+    """Outcomes written together, and what became of each.
+
+    Filled under the completer's lock until it is taken for writing; from then on it belongs
+    to the writer thread, and after ``on_written`` to the signal thread.
+    """
+
+    __slots__ = ("contexts", "outcomes", "salvaged", "settled", "written")
+
+    def __init__(self) -> None:
+        self.outcomes: list[Outcome] = []
+        self.contexts: list[Any] = []  # whatever the submitter needs back, per outcome
+        self.written: set[uuid.UUID] = set()  # stored while the task was still ours
+        self.settled: set[uuid.UUID] = set()  # written, salvaged, or given up on
+        self.salvaged: dict[uuid.UUID, Outcome] = {}  # what was stored instead, by task id
+
+
+class Completer:
+    """Collect outcomes from any thread; write them on ``executor``; report them after."""
+
+    def __init__(
+        self,
+        *,
+        database: str,
+        worker_id: str,
+        executor: Executor,
+        signals: SignalThread,
+        sender: type,
+        progress: Progress,
+        stopping: threading.Event,
+    ) -> None:
+        # Set once here, read from any thread.
+        self._database = database
+        self._worker_id = worker_id
+        self._executor = executor
+        self._signals = signals
+        self._sender = sender
+        self._progress = progress
+        self._stopping = stopping
+        # Guarded by _lock: the batch filling up, full batches waiting, the batch being
+        # written, whether a flush is under way, and the count of outcomes written.
+        self._lock = threading.Lock()
+        self._current = Batch()
+        self._full: deque[Batch] = deque()
+        self._writing: Batch | None = None
+        self._flushing = False
+        self._written = 0
+        self._idle = threading.Event()  # set while nothing is submitted and unwritten
+        self._idle.set()
+
+    # Called from any thread -------------------------------------------------------------
+
+    def submit(self, outcome: Outcome, context: Any = None) -> None:
+        """Queue ``outcome`` for writing; ``context`` comes back to the finished signal."""
+        with self._lock:
+            batch = self._current
+            batch.outcomes.append(outcome)
+            batch.contexts.append(context)
+            if len(batch.outcomes) >= MAX_BATCH:
+                self._full.append(batch)
+                self._current = Batch()
+            start = not self._flushing
+            if start:
+                self._flushing = True
+                self._idle.clear()
+        if start:
+            self._executor.submit(self._flush)
+
+    @property
+    def written(self) -> int:
+        """How many outcomes have been written (stored or salvaged) so far."""
+        with self._lock:
+            return self._written
+
+    def pending_ids(self) -> set[uuid.UUID]:
+        """Ids of outcomes submitted and not yet settled."""
+        with self._lock:
+            batches = [*self._full, self._current]
+            if self._writing is not None:
+                batches.append(self._writing)
+            return {o.id for b in batches for o in b.outcomes if o.id not in b.settled}
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every submitted outcome has been settled; False on timeout."""
+        return self._idle.wait(timeout)
+
+    # On the writer thread ---------------------------------------------------------------
+
+    def _take(self) -> Batch | None:
+        with self._lock:
+            if self._full:
+                self._writing = self._full.popleft()
+                return self._writing
+            batch = self._current
+            if not batch.outcomes:
+                self._writing = None
+                self._flushing = False
+                self._idle.set()
+                return None
+            self._current = Batch()
+            self._writing = batch
+            return batch
+
+    def _flush(self) -> None:
+        while (batch := self._take()) is not None:
+            try:
+                self._write(batch)
+            except BaseException:  # a bug here must not leave outcomes waiting for ever
+                logger.exception("Writing %d task outcome(s) failed", len(batch.outcomes))
+            with self._lock:
+                self._written += len(batch.settled)
+            missing = len(batch.outcomes) - len(batch.written)
+            if missing:
+                logger.warning(
+                    "%d task outcome(s) were not recorded as they were: those tasks were no "
+                    "longer held by this worker (rescued after a stall?), or their outcome "
+                    "was refused",
+                    missing,
+                )
+            self._signals.post(self._send_finished, batch)
+
+    def _write(self, batch: Batch) -> None:
+        """Settle every outcome of ``batch``, waiting for the database while it is away."""
+        rounds = 0
+        while unsettled := [o for o in batch.outcomes if o.id not in batch.settled]:
+            try:
+                self._store(batch, unsettled)
+            except DatabaseAway as e:
+                self._progress.failed("writing outcomes")
+                rounds += 1
+                if self._stopping.is_set() and rounds > ROUNDS_WHEN_STOPPING:
+                    logger.error(
+                        "Giving up on writing %d task outcome(s) while stopping (%s): those "
+                        "tasks stay RUNNING until their lease runs out, then run again",
+                        len(unsettled),
+                        e.__cause__,
+                    )
+                    batch.settled.update(o.id for o in unsettled)
+                    return
+                wait = min(MAX_WAIT, FIRST_WAIT * 2 ** (rounds - 1))
+                logger.warning(
+                    "The database does not answer (%s); writing %d task outcome(s) again in %.1fs",
+                    e.__cause__,
+                    len(unsettled),
+                    wait,
+                )
+                self._stopping.wait(wait)
+            else:
+                self._progress.succeeded("writing outcomes")
+
+    def _store(self, batch: Batch, outcomes: list[Outcome]) -> None:
+        """Write ``outcomes``; salvage those the database refuses. Raise ``DatabaseAway``."""
+        dialect = self._dialect()
+        for outcome in list(outcomes):
+            problem = dialect.outcome_problem(outcome)
+            if problem is not None:
+                self._salvage(batch, outcome, f"The task's outcome was not stored: {problem}.")
+                outcomes.remove(outcome)
+        if not outcomes:
+            return
+        try:
+            batch.written |= self._call(lambda d, c: d.complete(c, self._worker_id, outcomes))
+        except Exception as e:
+            self._judge(e)
+            if len(outcomes) == 1:
+                reason = f"The database refused this task's outcome ({_describe(e)})."
+                self._salvage(batch, outcomes[0], reason)
+                return
+            logger.error(
+                "Writing %d outcome(s) failed (%s); writing them one by one",
+                len(outcomes),
+                _describe(e),
+            )
+            for outcome in outcomes:
+                self._store(batch, [outcome])
+        else:
+            batch.settled.update(o.id for o in outcomes)
+
+    def _salvage(self, batch: Batch, outcome: Outcome, reason: str) -> None:
+        """Mark ``outcome``'s task FAILED with an OutcomeNotStored error saying ``reason``."""
+        logger.error("Task id=%s: %s", outcome.id, reason, extra={"task_id": outcome.id})
+        try:
+            written = self._call(lambda d, c: d.salvage(c, self._worker_id, outcome, reason))
+        except Exception as e:
+            self._judge(e)
+            logger.critical(
+                "Task id=%s: marking it FAILED failed too (%s); it stays RUNNING until this "
+                "worker stops, then runs again",
+                outcome.id,
+                _describe(e),
+            )
+            batch.settled.add(outcome.id)
+            return
+        stored = attempts.failure(outcome.id, OutcomeNotStored(reason))
+        batch.salvaged[outcome.id] = stored
+        batch.written |= written
+        batch.settled.add(outcome.id)
+
+    def _judge(self, error: Exception) -> None:
+        """Raise ``DatabaseAway`` if ``error`` is contention (locks, deadlocks) or a transient
+        error while the database does not answer; otherwise the statement is at fault (a
+        value the database refuses, or one that keeps dropping the connection)."""
+        if is_transient(self._database, error) and (
+            self._dialect().is_contention(error) or not self._answers()
+        ):
+            raise DatabaseAway from error
+
+    def _answers(self) -> bool:
+        try:
+            self._call(lambda d, c: d.ping(c))
+        except Exception:
+            return False
+        return True
+
+    def _call(self, fn: Callable[[Dialect, CursorWrapper], T]) -> T:
+        def call() -> T:
+            connection = connections[self._database]
+            with connection.cursor() as cursor:
+                return fn(dialect_for(connection), cursor)
+
+        return run_with_retries(self._database, call, self._stopping, attempts=WRITE_ATTEMPTS)
+
+    def _dialect(self) -> Dialect:
+        return dialect_for(connections[self._database])
+
+    # On the signal thread ---------------------------------------------------------------
+
+    def _send_finished(self, batch: Batch) -> None:
+        """Update each finished task's result as stored, and send ``task_finished`` for it."""
+        receivers = Receivers(task_finished, self._sender)
+        for outcome, context in zip(batch.outcomes, batch.contexts, strict=True):
+            if context is None or outcome.id not in batch.written:
+                continue  # a task that never started, or that another worker holds now
+            attempt, exc, value = context
+            stored = batch.salvaged.get(outcome.id, outcome)
+            attempts.apply(attempt.result, stored, value)
+            if stored.status == "READY":
+                continue  # retried: not finished yet
+            if exc is None:
+                send(receivers, attempt)
+                continue
+            tb = exc.__traceback__
+            try:
+                raise exc
+            except BaseException:
+                # Receivers see the task's exception (sys.exc_info()), with the traceback it
+                # was stored with: from the task's own frame, without this one.
+                exc.__traceback__ = tb
+                send(receivers, attempt)
+
+
+def send(receivers: Receivers, attempt: attempts.Attempt) -> None:
+    """Send a signal for ``attempt``'s result; log a receiver's error, never raise it."""
+    for receiver, response in receivers.send(task_result=attempt.result):
+        if isinstance(response, Exception):
+            logger.error(
+                "Signal receiver %r failed for task id=%s",
+                receiver,
+                attempt.result.id,
+                exc_info=response,
+            )
+
+
+def _describe(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= 2000 else text[:2000] + "..."

@@ -1,0 +1,311 @@
+"""The executor: runs claimed tasks (sync ones on task threads, async ones on the event loop),
+enforces their timeouts and cancellation, and hands each outcome to the completer.
+
+It reports back through two narrow calls: ``completer.submit(outcome, context)`` and
+``done(task_id)`` ("this task's slot is free").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from functools import lru_cache, partial
+from typing import Any
+
+from django.utils import timezone
+
+from ..compat import TaskResultStatus, logs_task_finished, task_finished
+from ..exceptions import TaskCancelled, TaskTimeout
+from ..results import resolve_task
+from ..signals import Receivers
+from ..sql import ClaimedRow, Outcome
+from . import attempt as attempts
+from .completer import Completer, send
+from .threads import SignalThread, TaskThreads
+
+logger = logging.getLogger("django_sqltasks")
+
+
+@lru_cache(maxsize=1024)
+def _task_is_async(task_path: str) -> bool:
+    return attempts.is_async(resolve_task(task_path))  # an error is raised, not cached
+
+
+def is_async(task_path: str) -> bool:
+    """Whether the task at ``task_path`` runs on the event loop; an unknown path runs on a task
+    thread, which records why it cannot run."""
+    try:
+        return _task_is_async(task_path)
+    except Exception:
+        return False
+
+
+class Executor:
+    """Run tasks; every method says which thread calls it."""
+
+    def __init__(
+        self,
+        *,
+        backend: Any,
+        loop: asyncio.AbstractEventLoop,
+        threads: TaskThreads,
+        signals: SignalThread,
+        completer: Completer,
+        done: Callable[[uuid.UUID], None],
+    ) -> None:
+        # Set once here, read from any thread.
+        self._config = backend.config
+        self._sender = type(backend)
+        self._max_result_bytes: int | None = backend.config.max_payload_bytes
+        self._loop = loop
+        self._threads = threads
+        self._signals = signals
+        self._completer = completer
+        self._done = done
+        # Owned by the loop thread.
+        self._async_starting: list[tuple[ClaimedRow, Receivers]] = []  # start this turn
+        self._jobs: set[asyncio.Task[None]] = set()  # async tasks, and batches starting
+        self._by_id: dict[uuid.UUID, asyncio.Task[None]] = {}  # running async tasks
+        self._cancel_requested: set[uuid.UUID] = set()
+        self._abandoned = False  # the shutdown timeout gave up on the running tasks
+
+    # Starting (any thread) ----------------------------------------------------------------
+
+    def start(self, rows: list[ClaimedRow], started: Receivers) -> None:
+        """Start ``rows``, each of which has a slot: sync ones on the task threads, async ones
+        on the loop, with ``started`` the task_started receivers."""
+        async_rows: list[tuple[ClaimedRow, Receivers]] = []
+        sync_rows: list[tuple[ClaimedRow, Receivers]] = []
+        for row in rows:
+            (async_rows if is_async(row.task_path) else sync_rows).append((row, started))
+        if sync_rows:
+            self._threads.submit_many(self._run_sync, sync_rows)
+        if async_rows:
+            with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
+                self._loop.call_soon_threadsafe(self._start_async_soon, async_rows)
+
+    def fail_unstarted(self, task_id: uuid.UUID, exc: BaseException) -> None:
+        """Record ``exc`` for a claimed task that will not start (any thread)."""
+        self._completer.submit(attempts.failure(task_id, exc), None)
+
+    def take_unstarted(self) -> list[ClaimedRow]:
+        """Take back the sync tasks no thread has started yet (any thread)."""
+        return [row for row, _ in self._threads.take_queued()]
+
+    def threads_waiting(self) -> bool:
+        """Add task threads for sync tasks that waited too long for one; return whether any
+        still wait (then the claim loop checks again within ``spawn_after``)."""
+        return self._threads.balance()
+
+    @property
+    def spawn_after(self) -> float:
+        return self._threads.spawn_after
+
+    # Loop thread --------------------------------------------------------------------------
+
+    def _start_async_soon(self, rows: list[tuple[ClaimedRow, Receivers]]) -> None:
+        """Start async rows at the end of this turn of the loop, with the others started in it
+        (tasks finishing together free their slots one by one: one signal hop for them all)."""
+        if not self._async_starting:
+            self._loop.call_soon(self._start_async_batch)
+        self._async_starting.extend(rows)
+
+    def _start_async_batch(self) -> None:
+        rows, self._async_starting = self._async_starting, []
+        self._track(self._loop.create_task(self._start_async(rows)))
+
+    async def _start_async(self, rows: list[tuple[ClaimedRow, Receivers]]) -> None:
+        """Send task_started for a batch of async tasks in one hop, then run them."""
+        ready = [(a, started) for row, started in rows if (a := self._prepare(row)) is not None]
+        if not ready:
+            return
+        await asyncio.wrap_future(self._signals.post(_send_each, ready))
+        for attempt, _ in ready:
+            job = self._loop.create_task(self._run_async(attempt))
+            self._track(job)
+            self._by_id[attempt.row.id] = job
+            job.add_done_callback(partial(self._forget, attempt.row.id))
+
+    def _forget(self, task_id: uuid.UUID, _job: asyncio.Task[None]) -> None:
+        self._by_id.pop(task_id, None)
+
+    def _track(self, job: asyncio.Task[None]) -> None:
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
+    async def _run_async(self, attempt: attempts.Attempt) -> None:
+        try:
+            args, kwargs = attempt.call_args()
+            value = await self._call_async(attempt, args, kwargs)
+            outcome, value = attempts.success(attempt.row.id, value, self._max_result_bytes)
+        except asyncio.CancelledError as e:
+            if attempt.row.id in self._cancel_requested:
+                cancelled = TaskCancelled("Cancelled while running, at the request of a user.")
+                cancelled.__cause__ = e
+                self._failed(attempt, cancelled)
+            elif self._abandoned:
+                raise  # cancelled by the shutdown timeout, and requeued already
+            else:
+                self._failed(attempt, e)
+        except BaseException as e:
+            self._failed(attempt, e)
+        else:
+            self._succeeded(attempt, outcome, value)
+        finally:
+            self._done(attempt.row.id)
+
+    async def _call_async(
+        self, attempt: attempts.Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        timeout = attempt.policy.timeout
+        if timeout is None:
+            return await attempt.task.func(*args, **kwargs)
+        job = asyncio.ensure_future(attempt.task.func(*args, **kwargs))
+        try:
+            done, _ = await asyncio.wait({job}, timeout=timeout)
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
+        if not done:
+            job.cancel()
+            with contextlib.suppress(BaseException):
+                await job
+            raise TaskTimeout(f"The task ran longer than its timeout of {timeout}s.")
+        return job.result()
+
+    def cancel_running(self, task_id: uuid.UUID) -> bool:
+        """Cancel a running async task at a user's request; False if none runs here."""
+        self._cancel_requested.add(task_id)
+        job = self._by_id.get(task_id)
+        if job is None:
+            return False
+        job.cancel()
+        return True
+
+    def abandon(self) -> None:
+        """Cancel every async task: the shutdown timeout is over and they are requeued."""
+        self._abandoned = True
+        for job in list(self._jobs):
+            job.cancel()
+
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned
+
+    # Task threads -------------------------------------------------------------------------
+
+    def _run_sync(self, item: tuple[ClaimedRow, Receivers]) -> None:
+        """Run a sync task on this task thread, up to queueing its outcome."""
+        row, started = item
+        late = False
+        try:
+            attempt = self._prepare(row)
+            if attempt is None:
+                return
+            send(started, attempt)
+            timeout = attempt.policy.timeout
+            if timeout is not None:
+                self._loop.call_soon_threadsafe(
+                    self._loop.call_later, timeout, self._sync_timed_out, attempt
+                )
+            try:
+                args, kwargs = attempt.call_args()
+                outcome, value = attempts.success(
+                    row.id, attempt.task.func(*args, **kwargs), self._max_result_bytes
+                )
+            except BaseException as e:  # a task's SystemExit or KeyboardInterrupt fails it only
+                late = timeout is not None and not attempt.settle()
+                if not late:
+                    self._failed(attempt, e)
+            else:
+                late = timeout is not None and not attempt.settle()
+                if not late:
+                    self._succeeded(attempt, outcome, value)
+        finally:
+            if late:
+                logger.warning("Task id=%s ended after its timeout; its result is ignored", row.id)
+                self._threads.drop_stand_in()  # its stand-in thread is no longer needed
+            else:
+                self._done(row.id)
+
+    def _sync_timed_out(self, attempt: attempts.Attempt) -> None:
+        """A sync task ran past its timeout (on the loop): fail it and free its slot.
+
+        Python cannot stop a thread: the task runs on, on a thread the pool no longer counts.
+        """
+        if not attempt.settle():
+            return
+        timeout = attempt.policy.timeout
+        logger.error(
+            "Task id=%s path=%s is still running after its %ss timeout; its thread cannot be "
+            "stopped and keeps running, its result will be ignored",
+            attempt.result.id,
+            attempt.task.module_path,
+            timeout,
+            extra={"action": "task_timeout", "task_id": attempt.result.id},
+        )
+        self._threads.add_stand_in()  # replace the thread the stuck task holds
+        self._failed(attempt, TaskTimeout(f"The task ran longer than its timeout of {timeout}s."))
+        self._done(attempt.row.id)
+
+    # Outcomes (any thread) ----------------------------------------------------------------
+
+    def _prepare(self, row: ClaimedRow) -> attempts.Attempt | None:
+        try:
+            return attempts.prepare(row, self._config)
+        except Exception as e:
+            logger.error("Task id=%s path=%s cannot run: %s", row.id, row.task_path, e)
+            self._completer.submit(attempts.failure(row.id, e), None)
+            return None
+
+    def _succeeded(self, attempt: attempts.Attempt, outcome: Outcome, value: Any) -> None:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "Task id=%s path=%s state=SUCCESSFUL attempt=%d",
+                attempt.result.id,
+                attempt.task.module_path,
+                attempt.row.attempts,
+                extra={"action": "task_successful", "task_id": attempt.result.id},
+            )
+        self._completer.submit(outcome, (attempt, None, value))
+
+    def _failed(self, attempt: attempts.Attempt, exc: BaseException) -> None:
+        exc = attempts.from_task_frame(exc)
+        number, policy = attempt.row.attempts, attempt.policy
+        if policy.should_retry(number, exc):
+            delay = policy.delay(number)
+            logger.warning(
+                "Task id=%s path=%s failed on attempt %d of %d; retrying in %.1fs",
+                attempt.result.id,
+                attempt.task.module_path,
+                number,
+                policy.max_attempts,
+                delay,
+                exc_info=exc,
+                extra={"action": "task_retry", "task_id": attempt.result.id},
+            )
+            outcome = attempts.retry(attempt.row.id, exc, timezone.now() + timedelta(seconds=delay))
+        else:
+            # Django Tasks' own receiver logs the failure with its traceback once it is
+            # stored: one record per failure, not two.
+            if not Receivers(task_finished, self._sender).includes(logs_task_finished):
+                logger.error(
+                    "Task id=%s path=%s state=%s attempt=%d",
+                    attempt.result.id,
+                    attempt.task.module_path,
+                    TaskResultStatus.FAILED,
+                    number,
+                    exc_info=exc,
+                    extra={"action": "task_failed", "task_id": attempt.result.id},
+                )
+            outcome = attempts.failure(attempt.row.id, exc)
+        self._completer.submit(outcome, (attempt, exc, None))
+
+
+def _send_each(started: list[tuple[attempts.Attempt, Receivers]]) -> None:
+    for attempt, receivers in started:
+        send(receivers, attempt)

@@ -1,0 +1,130 @@
+"""The worker's upkeep, each on a thread of its own so a busy event loop cannot starve it: the
+heartbeat (lease renewal, rescue of dead workers' tasks, cancel requests, pruning) and the
+periodic scheduler. Their queries run on the worker's database thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, TypeVar
+
+from django.utils import timezone
+
+from ..database import run_with_retries
+from .lease import Lease
+from .progress import Progress
+
+logger = logging.getLogger("django_sqltasks")
+
+T = TypeVar("T")
+
+
+class Maintenance:
+    """Start and stop the heartbeat and periodic threads of one worker.
+
+    Everything here is set before ``start()`` and only read afterwards, but for the threads,
+    which this object's ``start()`` and ``join()`` own (the loop thread calls both).
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: Any,
+        lease: Lease,
+        db: Executor,
+        progress: Progress,
+        stopped: threading.Event,
+        on_cancel_requested: Callable[[list[uuid.UUID]], None],
+    ) -> None:
+        from ..pruning import Retention  # imports the models: not at module import
+
+        self.backend = backend
+        self.database: str = backend.database
+        self.lease = lease
+        self.interval: float = backend.config.heartbeat_interval
+        self.retention = Retention.for_backend(backend)  # PRUNE_*_DAYS, or None
+        self._db = db
+        self._progress = progress
+        self._stopped = stopped  # set by the runner: the threads end
+        self._scheduling = threading.Event()  # set while periodic tasks may be enqueued
+        self._on_cancel_requested = on_cancel_requested
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._scheduling.set()
+        for target, name in (
+            (self._heartbeat_loop, "sqltasks-heartbeat"),
+            (self._schedule_loop, "sqltasks-periodic"),
+        ):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def stop_scheduling(self) -> None:
+        """Enqueue no more periodic tasks (a stopping worker takes no new work)."""
+        self._scheduling.clear()
+
+    def join(self) -> None:
+        """Wait for the threads, once ``stopped`` is set."""
+        for thread in self._threads:
+            thread.join(timeout=self.interval + 5)
+
+    # Heartbeat thread ---------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stopped.wait(self.interval):
+            self.beat()
+
+    def beat(self) -> None:
+        """Renew the lease (unless this worker is stuck), then read cancel requests and prune."""
+        stalled = self._progress.stalled(self.lease.timeout)
+        if stalled:
+            # A worker that can neither claim nor write outcomes must let its tasks go: a
+            # healthy worker rescues them once this lease runs out.
+            logger.error(
+                "Not renewing the lease of worker_id=%s: %s; its tasks will be rescued by "
+                "another worker",
+                self.lease.worker_id,
+                ", ".join(f"{role} has failed for {seconds:.0f}s" for role, seconds in stalled),
+                extra={"action": "lease_withheld", "worker_id": self.lease.worker_id},
+            )
+            return
+        self._guarded("Heartbeat", self.lease.heartbeat)
+        requested = self._guarded("Reading cancel requests", self.lease.cancel_requests)
+        if requested:
+            self._on_cancel_requested(requested)
+        if self.retention is not None and self.retention.due():
+            self._guarded("Pruning", self.retention.run)
+
+    def _guarded(self, what: str, fn: Callable[[], T]) -> T | None:
+        """Run ``fn`` on the database thread, riding out transient errors; log any other."""
+        try:
+            return self._db.submit(run_with_retries, self.database, fn, self._stopped).result()
+        except Exception:
+            logger.exception("%s failed worker_id=%s", what, self.lease.worker_id)
+            return None
+
+    # Periodic thread ----------------------------------------------------------------------
+
+    def _schedule_loop(self) -> None:
+        """Enqueue periodic tasks at their slots (a thread that sleeps until the next slot)."""
+        from ..periodic import Scheduler
+
+        scheduler = Scheduler(self.backend)
+        if not scheduler.schedules:
+            return
+        while self._scheduling.is_set():
+            self._guarded("Periodic tasks", scheduler.run_due)
+            now = timezone.now()
+            try:
+                upcoming = scheduler.next_wakeup(now)
+            except Exception:
+                logger.exception("Computing the next periodic slot failed; trying again in 1s")
+                upcoming = None
+            delay = 1.0 if upcoming is None else (upcoming - now).total_seconds()
+            # A little past the slot, so that it is the latest one when computed.
+            if self._stopped.wait(max(0.0, delay) + 0.005):
+                return

@@ -1,0 +1,329 @@
+"""The producer: claims due tasks in batches as slots free up, holds prefetched ones until a slot
+frees, and starts them through the executor. Wake-ups (NOTIFY, file watches) cut its sleeps
+short; so does a quarter of its room freeing up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor as ThreadExecutor
+from typing import Any, TypeVar
+
+from django.db import connections
+from django.db.backends.utils import CursorWrapper
+from django.utils import timezone
+
+from ..compat import task_started
+from ..database import run_with_retries
+from ..signals import Receivers
+from ..sql import ClaimedRow, Dialect, dialect_for
+from .completer import Completer
+from .executor import Executor
+from .progress import Progress
+
+logger = logging.getLogger("django_sqltasks")
+
+T = TypeVar("T")
+
+GATHER_DELAY = 0.002  # seconds to let more slots free up before claiming a small batch
+BUSY_POLL = 0.01  # seconds before polling again right after finding work; doubles when idle
+
+
+def _start_order(row: ClaimedRow) -> tuple[int, Any]:
+    return -row.priority, row.run_after or row.enqueued_at
+
+
+class Slots:
+    """The tasks a worker holds: running ones (at most ``concurrency``) and claimed ones
+    waiting for a slot. Used from the loop, the task threads and the heartbeat thread: every
+    field is guarded by the lock."""
+
+    def __init__(self, concurrency: int, prefetch: int) -> None:
+        self.concurrency = concurrency  # set once
+        self.capacity = concurrency + prefetch  # set once: the most tasks held at once
+        self._lock = threading.Lock()
+        self._claimed = 0  # tasks claimed since start
+        self._finished = 0  # claimed tasks whose function returned, or that were let go
+        self._active = 0  # tasks started, function not returned yet
+        self._held: set[uuid.UUID] = set()  # claimed, function not returned yet
+        self._waiting: deque[ClaimedRow] = deque()  # claimed, waiting for a slot
+        self._wake_below = -1  # the loop wants waking once this few tasks are held
+
+    @property
+    def claimed(self) -> int:
+        with self._lock:
+            return self._claimed
+
+    @property
+    def held(self) -> int:
+        """Claimed tasks whose function has not returned yet (running or waiting)."""
+        with self._lock:
+            return self._claimed - self._finished
+
+    def held_ids(self) -> set[uuid.UUID]:
+        with self._lock:
+            return set(self._held)
+
+    def hold(self, rows: list[ClaimedRow]) -> list[ClaimedRow]:
+        """Take claimed rows in; return those that have a slot now (the rest wait)."""
+        with self._lock:
+            self._claimed += len(rows)
+            self._held.update(row.id for row in rows)
+            self._waiting.extend(rows)
+            return self._take_waiting()
+
+    def release(self, task_id: uuid.UUID) -> tuple[list[ClaimedRow], bool]:
+        """A task's function returned: free its slot. Return the waiting rows to start in it,
+        and whether the loop asked to be woken."""
+        with self._lock:
+            self._finished += 1
+            self._active -= 1
+            self._held.discard(task_id)
+            ready = self._take_waiting() if self._waiting else []
+            wake = self._claimed - self._finished <= self._wake_below
+            if wake:
+                self._wake_below = -1  # once is enough until the loop sleeps again
+        return ready, wake
+
+    def let_go(self, rows: list[ClaimedRow]) -> None:
+        """Stop counting ``rows`` as held: they were taken back before they started."""
+        with self._lock:
+            self._finished += len(rows)
+            self._active -= len(rows)
+            self._held.difference_update(row.id for row in rows)
+
+    def drop_waiting(self, task_id: uuid.UUID | None = None) -> list[ClaimedRow]:
+        """Take the waiting rows (or the one with ``task_id``) out: they will not start here
+        and no longer count as held. Return them."""
+        with self._lock:
+            if task_id is None:
+                dropped = list(self._waiting)
+                self._waiting.clear()
+            else:
+                dropped = [row for row in self._waiting if row.id == task_id]
+                for row in dropped:
+                    self._waiting.remove(row)
+            self._finished += len(dropped)
+            self._held.difference_update(row.id for row in dropped)
+        return dropped
+
+    def wake_when_below(self, count: int) -> None:
+        with self._lock:
+            self._wake_below = count
+
+    def _take_waiting(self) -> list[ClaimedRow]:
+        """Pop the waiting rows that free slots can start (with the lock held)."""
+        count = min(len(self._waiting), self.concurrency - self._active)
+        if count <= 0:
+            return []
+        self._active += count
+        return [self._waiting.popleft() for _ in range(count)]
+
+
+class Producer:
+    """Claim and start tasks until stopped. The claim loop runs on the event loop; its queries
+    on the database thread."""
+
+    def __init__(
+        self,
+        *,
+        backend: Any,
+        worker_id: str,
+        queue_names: list[str] | None,
+        slots: Slots,
+        db: ThreadExecutor,
+        completer: Completer,
+        progress: Progress,
+        stopped: threading.Event,
+        poll_interval: float,
+        burst: bool,
+        max_tasks: int | None,
+    ) -> None:
+        # Set once here, read from any thread.
+        self.backend_name: str = backend.alias
+        self.sender = type(backend)
+        self.database: str = backend.database
+        self.worker_id = worker_id
+        self.queue_names = queue_names
+        self.slots = slots
+        self.poll_interval = poll_interval
+        self.burst = burst
+        self.max_tasks = max_tasks
+        self._db = db
+        self._completer = completer
+        self._progress = progress
+        self._stopped = stopped
+        # Set by the runner before the loop starts.
+        self.executor: Executor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        # Owned by the loop thread.
+        self._started: Receivers | None = None  # task_started receivers, as of the last claim
+        self._idle_sleep = poll_interval
+        self._wake_pending = False  # a wake-up is on its way to the loop (read unlocked)
+        self.stopping = False
+        # Owned by the database thread.
+        self._claim_uncertain = False  # a claim failed without telling us what it took
+
+    def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
+        """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
+        self._loop = loop
+        self._wake = asyncio.Event()
+        self.executor = executor
+
+    # Loop thread --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Claim and start tasks until stopped, or until ``burst``/``max_tasks`` is done."""
+        capacity = self.slots.capacity
+        while not self.stopping:
+            held = self.slots.held
+            free = capacity - held
+            if self.max_tasks is not None:
+                claimed = self.slots.claimed
+                free = min(free, self.max_tasks - claimed)
+                if free <= 0 and claimed >= self.max_tasks:
+                    return
+            if free <= 0 or (held and free < capacity // 4):
+                # Wait for more free slots, so claims come in batches rather than one by one.
+                await self.sleep(GATHER_DELAY if free > 0 else self.poll_interval)
+                continue
+            written_before = self._completer.written
+            try:
+                rows = await self.db_call(self._claim, free)
+            except Exception:
+                self._progress.failed("claiming")
+                logger.exception("Claim failed worker_id=%s; retrying", self.worker_id)
+                await self.sleep(self.poll_interval)
+                continue
+            self._progress.succeeded("claiming")
+            self._hold(rows)
+            if len(rows) < free:
+                if self.burst and not rows and not self.slots.held:
+                    # Done only if no outcome was written since this claim began: a retry
+                    # written meanwhile is READY again and must be claimed.
+                    if self._completer.wait_idle(0) and self._completer.written == written_before:
+                        return
+                    await asyncio.to_thread(self._completer.wait_idle, 30)
+                    continue
+                # Poll soon after finding work, then back off to the poll interval.
+                idle, self._idle_sleep = (
+                    (BUSY_POLL, BUSY_POLL * 2)
+                    if rows
+                    else (self._idle_sleep, min(self.poll_interval, self._idle_sleep * 2))
+                )
+                await self.sleep(min(idle, self.poll_interval))
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; wake early once a quarter of the room is free, all tasks
+        are done, or a stop is asked."""
+        assert self._wake is not None and self.executor is not None
+        if self.executor.threads_waiting():
+            seconds = min(seconds, self.executor.spawn_after)
+        capacity = self.slots.capacity
+        self.slots.wake_when_below(capacity - max(1, capacity // 4))
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+
+    def wake(self) -> None:
+        """End the current sleep (on the loop thread)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    def _hold(self, rows: list[ClaimedRow]) -> None:
+        """Take claimed rows in: start as many as there are free slots, keep the rest waiting."""
+        if not rows:
+            return
+        self._started = Receivers(task_started, self.sender)
+        # A claim returns its rows in no set order: start them in the order the claim chose
+        # them (priority, then due time), as a worker claiming one at a time would.
+        rows.sort(key=_start_order)
+        self._start(self.slots.hold(rows))
+
+    def _start(self, rows: list[ClaimedRow]) -> None:
+        if rows:
+            assert self.executor is not None and self._started is not None
+            self.executor.start(rows, self._started)
+
+    # Any thread ---------------------------------------------------------------------------
+
+    def task_done(self, task_id: uuid.UUID) -> None:
+        """A task's function returned (any thread): start a waiting task in its slot, and
+        wake the claim loop if it asked."""
+        ready, wake = self.slots.release(task_id)
+        self._start(ready)
+        if wake and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
+                self._loop.call_soon_threadsafe(self.wake)
+
+    def on_wake(self, queue_name: str | None) -> None:
+        """A task may have been enqueued (from the wake-up thread): claim without waiting."""
+        queues = self.queue_names
+        if queue_name is not None and queues is not None and queue_name not in queues:
+            return
+        if self._wake_pending or self._loop is None:
+            return
+        self._wake_pending = True
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            self._loop.call_soon_threadsafe(self._woken)
+
+    def _woken(self) -> None:
+        self._wake_pending = False
+        self._idle_sleep = BUSY_POLL
+        self.wake()
+
+    # Database thread ----------------------------------------------------------------------
+
+    async def db_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the database thread, riding out transient errors."""
+        assert self._loop is not None
+        return await self._loop.run_in_executor(
+            self._db, run_with_retries, self.database, lambda: fn(*args), self._stopped
+        )
+
+    def cursor_call(self, fn: Callable[[Dialect, CursorWrapper], T]) -> T:
+        connection = connections[self.database]
+        with connection.cursor() as cursor:
+            return fn(dialect_for(connection), cursor)
+
+    def _claim(self, limit: int) -> list[ClaimedRow]:
+        if self._claim_uncertain:
+            # The last claim failed mid-way: it may have committed rows we never saw, which
+            # our heartbeat would keep RUNNING forever. Put them back first.
+            count = self.requeue_owned(
+                "The claim that took this task failed before the worker saw it.",
+                keep_known=True,
+            )
+            if count:
+                logger.warning("Requeued %d task(s) from a failed claim", count)
+        self._claim_uncertain = True
+        rows = self.cursor_call(
+            lambda d, c: d.claim(
+                c,
+                backend_name=self.backend_name,
+                queue_names=self.queue_names,
+                worker_id=self.worker_id,
+                now=timezone.now(),
+                limit=limit,
+            )
+        )
+        self._claim_uncertain = False
+        return rows
+
+    def requeue_owned(self, reason: str, *, keep_known: bool = False) -> int:
+        """Put this worker's RUNNING tasks back to READY; with ``keep_known``, only those it
+        does not know it holds (held, or with an outcome waiting to be written)."""
+        keep: set[uuid.UUID] = set()
+        if keep_known:
+            keep = self.slots.held_ids() | self._completer.pending_ids()
+        return self.cursor_call(
+            lambda d, c: d.requeue_owned(
+                c, worker_id=self.worker_id, now=timezone.now(), reason=reason, keep=list(keep)
+            )
+        )

@@ -1,0 +1,390 @@
+"""The runner: a worker's wiring, its start and stop, and the OS signals that stop it.
+
+The roles it wires, each in a module of its own: the producer claims and starts tasks, the
+executor runs them, the completer writes their outcomes, and the maintenance threads keep the
+lease and run periodic tasks. docs/worker.md describes their threads and what each owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from django.db import DatabaseError, connections
+from django.utils.crypto import get_random_string
+
+from ..backend import SQLTaskBackend
+from ..compat import task_backends
+from ..exceptions import TaskCancelled
+from ..sql import dialect_for, unsupported_version
+from ..wakeup import Wakeup, wakeup_for
+from .completer import Completer
+from .executor import Executor
+from .lease import Lease
+from .maintenance import Maintenance
+from .producer import Producer, Slots
+from .progress import Progress
+from .threads import SignalThread, TaskThreads
+
+logger = logging.getLogger("django_sqltasks")
+
+MAX_WORKER_ID_LENGTH = 64
+WRITES_WAIT = 30.0  # seconds a stopping worker waits for its outcomes to be written
+
+
+class Worker:
+    """Run tasks of one backend's queues until stopped, or until no task is left (``burst``)."""
+
+    def __init__(
+        self,
+        *,
+        backend: str = "default",
+        queue_names: list[str] | None = None,
+        concurrency: int = 10,
+        burst: bool = False,
+        max_tasks: int | None = None,
+        worker_id: str | None = None,
+        poll_interval: float | None = None,
+        shutdown_timeout: float | None = None,
+        prefetch: int | None = None,
+    ) -> None:
+        task_backend = task_backends[backend]
+        if not isinstance(task_backend, SQLTaskBackend):
+            raise ValueError(
+                f"Backend {backend!r} is a {type(task_backend).__qualname__}, not a "
+                "django_sqltasks SQLTaskBackend: this worker only runs its tasks."
+            )
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}.")
+        if prefetch is not None and prefetch < 0:
+            raise ValueError(f"prefetch must be 0 or more, not {prefetch}.")
+        if max_tasks is not None and max_tasks < 1:
+            raise ValueError(f"max_tasks must be at least 1, not {max_tasks}.")
+        if worker_id is not None and not 0 < len(worker_id) <= MAX_WORKER_ID_LENGTH:
+            raise ValueError(f"worker_id must be 1 to {MAX_WORKER_ID_LENGTH} characters long.")
+        # Set once here; read from any thread.
+        self.backend = task_backend
+        self.database = task_backend.database
+        self.queue_names = None if queue_names is None or "*" in queue_names else queue_names
+        self.concurrency = concurrency
+        # Tasks claimed beyond the free slots, started as slots free up: a finished task's slot
+        # is filled at once instead of after the next claim's round trip.
+        self.prefetch = concurrency // 4 if prefetch is None else prefetch
+        self.worker_id = worker_id or f"{socket.gethostname()[:40]}-{get_random_string(12)}"
+        self.shutdown_timeout = shutdown_timeout
+        config = task_backend.config
+        self.lease = Lease(
+            worker_id=self.worker_id,
+            backend_name=task_backend.alias,
+            database=self.database,
+            queue_names=self.queue_names,
+            concurrency=concurrency,
+            timeout=config.lease_timeout,
+            max_rescues=config.max_rescues,
+        )
+        self._stopped = threading.Event()  # set when the worker winds down: threads end
+        self._progress = Progress()
+        self._db = ThreadPoolExecutor(1, thread_name_prefix="sqltasks-db")
+        # Outcomes are written on a connection of their own, so that a claim and a write run
+        # at the same time; a database that takes one writer at a time shares one.
+        self._single_writer = dialect_for(connections[self.database]).single_writer
+        self._writer = (
+            self._db
+            if self._single_writer
+            else ThreadPoolExecutor(1, thread_name_prefix="sqltasks-writer")
+        )
+        self._threads = TaskThreads(concurrency)
+        self._signals = SignalThread()  # its thread starts with the loop
+        self.slots = Slots(concurrency, self.prefetch)
+        self._completer = Completer(
+            database=self.database,
+            worker_id=self.worker_id,
+            executor=self._writer,
+            signals=self._signals,
+            sender=type(task_backend),
+            progress=self._progress,
+            stopping=self._stopped,
+        )
+        self._producer = Producer(
+            backend=task_backend,
+            worker_id=self.worker_id,
+            queue_names=self.queue_names,
+            slots=self.slots,
+            db=self._db,
+            completer=self._completer,
+            progress=self._progress,
+            stopped=self._stopped,
+            poll_interval=poll_interval or config.poll_interval,
+            burst=burst,
+            max_tasks=max_tasks,
+        )
+        self._maintenance = Maintenance(
+            backend=task_backend,
+            lease=self.lease,
+            db=self._db,
+            progress=self._progress,
+            stopped=self._stopped,
+            on_cancel_requested=self._on_cancel_requested,
+        )
+        # Owned by the loop thread.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor: Executor | None = None
+        self._wakeup: Wakeup | None = None
+        self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
+
+    # Public controls --------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until stopped; install SIGINT/SIGTERM handlers when on the main thread."""
+        asyncio.run(self._main())
+
+    def stop(self) -> None:
+        """Stop claiming and let running tasks finish; safe to call from any thread."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed meanwhile
+                loop.call_soon_threadsafe(self._begin_stop)
+                return
+        self._producer.stopping = True  # before the loop runs: it will not claim
+
+    def force_stop(self) -> None:
+        """Write what is finished, put running tasks back in the queue, and exit now."""
+        logger.warning("Forced stop worker_id=%s: requeueing running tasks", self.worker_id)
+
+        def requeue() -> None:
+            try:
+                self._completer.wait_idle(timeout=2)
+                self._producer.requeue_owned("The worker was forced to stop while this task ran.")
+            except Exception:
+                logger.exception("Could not requeue tasks of worker_id=%s", self.worker_id)
+            finally:
+                connections.close_all()
+
+        # Django refuses blocking database calls on a thread running an event loop.
+        thread = threading.Thread(target=requeue, name="sqltasks-force-stop", daemon=True)
+        thread.start()
+        thread.join(timeout=5)
+        logging.shutdown()
+        os._exit(1)
+
+    def check_database(self) -> None:
+        """Check the server version and the task table on the connection the worker will use;
+        raise ``RuntimeError`` saying what is wrong."""
+        self._db.submit(self._check_database).result()
+
+    def _check_database(self) -> None:
+        from ..models import TaskRecord
+
+        message = unsupported_version(self.database)
+        if message:
+            raise RuntimeError(message)
+        try:
+            TaskRecord.objects.using(self.database).exists()
+        except DatabaseError as e:
+            raise RuntimeError(
+                f"Cannot read the task table on database {self.database!r} ({e}); run "
+                "'manage.py migrate django_sqltasks' first."
+            ) from e
+
+    @property
+    def claimed(self) -> int:
+        """Tasks claimed since the worker started."""
+        return self.slots.claimed
+
+    @property
+    def processed(self) -> int:
+        """Task outcomes written since the worker started."""
+        return self._completer.written
+
+    @property
+    def running(self) -> int:
+        """Claimed tasks whose function has not returned yet."""
+        return self.slots.held
+
+    @property
+    def abandoned(self) -> bool:
+        """Whether the shutdown timeout left tasks running (they were requeued)."""
+        return self._executor is not None and self._executor.abandoned
+
+    # Start and stop (the loop thread) ---------------------------------------------------
+
+    async def _main(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        self._signals.start()
+        self._executor = Executor(
+            backend=self.backend,
+            loop=loop,
+            threads=self._threads,
+            signals=self._signals,
+            completer=self._completer,
+            done=self._producer.task_done,
+        )
+        self._producer.attach(loop, self._executor)
+        self._install_signal_handlers()
+        if not self._single_writer:
+            # Connect the outcome writer while the worker registers: the first outcome is
+            # written sooner.
+            self._writer.submit(_connect, self.database)
+        await self._producer.db_call(self.lease.register)
+        self._wakeup = wakeup_for(self.database, self.backend.config.notify, self._producer.on_wake)
+        self._wakeup.start()
+        self._maintenance.start()
+        logger.info(
+            "Worker started worker_id=%s backend=%s database=%s queues=%s concurrency=%d",
+            self.worker_id,
+            self.backend.alias,
+            self.database,
+            ",".join(self.queue_names) if self.queue_names else "*",
+            self.concurrency,
+            extra={"action": "worker_start", "worker_id": self.worker_id},
+        )
+        try:
+            await self._producer.run()
+            self._maintenance.stop_scheduling()
+            await self._drain()
+        finally:
+            await self._shut_down()
+
+    async def _shut_down(self) -> None:
+        """Write what is left, end the threads, unregister, and close connections."""
+        assert self._loop is not None
+        self._maintenance.stop_scheduling()
+        self._stopped.set()
+        if self._wakeup is not None:
+            self._wakeup.stop()
+        await asyncio.to_thread(self._completer.wait_idle, WRITES_WAIT)
+        await asyncio.wrap_future(self._signals.post(lambda: None))
+        await asyncio.to_thread(self._maintenance.join)
+        await self._producer.db_call(self.lease.unregister)
+        for executor in {self._db, self._writer}:
+            await self._loop.run_in_executor(executor, connections.close_all)
+            executor.shutdown(wait=True)
+        # Threads of requeued sync tasks cannot be stopped; do not wait for them.
+        await asyncio.to_thread(self._threads.stop, not self.abandoned)
+        self._signals.stop(timeout=5)
+        logger.info(
+            "Worker stopped worker_id=%s processed=%d",
+            self.worker_id,
+            self.processed,
+            extra={"action": "worker_stop", "worker_id": self.worker_id},
+        )
+
+    async def _drain(self) -> None:
+        """On a stop, release claimed tasks that have not started; wait for running ones up to
+        the shutdown timeout, then requeue what is left. (After --max-tasks, the claimed tasks
+        all run: they are the ones it counted.)"""
+        producer, executor = self._producer, self._executor
+        assert executor is not None
+        if producer.stopping:
+            await self._release_unstarted()
+        if not self.running:
+            return
+        logger.info("Waiting for %d running task(s) worker_id=%s", self.running, self.worker_id)
+        loop = asyncio.get_running_loop()
+        deadline = None if self.shutdown_timeout is None else loop.time() + self.shutdown_timeout
+        while self.running and (deadline is None or loop.time() < deadline):
+            await producer.sleep(0.1 if deadline is None else min(0.1, deadline - loop.time()))
+        if not self.running:
+            return
+        logger.warning(
+            "Shutdown timeout: requeueing %d running task(s) worker_id=%s",
+            self.running,
+            self.worker_id,
+        )
+        executor.abandon()  # async tasks stop here; sync threads run on, their result unused
+        await asyncio.to_thread(self._completer.wait_idle, WRITES_WAIT)
+        await producer.db_call(
+            producer.requeue_owned, "The worker stopped before this task finished."
+        )
+
+    async def _release_unstarted(self) -> None:
+        """Put claimed tasks that have not started (prefetched ones, and sync ones that no
+        thread has taken yet) back to READY: another worker can start them now, instead of
+        after this worker's running tasks."""
+        assert self._executor is not None
+        waiting = self.slots.drop_waiting()
+        queued = self._executor.take_unstarted()
+        self.slots.let_go(queued)
+        if not waiting and not queued:
+            return
+        count = await self._producer.db_call(
+            lambda: self._producer.requeue_owned(
+                "The worker stopped before this task started.", keep_known=True
+            )
+        )
+        logger.info(
+            "Released %d claimed task(s) that had not started worker_id=%s",
+            count,
+            self.worker_id,
+            extra={"action": "tasks_released", "worker_id": self.worker_id},
+        )
+
+    def _begin_stop(self) -> None:
+        if self._producer.stopping:
+            return
+        self._producer.stopping = True
+        self._maintenance.stop_scheduling()
+        self._producer.wake()
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        assert self._loop is not None
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._loop.add_signal_handler(signum, self._on_signal, signum)
+
+    def _on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self._producer.stopping:
+            logger.warning("Received %s again: stopping now", name)
+            self.force_stop()
+        logger.warning(
+            "Received %s: finishing %d running task(s), then exiting (send it again to stop now)",
+            name,
+            self.running,
+        )
+        self._begin_stop()
+
+    # Cancel requests ----------------------------------------------------------------------
+
+    def _on_cancel_requested(self, task_ids: list[uuid.UUID]) -> None:
+        """Hand cancel requests read by the heartbeat thread over to the loop."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                self._loop.call_soon_threadsafe(self._cancel, task_ids)
+
+    def _cancel(self, task_ids: list[uuid.UUID]) -> None:
+        """Fail prefetched tasks before they start and cancel running async ones (on the loop);
+        a running sync task cannot be stopped."""
+        assert self._executor is not None
+        for task_id in task_ids:
+            if task_id in self._cancels_seen:
+                continue
+            self._cancels_seen.add(task_id)
+            if self.slots.drop_waiting(task_id):
+                logger.warning(
+                    "Cancelled task id=%s before it started, at a user's request", task_id
+                )
+                self._executor.fail_unstarted(
+                    task_id,
+                    TaskCancelled("Cancelled before it started, at the request of a user."),
+                )
+            elif self._executor.cancel_running(task_id):
+                logger.warning("Cancelling task id=%s at a user's request", task_id)
+            else:
+                logger.warning(
+                    "Task id=%s was asked to cancel, but it is a sync task: it runs to its end",
+                    task_id,
+                )
+
+
+def _connect(database: str) -> None:
+    with contextlib.suppress(DatabaseError):  # the first write connects again, and retries
+        connections[database].ensure_connection()
