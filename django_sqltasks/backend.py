@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import numbers
+import sys
 import uuid
 from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
-from django.apps import apps
 from django.core import checks
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from . import installation, packet
+from . import packet
 from .compat import (
     TASK_MAX_PRIORITY,
     TASK_MIN_PRIORITY,
@@ -30,6 +30,7 @@ from .compat import (
 from .exceptions import PayloadTooLarge
 from .ids import new_task_id
 from .options import BackendOptions, OptionError
+from .results import result_from_row, undecodable_row
 from .serialization import check_arguments, dumps, text_problem
 from .sql import NewTask, dialect_for
 from .task import SQLTask, dedupe_key, validate_options
@@ -66,7 +67,6 @@ class SQLTaskBackend(BaseTaskBackend):
         # Tasks this instance has validated. Django makes a new backend instance when TASKS
         # changes, so a task is checked again against new settings, as the contract asks.
         self._validated: dict[Task, bool] = {}
-        self._installed = False  # set once the app is known to be in INSTALLED_APPS
         # max_allowed_packet per database, for aenqueue's check on the event loop (which may
         # not query); the sync paths read it once per connection instead.
         self._packet_limits: dict[str, int | None] = {}
@@ -96,6 +96,14 @@ class SQLTaskBackend(BaseTaskBackend):
         if problem is not None:
             raise InvalidTask(f"Queue name {queue_name!r} {problem}.")
         super().validate_task(task)
+        declared = getattr(sys.modules.get(task.func.__module__), task.func.__name__, None)
+        if isinstance(declared, Task) and declared.backend != self.alias:
+            # Its row would be refused by this backend's workers (results.check_backend).
+            raise InvalidTask(
+                f"Task {task.module_path} is declared for backend {declared.backend!r}, so "
+                f"backend {self.alias!r} does not run it: enqueue it through "
+                f"{declared.backend!r}, or declare it with @task(backend={self.alias!r})."
+            )
         validate_options(task)
         if len(task.module_path) > MAX_TASK_PATH_LENGTH:
             raise InvalidTask(
@@ -109,11 +117,6 @@ class SQLTaskBackend(BaseTaskBackend):
     def _check_usable(self) -> None:
         if self.options_error is not None:
             raise InvalidTaskBackend(str(self.options_error))
-        if not self._installed:
-            # Without the app its model cannot load: say so before Django's app_label error.
-            if not apps.is_installed("django_sqltasks"):
-                raise InvalidTaskBackend(installation.not_installed(self.alias))
-            self._installed = True
 
     def _validate_once(self, task: Task) -> None:
         try:
@@ -180,7 +183,7 @@ class SQLTaskBackend(BaseTaskBackend):
             if size > limit:
                 where = f"calls[{index}]: " if many else ""
                 raise PayloadTooLarge(
-                    f"{where}Task arguments of {row.task_path} make an INSERT of about {size} "
+                    f"{where}Task arguments of {row.task_path} make a statement of about {size} "
                     f"bytes, which exceeds the server's max_allowed_packet of {limit} bytes "
                     "(MySQL and MariaDB drop the connection on a larger statement): store large "
                     "data elsewhere and pass its key, or raise max_allowed_packet."
@@ -207,7 +210,7 @@ class SQLTaskBackend(BaseTaskBackend):
         connection = connections[self.database]
         dialect = dialect_for(connection)
         for _ in range(DEDUPE_TRIES):
-            with installation.explain_missing_tables(self.database), connection.cursor() as cursor:
+            with connection.cursor() as cursor:
                 if dialect.insert_deduplicated(cursor, row, notify=self.config.notify):
                     self._after_write([row], [result])
                     return result
@@ -272,7 +275,7 @@ class SQLTaskBackend(BaseTaskBackend):
         connection = connections[database]
         dialect = dialect_for(connection)
         limit = packet.max_allowed_packet(connection)
-        with installation.explain_missing_tables(database), connection.cursor() as cursor:
+        with connection.cursor() as cursor:
             if len(rows) == 1:
                 dialect.insert(cursor, rows, notify=self.config.notify)
             elif limit is None:
@@ -333,12 +336,16 @@ class SQLTaskBackend(BaseTaskBackend):
             task_uuid = uuid.UUID(str(result_id))
         except ValueError as e:
             raise TaskResultDoesNotExist(result_id) from e
+        records = TaskRecord.objects.using(self.database).filter(
+            id=task_uuid, backend_name=self.alias
+        )
         try:
-            record: TaskRecord = TaskRecord.objects.using(self.database).get(
-                id=task_uuid, backend_name=self.alias
-            )
+            record: TaskRecord = records.get()
         except TaskRecord.DoesNotExist as e:
             raise TaskResultDoesNotExist(result_id) from e
+        except RecursionError:
+            # JSON nested deeper than Python's decoder goes (only PostgreSQL stores it).
+            return result_from_row(undecodable_row(records))
         return record.task_result
 
     def cancel(self, result_id: str) -> bool:

@@ -23,6 +23,19 @@ def _is_whole(value: Any, *, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
+def _module_prefixes(alias: str, raw: Any) -> tuple[str, ...]:
+    """TASK_MODULES as a tuple of dotted module names; raise ``OptionError`` naming a bad one."""
+    where = f"TASKS[{alias!r}]['OPTIONS']['TASK_MODULES']"
+    if isinstance(raw, str) or not isinstance(raw, (list, tuple)):
+        raise OptionError(f"{where} must be a list of module names (or None), not {raw!r}.")
+    for name in raw:
+        if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
+            raise OptionError(
+                f"{where} must hold dotted module names such as 'myapp.tasks', not {name!r}."
+            )
+    return tuple(raw)
+
+
 class OptionError(ValueError):
     """An OPTIONS value breaks its rule; the message names the option."""
 
@@ -46,6 +59,9 @@ class BackendOptions:
     prune_successful_days: float | None = None  # None keeps successful tasks for ever
     prune_failed_days: float | None = None  # None keeps failed tasks for ever
     periodic: Mapping[str, Schedule] = field(default_factory=dict)
+    # Packages a stored task path may import (besides modules already loaded); None: the
+    # installed apps. See results.allowed_modules.
+    task_modules: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
@@ -64,6 +80,8 @@ class BackendOptions:
             )
         except ScheduleError as e:
             raise OptionError(str(e)) from e
+        if values.get("task_modules") is not None:
+            values["task_modules"] = _module_prefixes(alias, values["task_modules"])
         opts = cls(**values)
         opts._check(alias)
         return opts

@@ -12,7 +12,10 @@ from .exceptions import InvalidTaskArguments
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
-MAX_DEPTH = 64  # nesting levels; deeper structures are almost certainly a mistake
+# Nesting levels of one argument or return value. MariaDB's JSON stops at 32 levels (its
+# JSON_VALID check refuses deeper documents, and the args column adds a level), so this is the
+# deepest every supported database stores; deeper data is almost certainly a mistake.
+MAX_DEPTH = 30
 
 
 def check_json(value: Any, where: str, _depth: int = 0) -> None:
@@ -41,7 +44,10 @@ def check_json(value: Any, where: str, _depth: int = 0) -> None:
             raise InvalidTaskArguments(f"{where} is {value!r}, which JSON cannot represent.")
         return
     if _depth >= MAX_DEPTH:
-        raise InvalidTaskArguments(f"{where} is nested more than {MAX_DEPTH} levels deep.")
+        raise InvalidTaskArguments(
+            f"{where} is nested more than {MAX_DEPTH} levels deep, deeper than MariaDB's JSON "
+            "stores; flatten it."
+        )
     if isinstance(value, bytes):
         try:
             text = value.decode("utf-8")

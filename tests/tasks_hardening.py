@@ -19,3 +19,10 @@ def nested(value: Any) -> Any:
 
 def stand_in() -> None:
     """Not a task: a stale row points here after a deploy renamed the task."""
+
+
+@task(backend="immediate")
+def on_immediate(path: str) -> None:
+    """Declared for the immediate backend: a row of the default backend must not run it."""
+    with open(path, "w") as f:
+        f.write("ran")

@@ -119,32 +119,50 @@ def insert_row(task_path: str = "tests.tasks.echo", **fields: Any) -> TaskRecord
     return TaskRecord.objects.create(task_path=task_path, backend_name="default", **fields)
 
 
-BAD_ROWS: list[tuple[str, dict[str, Any], str]] = [
+NOT_ALLOWED = "django_sqltasks.exceptions.TaskModuleNotAllowed"
+no_nul = pytest.mark.skipif(
+    connection.vendor == "postgresql", reason="PostgreSQL text cannot hold NUL: no such row exists"
+)
+BAD_ROWS: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "a module attribute that is not a task",
         {"task_path": "tests.tasks.NOT_A_TASK"},
+        TASK_NOT_FOUND,
         "not a Task",
     ),
-    ("a missing module", {"task_path": "no_such_module.task"}, "does not import"),
-    ("a missing function", {"task_path": "tests.tasks.nope"}, "does not import"),
-    ("a builtin", {"task_path": "builtins.eval", "args": ["1"]}, "not a Task"),
-    ("an empty path", {"task_path": ""}, "does not import"),
+    ("a missing module", {"task_path": "no_such_module.task"}, NOT_ALLOWED, "was not imported"),
+    ("a missing function", {"task_path": "tests.tasks.nope"}, TASK_NOT_FOUND, "does not import"),
+    ("a builtin", {"task_path": "builtins.eval", "args": ["1"]}, TASK_NOT_FOUND, "not a Task"),
+    ("an empty path", {"task_path": ""}, TASK_NOT_FOUND, "not a dotted path"),
+    ("an empty part", {"task_path": "tests..tasks.add"}, TASK_NOT_FOUND, "not a dotted path"),
+    ("a NUL", {"task_path": "tests.tasks.add\x00"}, TASK_NOT_FOUND, "not a dotted path"),
+    ("a module never loaded", {"task_path": "this.s"}, NOT_ALLOWED, "module 'this' is not loaded"),
+    (
+        "another backend's task",
+        {"task_path": "tests.tasks_hardening.on_immediate", "args": ["/nonexistent/x"]},
+        "django_sqltasks.exceptions.TaskBackendMismatch",
+        "is declared for backend 'immediate', not 'default'",
+    ),
 ]
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
-    ("fields", "message"), [pytest.param(f, m, id=name) for name, f, m in BAD_ROWS]
+    ("fields", "error", "message"),
+    [
+        pytest.param(f, e, m, id=name, marks=[no_nul] if "\x00" in f["task_path"] else [])
+        for name, f, e, m in BAD_ROWS
+    ],
 )
 def test_a_row_naming_no_task_fails_alone(
-    run_worker: RunWorker, fields: dict[str, Any], message: str
+    run_worker: RunWorker, fields: dict[str, Any], error: str, message: str
 ) -> None:
     good = [tasks.add.enqueue(i, i) for i in range(5)]
     bad = insert_row(**fields)
     run_worker()
     bad.refresh_from_db()
     assert bad.status == TaskResultStatus.FAILED
-    assert bad.errors[0]["exception_class_path"] == TASK_NOT_FOUND
+    assert bad.errors[0]["exception_class_path"] == error
     assert message in bad.errors[0]["traceback"]
     assert all(tasks.add.get_result(r.id).status == TaskResultStatus.SUCCESSFUL for r in good)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,15 +14,19 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.compat import InvalidTask, TaskResultStatus
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.options import BackendOptions, OptionError
+from django_sqltasks.results import _import_task
 from django_sqltasks.worker import Worker
 from tests import tasks
+from tests.conftest import set_backend_options
 from tests.factories import staff_client
 
 RunWorker = Callable[..., Worker]
 PACKAGE = Path(__file__).resolve().parent.parent / "django_sqltasks"
 TASK_NOT_FOUND = "django_sqltasks.exceptions.TaskNotFound"
+NOT_ALLOWED = "django_sqltasks.exceptions.TaskModuleNotAllowed"
 
 
 def package_modules() -> Iterator[tuple[Path, ast.Module]]:
@@ -265,3 +270,80 @@ def test_changelist_actions_refuse_a_view_only_user(action: str) -> None:
         "READY",
         "SUCCESSFUL",
     ]
+
+
+# A row names modules of this project, never others -------------------------------------------
+
+
+@pytest.fixture
+def unload() -> Iterator[None]:
+    """Forget tests.tasks_unloaded after the test, so each test starts with it not loaded."""
+    sys.modules.pop("tests.tasks_unloaded", None)
+    yield
+    sys.modules.pop("tests.tasks_unloaded", None)
+    _import_task.cache_clear()
+
+
+def run_row(run_worker: RunWorker, task_path: str) -> TaskRecord:
+    record = TaskRecord.objects.create(task_path=task_path, backend_name="default")
+    run_worker()
+    record.refresh_from_db()
+    return record
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_naming_a_module_outside_the_project_does_not_import_it(
+    run_worker: RunWorker,
+) -> None:
+    assert "this" not in sys.modules
+    record = run_row(run_worker, "this.s")
+    assert "this" not in sys.modules, "the worker ran `import this`"
+    assert record.status == TaskResultStatus.FAILED
+    assert record.errors[0]["exception_class_path"] == NOT_ALLOWED
+    assert "module 'this' is not loaded" in record.errors[0]["traceback"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_modules_of_installed_apps_are_imported_by_default(
+    run_worker: RunWorker, unload: None
+) -> None:
+    record = run_row(run_worker, "tests.tasks_unloaded.unloaded")
+    assert record.status == TaskResultStatus.SUCCESSFUL, record.errors
+    assert record.return_value == "ran"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_task_modules_narrows_what_a_row_may_import(
+    run_worker: RunWorker, settings: Any, unload: None
+) -> None:
+    set_backend_options(settings, TASK_MODULES=["tests.tasks"])
+    record = run_row(run_worker, "tests.tasks_unloaded.unloaded")
+    assert "tests.tasks_unloaded" not in sys.modules
+    assert record.errors[0]["exception_class_path"] == NOT_ALLOWED
+    assert tasks.add.enqueue(1, 2)  # tests.tasks is loaded, and allowed besides
+    set_backend_options(settings, TASK_MODULES=["tests.tasks_unloaded"])
+    assert run_row(run_worker, "tests.tasks_unloaded.unloaded").return_value == "ran"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("tests", "must be a list of module names (or None), not 'tests'"),
+        (
+            ["tests..tasks"],
+            "must hold dotted module names such as 'myapp.tasks', not 'tests..tasks'",
+        ),
+        ([3], "not 3"),
+    ],
+)
+def test_task_modules_must_be_module_names(value: Any, message: str) -> None:
+    with pytest.raises(OptionError, match=re.escape(message)):
+        BackendOptions.parse("default", {"TASK_MODULES": value})
+
+
+@pytest.mark.django_db
+def test_a_task_cannot_be_enqueued_on_a_backend_it_is_not_declared_for(settings: Any) -> None:
+    settings.TASKS = {**settings.TASKS, "second": {**settings.TASKS["default"]}}
+    with pytest.raises(InvalidTask, match="is declared for backend 'default', so backend 'second'"):
+        tasks.noop.using(backend="second")
+    assert not TaskRecord.objects.exists()
