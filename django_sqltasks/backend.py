@@ -10,11 +10,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+from django.apps import apps
 from django.core import checks
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from . import packet
+from . import installation, packet
 from .compat import (
     TASK_MAX_PRIORITY,
     TASK_MIN_PRIORITY,
@@ -67,6 +68,7 @@ class SQLTaskBackend(BaseTaskBackend):
         # Tasks this instance has validated. Django makes a new backend instance when TASKS
         # changes, so a task is checked again against new settings, as the contract asks.
         self._validated: dict[Task, bool] = {}
+        self._installed = False  # set once the app is known to be in INSTALLED_APPS
         # max_allowed_packet per database, for aenqueue's check on the event loop (which may
         # not query); the sync paths read it once per connection instead.
         self._packet_limits: dict[str, int | None] = {}
@@ -117,6 +119,11 @@ class SQLTaskBackend(BaseTaskBackend):
     def _check_usable(self) -> None:
         if self.options_error is not None:
             raise InvalidTaskBackend(str(self.options_error))
+        if not self._installed:
+            # Without the app its model cannot load: say so before Django's app_label error.
+            if not apps.is_installed("django_sqltasks"):
+                raise InvalidTaskBackend(installation.not_installed(self.alias))
+            self._installed = True
 
     def _validate_once(self, task: Task) -> None:
         try:
@@ -210,7 +217,7 @@ class SQLTaskBackend(BaseTaskBackend):
         connection = connections[self.database]
         dialect = dialect_for(connection)
         for _ in range(DEDUPE_TRIES):
-            with connection.cursor() as cursor:
+            with installation.explain_missing_tables(self.database), connection.cursor() as cursor:
                 if dialect.insert_deduplicated(cursor, row, notify=self.config.notify):
                     self._after_write([row], [result])
                     return result
@@ -275,7 +282,7 @@ class SQLTaskBackend(BaseTaskBackend):
         connection = connections[database]
         dialect = dialect_for(connection)
         limit = packet.max_allowed_packet(connection)
-        with connection.cursor() as cursor:
+        with installation.explain_missing_tables(database), connection.cursor() as cursor:
             if len(rows) == 1:
                 dialect.insert(cursor, rows, notify=self.config.notify)
             elif limit is None:
