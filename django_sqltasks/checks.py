@@ -70,7 +70,7 @@ def _check_periodic(backend: SQLTaskBackend, name: str) -> Iterable[checks.Check
 
     for schedule in backend.config.periodic.values():
         try:
-            resolve_task(schedule.task_path)
+            resolve_task(schedule.task_path, backend=backend.alias)
         except Exception as e:
             yield checks.Error(
                 f"{name}['OPTIONS']['PERIODIC'][{schedule.name!r}]: {e}",
