@@ -6,7 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .periodic import Schedule, ScheduleError, parse_schedules
+from .periodic import (
+    Schedule,
+    ScheduleError,
+    check_time_zone,
+    default_time_zone,
+    parse_schedules,
+)
 
 DEFAULT_LEASE_TIMEOUT = 30.0  # seconds without a heartbeat before a worker's tasks are rescued
 DEFAULT_HEARTBEAT_INTERVAL = 5.0  # seconds between a worker's heartbeats
@@ -62,6 +68,8 @@ class BackendOptions:
     # Packages a stored task path may import (besides modules already loaded); None: the
     # installed apps. See results.allowed_modules.
     task_modules: tuple[str, ...] | None = None
+    # The zone cron schedules are read in; None: settings.TIME_ZONE with USE_TZ, else UTC.
+    time_zone: str | None = None
 
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
@@ -74,9 +82,13 @@ class BackendOptions:
                 f"known options are {', '.join(sorted(known))}."
             )
         values = {known[key]: value for key, value in raw.items()}
+        where = f"TASKS[{alias!r}]['OPTIONS']"
         try:
+            zone = values.get("time_zone")
+            if zone is not None:
+                check_time_zone(f"{where}['TIME_ZONE']", zone)
             values["periodic"] = parse_schedules(
-                f"TASKS[{alias!r}]['OPTIONS']", values.get("periodic")
+                where, values.get("periodic"), zone or default_time_zone()
             )
         except ScheduleError as e:
             raise OptionError(str(e)) from e

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import signal
 import threading
 import time
@@ -15,7 +17,7 @@ from django.db import connections
 from django_sqltasks.compat import task_backends
 from django_sqltasks.models import ScheduleRecord, TaskRecord
 from django_sqltasks.options import BackendOptions, OptionError
-from django_sqltasks.periodic import Schedule, Scheduler
+from django_sqltasks.periodic import MIN_EVERY, Schedule, Scheduler
 from tests.conftest import WorkerProcess, set_backend_options, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -115,20 +117,184 @@ def test_workers_enqueue_each_slot_once(
     assert len(slots) == len(set(slots)), sorted(slots)  # one task per one-second slot
 
 
+TICK = "tests.tasks.tick"
+
+
 @pytest.mark.parametrize(
     ("periodic", "message"),
     [
-        ({"x": {"task": "tests.tasks.tick"}}, "needs exactly one of 'cron' and 'every'"),
-        ({"x": {"task": "tests.tasks.tick", "cron": "nope"}}, "is not a valid cron expression"),
-        ({"x": {"task": "tests.tasks.tick", "every": 0}}, "'every'] must be a positive number"),
+        ({"x": {"task": TICK}}, "needs exactly one of 'cron' and 'every'"),
+        ({"x": {"task": TICK, "cron": "nope"}}, "is not a valid cron expression"),
         ({"x": {"task": "tick", "every": 5}}, "'task'] must be the dotted path"),
-        ({"x": {"task": "tests.tasks.tick", "every": 5, "when": 1}}, "unknown key(s) when"),
+        ({"x": {"task": TICK, "every": 5, "when": 1}}, "unknown key(s) when"),
         ("daily", "must be a dict of name -> schedule"),
+        # every: finite, at least MIN_EVERY, at most MAX_EVERY
+        *[
+            ({"x": {"task": TICK, "every": every}}, "['every'] must be a number of seconds from 1")
+            for every in (0, -5, 0.5, 1e-6, math.nan, math.inf, -math.inf, 1e300, True, "60")
+        ],
+        ({"x": {"task": TICK, "every": timedelta(days=400)}}, "to 3.16224e+07 (366 days)"),
+        # cron expressions that never fire
+        *[
+            ({"x": {"task": TICK, "cron": cron}}, f"['cron'] {cron!r} never fires")
+            for cron in ("0 0 31 2 *", "0 0 30 2 *", "0 0 31 4 *")
+        ],
+        # arguments that are not storable JSON
+        ({"x": {"task": TICK, "every": 5, "args": [math.nan]}}, "args[0] is nan"),
+        ({"x": {"task": TICK, "every": 5, "kwargs": {"a": math.inf}}}, "kwargs['a'] is inf"),
+        ({"x": {"task": TICK, "every": 5, "args": ["\x00"]}}, "args[0] contains a NUL"),
+        ({"x": {"task": TICK, "every": 5, "kwargs": {1: 2}}}, "name 1 is of type int"),
+        ({"x": {"task": TICK, "every": 5, "args": [object()]}}, "args[0] is a builtins.object"),
+        # time zones
+        ({"x": {"task": TICK, "cron": "0 3 * * *", "time_zone": "Mars/Base"}}, "IANA time zone"),
+        ({"x": {"task": TICK, "cron": "0 3 * * *", "time_zone": "../etc"}}, "IANA time zone"),
+        ({"x": {"task": TICK, "every": 60, "time_zone": "UTC"}}, "applies to 'cron' only"),
     ],
 )
-def test_bad_schedules_are_refused_by_name(periodic: Any, message: str) -> None:
-    with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+def test_bad_schedules_are_refused_naming_the_schedule_and_field(
+    periodic: Any, message: str
+) -> None:
+    with pytest.raises(OptionError) as info:
         BackendOptions.parse("default", {"PERIODIC": periodic})
+    assert message in str(info.value)
+    if isinstance(periodic, dict):
+        assert "TASKS['default']['OPTIONS']['PERIODIC']['x']" in str(info.value)
+
+
+def test_a_bad_backend_time_zone_is_refused() -> None:
+    with pytest.raises(OptionError, match=r"\['TIME_ZONE'\] must be an IANA time zone name"):
+        BackendOptions.parse("default", {"TIME_ZONE": "Europe/Atlantis"})
+
+
+def test_every_at_its_bounds_is_accepted() -> None:
+    periodic = {
+        "a": {"task": TICK, "every": MIN_EVERY},
+        "b": {"task": TICK, "every": timedelta(days=366)},
+        "c": {"task": TICK, "cron": "0 0 29 2 *"},  # leap days: every four years
+    }
+    assert len(BackendOptions.parse("default", {"PERIODIC": periodic}).periodic) == 3
+
+
+def test_a_bad_schedule_is_a_check_error(settings: Any) -> None:
+    """check (E002) refuses what once killed the scheduler thread."""
+    periodic_settings(settings, {"x": {"task": TICK, "every": math.nan}})
+    messages = list(task_backends["default"].check())
+    assert [m.id for m in messages] == ["django_sqltasks.E002"]
+    assert "['PERIODIC']['x']['every']" in messages[0].msg
+
+
+# One broken schedule never stops the others ---------------------------------------------------
+
+
+def test_a_schedule_that_fails_at_run_time_does_not_stop_the_others(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    periodic_settings(
+        settings,
+        {
+            "gone": {"task": "tests.tasks.renamed_since", "every": 60},
+            "refused": {"task": TICK, "every": 60, "kwargs": {"unexpected": 1}},
+            "good": {"task": TICK, "every": 60},
+        },
+    )
+    periodic = scheduler()
+    # A schedule that slipped past parsing (built by hand) and breaks the slot arithmetic.
+    broken = Schedule(name="broken", task_path=TICK, every=math.nan)
+    periodic.schedules = {"broken": broken, **periodic.schedules}
+    assert periodic.run_due(at(10, 0)) == []  # first sight of each
+    with caplog.at_level(logging.ERROR, logger="django_sqltasks"):
+        assert periodic.run_due(at(10, 1)) == ["refused", "good"]
+        assert periodic.next_wakeup(at(10, 1)) == at(10, 2)
+    failed = {r.schedule for r in caplog.records if getattr(r, "action", "") == "periodic_failed"}
+    assert failed == {"broken", "gone"}
+    assert periodic.run_due(at(10, 2)) == ["refused", "good"]
+    assert TaskRecord.objects.filter(task_path=TICK).count() == 4
+
+
+def test_a_schedule_of_a_task_declared_for_another_backend_is_a_check_error(
+    settings: Any,
+) -> None:
+    periodic_settings(settings, {"x": {"task": "tests.tasks_hardening.on_immediate", "every": 60}})
+    messages = list(task_backends["default"].check())
+    assert [m.id for m in messages] == ["django_sqltasks.E005"]
+    assert "declared for backend 'immediate'" in messages[0].msg
+
+
+# Time zones and daylight saving time ----------------------------------------------------------
+
+
+def utc(month: int, day: int, hour: int, minute: int = 0) -> datetime:
+    return datetime(2025, month, day, hour, minute, tzinfo=UTC)
+
+
+def walk(schedule_cron: str, start: datetime, end: datetime, settings: Any) -> list[datetime]:
+    """Run the scheduler once a minute from ``start`` to ``end``; return the slots that fired."""
+    periodic_settings(
+        settings, {"s": {"task": TICK, "cron": schedule_cron, "time_zone": "Europe/Paris"}}
+    )
+    ScheduleRecord.objects.all().delete()  # each walk starts with a schedule seen first
+    TaskRecord.objects.all().delete()
+    fired = []
+    now = start
+    while now <= end:
+        if scheduler().run_due(now):
+            fired.append(ScheduleRecord.objects.get(name="s").last_slot)
+        now += timedelta(minutes=1)
+    assert TaskRecord.objects.count() == len(fired)
+    return fired
+
+
+def test_a_wall_time_skipped_by_daylight_saving_fires_once_at_the_change(settings: Any) -> None:
+    """Paris, 30 March 2025: at 01:00 UTC the clocks go from 02:00 to 03:00."""
+    fired = walk("30 2 * * *", utc(3, 29, 20), utc(3, 30, 6), settings)
+    assert fired == [utc(3, 30, 1)]  # 03:00 CEST, the moment 02:30 would have been
+    every_quarter = walk("*/15 * * * *", utc(3, 30, 0), utc(3, 30, 1, 30), settings)
+    assert [f.strftime("%H:%M") for f in every_quarter] == [
+        "00:15", "00:30", "00:45", "01:00", "01:15", "01:30"
+    ]  # fmt: skip
+
+
+def test_a_wall_time_repeated_by_daylight_saving_fires_once(settings: Any) -> None:
+    """Paris, 26 October 2025: at 01:00 UTC the clocks go from 03:00 back to 02:00."""
+    fired = walk("30 2 * * *", utc(10, 25, 20), utc(10, 26, 6), settings)
+    assert fired == [utc(10, 26, 0, 30)]  # 02:30 CEST, the first of the two
+    half_hourly = walk("*/30 * * * *", utc(10, 25, 23), utc(10, 26, 3), settings)
+    assert [f.strftime("%H:%M") for f in half_hourly] == [
+        "23:30", "00:00", "00:30", "02:00", "02:30", "03:00"
+    ]  # fmt: skip
+
+
+def test_next_slot_across_daylight_saving_changes() -> None:
+    paris = Schedule(name="p", task_path=TICK, cron="30 2 * * *", time_zone="Europe/Paris")
+    assert paris.next_slot(utc(3, 30, 0, 59)) == utc(3, 30, 1)
+    assert paris.next_slot(utc(3, 30, 1)) == utc(3, 31, 0, 30)
+    assert paris.next_slot(utc(10, 26, 0)) == utc(10, 26, 0, 30)
+    assert paris.next_slot(utc(10, 26, 0, 31)) == utc(10, 27, 1, 30)  # not the repeat at 01:30
+    assert paris.latest_slot(utc(10, 26, 1, 45)) == utc(10, 26, 0, 30)
+
+
+def test_cron_reads_the_wall_clock_of_its_time_zone() -> None:
+    daily = {"task": TICK, "cron": "0 9 * * *"}
+    options = BackendOptions.parse(
+        "default",
+        {
+            "TIME_ZONE": "America/New_York",
+            "PERIODIC": {"ny": daily, "tokyo": {**daily, "time_zone": "Asia/Tokyo"}},
+        },
+    )
+    assert options.periodic["ny"].next_slot(utc(1, 1, 0)) == utc(1, 1, 14)  # EST, UTC-5
+    assert options.periodic["ny"].next_slot(utc(7, 1, 0)) == utc(7, 1, 13)  # EDT, UTC-4
+    assert options.periodic["tokyo"].next_slot(utc(1, 1, 0)) == utc(1, 1, 0) + timedelta(days=1)
+
+
+@pytest.mark.parametrize(("use_tz", "expected"), [(True, "Europe/Paris"), (False, "UTC")])
+def test_the_default_time_zone_is_the_projects(settings: Any, use_tz: bool, expected: str) -> None:
+    settings.TIME_ZONE = "Europe/Paris"
+    settings.USE_TZ = use_tz
+    options = BackendOptions.parse(
+        "default", {"PERIODIC": {"x": {"task": TICK, "cron": "0 3 * * *"}}}
+    )
+    assert options.periodic["x"].time_zone == expected
 
 
 def test_a_schedule_naming_a_non_task_is_a_check_error(settings: Any) -> None:
