@@ -2,13 +2,17 @@
 
 Counters and histograms follow the Django Tasks signals sent in the process that serves them:
 in a worker, every task it starts and finishes. Queue depth, backlog age and live workers are
-gauges read from the database at each scrape, so any one process can report every queue.
+gauges read from the database, so any one process can report every queue; a reading serves
+every scrape for REFRESH_INTERVAL seconds, so scrapes (or a flood of requests to the port) never
+cost more than one overview query per interval.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from importlib.util import find_spec
 from typing import Any
 
@@ -22,6 +26,8 @@ logger = logging.getLogger("django_sqltasks")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 LABELS = ("backend", "queue", "task")
+REFRESH_INTERVAL = 5.0  # seconds one reading of the queues serves scrapes for
+DEFAULT_ADDR = "127.0.0.1"  # metrics name queues and tasks: not on other interfaces unless asked
 
 
 def available() -> bool:
@@ -32,7 +38,9 @@ def available() -> bool:
 class Metrics:
     """The metrics of one process, in their own registry; ``connect`` starts counting."""
 
-    def __init__(self, using: str, registry: Any = None) -> None:
+    def __init__(
+        self, using: str, registry: Any = None, refresh_interval: float = REFRESH_INTERVAL
+    ) -> None:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.using = using
@@ -60,7 +68,7 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(QueueCollector(using))
+        self.registry.register(QueueCollector(using, refresh_interval))
 
     def connect(self) -> None:
         """Count from the Django Tasks signals of this process."""
@@ -103,18 +111,53 @@ class Metrics:
 
 
 class QueueCollector:
-    """Read queue depth, backlog age and live workers from the database at each scrape."""
+    """Read queue depth, backlog age and live workers from the database, at most once per
+    ``refresh_interval`` seconds whatever the number of scrapes."""
 
-    def __init__(self, using: str) -> None:
+    def __init__(
+        self,
+        using: str,
+        refresh_interval: float = REFRESH_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.using = using
+        self.refresh_interval = refresh_interval
+        self.clock = clock
+        # Guarded by _lock: scrapes arrive on the HTTP server's threads, one per request.
+        self._lock = threading.Lock()
+        self._snapshot: Any = None
+        self._read_at: float | None = None
+
+    def snapshot(self) -> Any:
+        """The latest reading, taken again if it is older than ``refresh_interval`` (None if
+        the database could not be read)."""
+        with self._lock:
+            now = self.clock()
+            if self._read_at is not None and now - self._read_at < self.refresh_interval:
+                return self._snapshot
+            # Set before reading: a failing database is not asked again on every scrape.
+            self._read_at = now
+            self._snapshot = self._read()
+            return self._snapshot
+
+    def _read(self) -> Any:
+        from . import overview
+
+        try:
+            return overview.take(using=self.using, minutes=1)
+        except Exception:
+            logger.exception("Could not read queue metrics from database %s", self.using)
+            return None
+        finally:
+            connection = connections[self.using]  # the scrape thread's own connection
+            if not connection.in_atomic_block:
+                connection.close()
 
     def describe(self) -> list[Any]:
         return []  # collected lazily: no query when the collector is registered
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
-
-        from . import overview
 
         depth = GaugeMetricFamily(
             "sqltasks_queue_depth",
@@ -129,15 +172,9 @@ class QueueCollector:
         workers = GaugeMetricFamily(
             "sqltasks_workers", "Live workers, by backend.", labels=["backend"]
         )
-        try:
-            snapshot = overview.take(using=self.using, minutes=1)
-        except Exception:
-            logger.exception("Could not read queue metrics from database %s", self.using)
+        snapshot = self.snapshot()
+        if snapshot is None:
             return
-        finally:
-            connection = connections[self.using]  # the scrape thread's own connection
-            if not connection.in_atomic_block:
-                connection.close()
         for q in snapshot.queues:
             for state, value in (
                 ("due", q.due),
@@ -155,7 +192,7 @@ class QueueCollector:
         yield from (depth, oldest, workers)
 
 
-def serve(port: int, using: str, addr: str = "0.0.0.0") -> tuple[Metrics, Any]:
+def serve(port: int, using: str, addr: str = DEFAULT_ADDR) -> tuple[Metrics, Any]:
     """Count this process's tasks and serve /metrics on ``addr:port``; return the server too."""
     if not available():
         raise RuntimeError(

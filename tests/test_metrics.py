@@ -77,6 +77,65 @@ def test_serve_exposes_metrics_over_http() -> None:
         server.server_close()
 
 
+def scrape_status(host: str, port: int) -> int | str:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as response:
+            return int(response.status)
+    except OSError as e:
+        return type(e).__name__
+
+
+@pytest.mark.django_db(transaction=True)
+def test_serve_binds_the_loopback_interface_by_default() -> None:
+    """Metrics name queues and tasks: another interface gets no answer unless asked for."""
+    recorder, server = metrics.serve(0, using="default")
+    try:
+        port = server.server_port
+        assert server.server_address[0] == "127.0.0.1"
+        assert scrape_status("127.0.0.1", port) == 200
+        assert scrape_status("127.0.0.2", port) != 200  # another address of this host
+    finally:
+        recorder.disconnect()
+        server.shutdown()
+        server.server_close()
+    recorder, server = metrics.serve(0, using="default", addr="0.0.0.0")
+    try:
+        assert scrape_status("127.0.0.2", server.server_port) == 200
+    finally:
+        recorder.disconnect()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.django_db
+def test_scrapes_share_one_reading_of_the_queues_per_refresh_interval() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from prometheus_client import CollectorRegistry
+
+    now = [1000.0]
+    registry = CollectorRegistry()
+    registry.register(metrics.QueueCollector("default", refresh_interval=5, clock=lambda: now[0]))
+    labels = {"backend": "default", "queue": "default", "state": "due"}
+
+    def due() -> float | None:
+        return registry.get_sample_value("sqltasks_queue_depth", labels)
+
+    task_row()
+    with CaptureQueriesContext(connection) as first:
+        assert due() == 1
+    assert len(first) > 0
+    task_row()
+    now[0] += 4.9
+    with CaptureQueriesContext(connection) as within:
+        assert [due() for _ in range(50)] == [1] * 50  # the reading of the first scrape
+    assert len(within) == 0, "a scrape within the interval queried the database"
+    now[0] += 0.2
+    with CaptureQueriesContext(connection) as after:
+        assert due() == 2
+    assert len(after) == len(first)
+
+
 def test_available_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(name: str, *args: Any) -> None:
         return None
