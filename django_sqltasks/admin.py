@@ -2,67 +2,67 @@
 
 from __future__ import annotations
 
-import json
+import uuid
 from typing import TYPE_CHECKING, Any
 
+import django
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
-from . import control, overview
-from .admin_list import EstimatedCountPaginator, QueueFilter, SQLBackendFilter, TaskFilter
+from . import (
+    admin_workers,  # noqa: F401  (registers the worker and schedule admins)
+    control,
+    error_text,
+    overview,
+)
+from .admin_display import (
+    cut_html,
+    error_summary_html,
+    moment_html,
+    pretty,
+    status_badge_html,
+)
+from .admin_list import (
+    EstimatedCountPaginator,
+    NulSafeAdmin,
+    QueueFilter,
+    SQLBackendFilter,
+    TaskFilter,
+)
 from .chart import throughput_chart
 from .compat import TaskResultStatus
-from .models import FINISHED_STATUSES, QueueOverview, ScheduleRecord, TaskRecord, WorkerRecord
+from .models import FINISHED_STATUSES, QueueOverview, TaskRecord
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[TaskRecord]
-    WorkerAdminBase = admin.ModelAdmin[WorkerRecord]
     OverviewAdminBase = admin.ModelAdmin[QueueOverview]
 else:
-    TaskAdminBase = WorkerAdminBase = OverviewAdminBase = admin.ModelAdmin
+    TaskAdminBase = OverviewAdminBase = admin.ModelAdmin
 
-STATUS_COLOURS = {
-    "READY": "#2563eb",
-    "RUNNING": "#d97706",
-    "SUCCESSFUL": "#16a34a",
-    "FAILED": "#dc2626",
-}
-
-
-def _pretty(value: Any) -> str:
-    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def status_badge_html(status: str, label: str) -> str:
-    return format_html(
-        '<span class="sqltasks-status" data-status="{}" style="background:{};color:#fff;'
-        'padding:2px 8px;border-radius:10px;font-size:11px;font-weight:600">{}</span>',
-        status,
-        STATUS_COLOURS.get(status, "#6b7280"),
-        label,
-    )
+# Django 6.1 styles breadcrumbs as <ol class="breadcrumbs">; earlier versions as a <div>.
+BREADCRUMBS_LIST = django.VERSION >= (6, 1)
 
 
 @admin.register(TaskRecord)
-class TaskRecordAdmin(TaskAdminBase):
+class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
+    # Fits 1280 px beside the filter sidebar (see changelist_view): priority and the start and
+    # finish times are on the task's page.
     list_display = (
         "task_name",
         "status_badge",
-        "queue_name",
-        "priority",
-        "enqueued_at",
-        "started_at",
-        "finished_at",
+        "error_summary",
+        "queue",
+        "enqueued_display",
         "duration_display",
         "attempts",
     )
@@ -133,11 +133,26 @@ class TaskRecordAdmin(TaskAdminBase):
 
     @admin.display(description=_("task"), ordering="task_path")
     def task_name(self, obj: TaskRecord) -> str:
-        return obj.task_name
+        return cut_html(obj.task_name, obj.task_path)
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: TaskRecord) -> str:
         return status_badge_html(obj.status, obj.get_status_display())
+
+    @admin.display(description=_("queue"), ordering="queue_name")
+    def queue(self, obj: TaskRecord) -> str:
+        return cut_html(obj.queue_name)
+
+    @admin.display(description=_("error"))
+    def error_summary(self, obj: TaskRecord) -> str:
+        # A finished task's last error says why it failed; a READY one's, why it is retried.
+        if obj.status == TaskResultStatus.SUCCESSFUL:
+            return "—"
+        return error_summary_html(obj.errors)
+
+    @admin.display(description=_("enqueued"), ordering="enqueued_at")
+    def enqueued_display(self, obj: TaskRecord) -> str:
+        return moment_html(obj.enqueued_at)
 
     @admin.display(description=_("duration"))
     def duration_display(self, obj: TaskRecord) -> str:
@@ -149,15 +164,15 @@ class TaskRecordAdmin(TaskAdminBase):
 
     @admin.display(description=_("args"))
     def args_display(self, obj: TaskRecord) -> str:
-        return _pretty(obj.args)
+        return pretty(obj.args)
 
     @admin.display(description=_("kwargs"))
     def kwargs_display(self, obj: TaskRecord) -> str:
-        return _pretty(obj.kwargs)
+        return pretty(obj.kwargs)
 
     @admin.display(description=_("return value"))
     def return_value_display(self, obj: TaskRecord) -> str:
-        return _pretty(obj.return_value) if obj.status == "SUCCESSFUL" else "—"
+        return pretty(obj.return_value) if obj.status == "SUCCESSFUL" else "—"
 
     @admin.display(description=_("errors"))
     def errors_display(self, obj: TaskRecord) -> str:
@@ -165,12 +180,35 @@ class TaskRecordAdmin(TaskAdminBase):
             return "—"
         return format_html_join(
             "",
-            '<div class="sqltasks-error"><strong>{}. {}</strong><pre>{}</pre></div>',
+            '<div class="sqltasks-error"><strong>{}. {}</strong><p class="sqltasks-error-message">'
+            "{}</p><pre>{}</pre></div>",
             (
-                (number, error.get("exception_class_path", ""), error.get("traceback", ""))
+                (
+                    number,
+                    error.get("exception_class_path", ""),
+                    error_text.first_line(
+                        str(error.get("exception_class_path", "")), str(error.get("traceback", ""))
+                    ),
+                    error.get("traceback", ""),
+                )
                 for number, error in enumerate(obj.errors, start=1)
             ),
         )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is not None and obj.status == TaskResultStatus.FAILED:
+            # Why it failed is what a failed task's page is opened for: put it first.
+            fieldsets.sort(key=lambda fieldset: fieldset[0] != _("Outcome"))
+        return fieldsets
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # The list needs the width more than the app navigation, which the breadcrumbs and
+        # the admin index also give: at 1280 px the two sidebars leave the table 630 px.
+        context = {"is_nav_sidebar_enabled": False, **(extra_context or {})}
+        return super().changelist_view(request, context)
 
     # Permissions ---------------------------------------------------------------------------
 
@@ -285,7 +323,11 @@ class TaskRecordAdmin(TaskAdminBase):
         return self._back_to(object_id)
 
     def _one(self, request: HttpRequest, object_id: str) -> QuerySet[TaskRecord]:
-        record = get_object_or_404(self.get_queryset(request), pk=object_id)
+        try:
+            task_id = uuid.UUID(object_id)
+        except ValueError as e:  # not a task id: no such task, rather than a server error
+            raise Http404(f"No task has the id {object_id!r}.") from e
+        record = get_object_or_404(self.get_queryset(request), pk=task_id)
         return self.get_queryset(request).filter(pk=record.pk)
 
     def _back_to(self, object_id: str) -> HttpResponse:
@@ -352,51 +394,7 @@ class QueueOverviewAdmin(OverviewAdminBase):
             "window": overview.short_age(snapshot.finished_window),
             "chart": throughput_chart(snapshot.throughput),
             "tasks_url": reverse("admin:django_sqltasks_taskrecord_changelist"),
+            "breadcrumbs_list": BREADCRUMBS_LIST,
             **(extra_context or {}),
         }
         return TemplateResponse(request, "admin/django_sqltasks/overview.html", context)
-
-
-@admin.register(WorkerRecord)
-class WorkerRecordAdmin(WorkerAdminBase):
-    list_display = (
-        "id",
-        "hostname",
-        "pid",
-        "backend_name",
-        "concurrency",
-        "started_at",
-        "heartbeat_at",
-    )
-    ordering = ("-heartbeat_at",)
-    readonly_fields = (
-        "id",
-        "hostname",
-        "pid",
-        "backend_name",
-        "queue_names",
-        "concurrency",
-        "started_at",
-        "heartbeat_at",
-    )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-@admin.register(ScheduleRecord)
-class ScheduleRecordAdmin(admin.ModelAdmin):
-    """Periodic tasks: the last slot each one was enqueued for (read-only)."""
-
-    list_display = ("name", "backend_name", "last_slot")
-    list_filter = ("backend_name",)
-    readonly_fields = ("name", "backend_name", "last_slot")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

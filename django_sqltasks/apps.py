@@ -4,7 +4,8 @@ from django.utils.translation import gettext_lazy as _
 
 class SQLTasksConfig(AppConfig):
     name = "django_sqltasks"
-    verbose_name = _("Tasks")
+    # Not "Tasks": the task list's breadcrumb would read "Home > Tasks > Tasks".
+    verbose_name = _("Task queue")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

@@ -60,3 +60,10 @@ def staff_client(*permissions: str) -> Client:
     client = Client()
     client.force_login(user)
     return client
+
+
+def superuser_client() -> Client:
+    """A client logged in as a superuser."""
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "admin@example.com", "pw"))
+    return client

@@ -74,3 +74,90 @@ def test_find_a_failed_task_retry_it_and_see_the_overview(
     assert page.locator("#sqltasks-throughput").is_visible()
     assert "web-1-abc" in page.locator("#sqltasks-workers").inner_text()
     screenshot("06-queue-overview")
+
+
+def log_in(page: Any, live_server: Any) -> None:
+    User.objects.create_superuser("operator", "op@example.com", "correct horse")
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "correct horse")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#content-main")
+
+
+FAILURES = [
+    ("builtins.ValueError", "Traceback (most recent call last):\nValueError: no such order"),
+    ("django_sqltasks.exceptions.TaskCancelled", "Cancelled in the admin by op."),
+    ("django_sqltasks.exceptions.TaskTimeout", "Ran over its timeout of 5s. " + "x" * 200),
+    ("django_sqltasks.exceptions.WorkerLost", "Its worker stopped heartbeating."),
+]
+
+
+def test_task_list_fits_1280_with_its_filters_and_tells_failures_apart(
+    live_server: Any, page: Any, screenshot: Callable[[str], Path]
+) -> None:
+    for class_path, text in FAILURES:
+        task_row(
+            TaskResultStatus.FAILED,
+            task_path="tests.tasks.a_task_with_a_rather_long_function_name",
+            queue_name="notifications-high-priority",
+            errors=[{"exception_class_path": class_path, "traceback": text}],
+        )
+    log_in(page, live_server)
+    page.goto(f"{live_server.url}/admin/django_sqltasks/taskrecord/")
+    screenshot("07-task-list-1280")
+    # Nothing is cut off or scrolled sideways: the last column ends inside the window, left
+    # of the filter sidebar.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    last = page.locator("#result_list thead th").last.bounding_box()
+    sidebar = page.locator("#changelist-filter").bounding_box()
+    assert last["x"] + last["width"] <= sidebar["x"] + 1
+    cells = page.locator("#result_list td.field-error_summary").all_inner_texts()
+    assert sorted(cells) == sorted(
+        [
+            "ValueError: no such order",
+            "TaskCancelled: Cancelled in the admin by op.",
+            "WorkerLost: Its worker stopped heartbeating.",
+            page.locator(".sqltasks-error-summary[title^='TaskTimeout']").inner_text(),
+        ]
+    )
+    # Each row stays one line high, the long message cut with an ellipsis.
+    heights = {
+        round(box["height"])
+        for box in map(lambda row: row.bounding_box(), page.locator("#result_list tbody tr").all())
+    }
+    assert len(heights) == 1, heights
+
+
+def test_failed_task_page_opens_on_its_outcome_and_aligns_its_buttons(
+    live_server: Any, page: Any, screenshot: Callable[[str], Path]
+) -> None:
+    failed = task_row(
+        TaskResultStatus.FAILED,
+        errors=[{"exception_class_path": FAILURES[0][0], "traceback": FAILURES[0][1]}],
+    )
+    log_in(page, live_server)
+    page.goto(f"{live_server.url}/admin/django_sqltasks/taskrecord/{failed.pk}/change/")
+    screenshot("08-failed-task-outcome-first")
+    headings = page.locator("#content-main fieldset h2").all_inner_texts()
+    assert headings[0].strip().lower() == "outcome", headings
+    assert page.locator(".sqltasks-error-message").first.inner_text() == "no such order"
+    retry = page.locator("#sqltasks-retry").bounding_box()
+    history = page.locator(".object-tools a.historylink").bounding_box()
+    assert abs(retry["y"] - history["y"]) <= 1, (retry, history)
+    assert abs(retry["height"] - history["height"]) <= 1, (retry, history)
+    crumbs = page.locator(".breadcrumbs").inner_text()
+    assert "Task queue" in crumbs and "Tasks\u203a Tasks" not in crumbs.replace("\n", "\u203a ")
+
+
+def test_queue_overview_breadcrumbs_look_like_every_other_page_s(
+    live_server: Any, page: Any, screenshot: Callable[[str], Path]
+) -> None:
+    log_in(page, live_server)
+    style = "e => [getComputedStyle(e).backgroundColor, getComputedStyle(e).paddingLeft]"
+    page.goto(f"{live_server.url}/admin/django_sqltasks/taskrecord/")
+    expected = page.locator(".breadcrumbs").evaluate(style)
+    page.goto(f"{live_server.url}/admin/django_sqltasks/queueoverview/")
+    screenshot("09-queue-overview-breadcrumbs")
+    assert page.locator(".breadcrumbs").evaluate(style) == expected
+    assert expected[0] not in ("rgba(0, 0, 0, 0)", "transparent")
