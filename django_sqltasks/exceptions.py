@@ -41,10 +41,5 @@ class OutcomeNotStored(Exception):
     """The database refused a task's outcome (too large, say); the task was marked FAILED."""
 
 
-class TaskModuleNotAllowed(TaskNotFound):
-    """A stored task path names a module that is neither loaded nor in an allowed package; it
-    was not imported."""
-
-
 class TaskBackendMismatch(TaskNotFound):
     """A stored row names a task declared for another backend; this backend does not run it."""

@@ -19,7 +19,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from .compat import Task, TaskError, TaskResult, TaskResultStatus
-from .exceptions import TaskBackendMismatch, TaskModuleNotAllowed, TaskNotFound
+from .exceptions import TaskBackendMismatch, TaskNotFound
 from .task import SQLTask
 
 # Levels of a stored value kept when a row is read; deeper parts are replaced by CUT_MARKER.
@@ -66,10 +66,10 @@ def _check_importable(task_path: str, backend: str | None) -> None:
         return  # importing it again runs nothing
     if any(module == p or module.startswith(p + ".") for p in allowed_modules(backend)):
         return
-    raise TaskModuleNotAllowed(
-        f"Task path {task_path!r} was not imported: module {module!r} is not loaded and is "
-        "not part of an installed app or of the backend's TASK_MODULES. A stored task may only "
-        "name modules of this project."
+    raise TaskNotFound(
+        f"Task path {task_path!r} does not import here, and was not imported: module "
+        f"{module!r} is not loaded and is not part of an installed app or of the backend's "
+        "TASK_MODULES. A stored task may only name modules of this project."
     )
 
 
