@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -13,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from django.utils import timezone
 
+from django_sqltasks import error_text
 from django_sqltasks.worker import Worker
 from shop.tasks import (
     charge_card,
@@ -130,7 +133,9 @@ class Command(BaseCommand):
             if result.status == TaskResultStatus.SUCCESSFUL:
                 outcome = repr(result.return_value)
             elif result.errors:
-                outcome = result.errors[-1].exception_class_path
+                last = result.errors[-1]
+                stored = {"exception_class_path": last.exception_class_path}
+                outcome = error_text.summary({**stored, "traceback": last.traceback})
             else:
                 outcome = "-"
             rows.append((item.label, str(result.status), str(result.attempts), outcome))
@@ -150,7 +155,12 @@ class Command(BaseCommand):
         self.stdout.write("")
 
     def _print_next_steps(self) -> None:
-        manage = "python example_project/manage.py"
+        # The interpreter that runs the demo (.venv/bin/python after make example): a bare
+        # "python" may be another one, without Django.
+        python = sys.executable
+        if python.startswith(os.getcwd() + os.sep):
+            python = os.path.relpath(python)
+        manage = f"{python} example_project/manage.py"
         self.stdout.write(
             "Every task above is a row in the database. Next:\n"
             f"  - browse them in the admin: {manage} createsuperuser && {manage} runserver,\n"
