@@ -208,6 +208,12 @@ class Dialect:
         before trying; None if nothing is known against it."""
         return None
 
+    def current_connection(self) -> BaseDatabaseWrapper:
+        """This dialect's connection for the calling thread (a dialect is shared by all)."""
+        from django.db import connections
+
+        return connections[self.connection.alias]
+
     def too_old(self, version: Sequence[int], needed: Sequence[int]) -> str:
         have = ".".join(map(str, version[: len(needed) + 1]))
         need = ".".join(map(str, needed))
@@ -324,6 +330,13 @@ class Dialect:
     # Statements --------------------------------------------------------------------------
 
     json_placeholder = "%s"
+
+    explain_prefix = "EXPLAIN"  # how to ask the planner for a statement's plan
+
+    def explain(self, cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> str:
+        """The planner's plan for ``sql`` as text (the statement is not run)."""
+        cursor.execute(f"{self.explain_prefix} {sql}", params)
+        return "\n".join(" ".join(str(value) for value in row) for row in cursor.fetchall())
 
     def ping(self, cursor: CursorWrapper) -> None:
         """Run the cheapest statement: whether the database answers at all."""
@@ -456,9 +469,8 @@ class Dialect:
     def concat(self, *parts: str) -> str:
         return " || ".join(parts)
 
-    def _requeue(
+    def _requeue_sql(
         self,
-        cursor: CursorWrapper,
         *,
         where: str,
         where_params: list[Any],
@@ -468,7 +480,7 @@ class Dialect:
         message_params: list[Any],
         fail_when: tuple[str, list[Any]] | None = None,
         rescue: bool = False,
-    ) -> int:
+    ) -> tuple[str, list[Any]]:
         """Put matching RUNNING tasks back to READY with an error appended; those matching
         ``fail_when`` (SQL, params) become FAILED instead. ``rescue`` counts a rescue."""
         error = self.append_error("t.errors", self.text_param, message_sql)
@@ -486,7 +498,7 @@ class Dialect:
         # errors comes first and rescues last: MySQL evaluates single-table SET clauses left
         # to right, and the message and the status read t.owner and t.rescues before they
         # change.
-        cursor.execute(
+        return (
             f"""
             UPDATE {self.tasks} AS t
             SET errors = {error}, status = {status_sql}, finished_at = {finished_sql},
@@ -502,7 +514,6 @@ class Dialect:
                 *where_params,
             ],
         )
-        return cursor.rowcount
 
     def requeue_orphans(
         self,
@@ -515,6 +526,22 @@ class Dialect:
     ) -> int:
         """Put RUNNING tasks whose owner has not heartbeaten since ``live_since`` back to READY;
         fail those rescued ``max_rescues`` times already (a task that kills its worker)."""
+        cursor.execute(
+            *self.requeue_orphans_sql(
+                backend_name=backend_name, live_since=live_since, now=now, max_rescues=max_rescues
+            )
+        )
+        return cursor.rowcount
+
+    def requeue_orphans_sql(
+        self,
+        *,
+        backend_name: str,
+        live_since: datetime,
+        now: datetime,
+        max_rescues: int | None = None,
+    ) -> tuple[str, list[Any]]:
+        """The rescue statement (see ``requeue_orphans``)."""
         owner = "COALESCE(t.owner, '(none)')"
         if max_rescues is None:
             message_sql = self.concat(self.text_param, owner, self.text_param)
@@ -534,8 +561,7 @@ class Dialect:
                 ORPHAN_MESSAGE[1],
             ]
             fail_when = (given_up, [max_rescues])
-        return self._requeue(
-            cursor,
+        return self._requeue_sql(
             where=(
                 f"t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM "
                 f"{self.workers} w WHERE w.id = t.owner AND w.heartbeat_at >= %s))"
@@ -563,15 +589,17 @@ class Dialect:
         if keep:
             where += f" AND t.id NOT IN ({', '.join(['%s'] * len(keep))})"
             params += [self.encode_id(task_id) for task_id in keep]
-        return self._requeue(
-            cursor,
-            where=where,
-            where_params=params,
-            now=now,
-            error_class=WORKER_STOPPED,
-            message_sql=self.text_param,
-            message_params=[reason],
+        cursor.execute(
+            *self._requeue_sql(
+                where=where,
+                where_params=params,
+                now=now,
+                error_class=WORKER_STOPPED,
+                message_sql=self.text_param,
+                message_params=[reason],
+            )
         )
+        return cursor.rowcount
 
     def queue_filter(self, queue_names: list[str] | None) -> tuple[str, list[Any]]:
         if queue_names is None:

@@ -54,7 +54,7 @@ class MySQLDialect(Dialect):
         return bool(args) and args[0] in CONTENTION_CODES
 
     def version_problem(self) -> str | None:
-        connection = self.connection
+        connection = self.current_connection()
         connection.ensure_connection()
         version = connection.mysql_version  # type: ignore[attr-defined]
         if connection.mysql_is_mariadb:  # type: ignore[attr-defined]
@@ -65,7 +65,8 @@ class MySQLDialect(Dialect):
     def max_packet(self) -> int:
         """The server's ``max_allowed_packet`` in bytes (read on first use)."""
         if self._max_packet is None:
-            with self.connection.cursor() as cursor:
+            # This dialect is shared by every thread: use the calling thread's connection.
+            with self.current_connection().cursor() as cursor:
                 cursor.execute("SELECT @@max_allowed_packet")
                 self._max_packet = int(cursor.fetchone()[0])
         return self._max_packet

@@ -60,7 +60,8 @@ class PostgreSQLDialect(Dialect):
         return getattr(driver_error(error), "sqlstate", None) in CONTENTION_SQLSTATES
 
     def version_problem(self) -> str | None:
-        version = divmod(self.connection.pg_version, 10000)  # type: ignore[attr-defined]
+        connection = self.current_connection()
+        version = divmod(connection.pg_version, 10000)  # type: ignore[attr-defined]
         return self.too_old(version, MIN_VERSION) if version[:1] < MIN_VERSION else None
 
     listen_sql = f"LISTEN {CHANNEL}"

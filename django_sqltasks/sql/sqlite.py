@@ -27,6 +27,7 @@ class SQLiteDialect(Dialect):
     product = "SQLite"
     wakeup = "files"
     single_writer = True
+    explain_prefix = "EXPLAIN QUERY PLAN"
 
     def is_transient(self, error: BaseException) -> bool:
         # Another connection holds the write lock past the busy timeout: "database is

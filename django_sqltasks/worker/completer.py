@@ -8,9 +8,10 @@ batches grow by themselves; when idle, an outcome is written at once.
 One bad outcome must not hold up the others. A batch the database refuses is written again one
 outcome at a time; an outcome refused on its own is salvaged: its task is marked FAILED with an
 ``OutcomeNotStored`` error saying why. Only transient errors (see ``Dialect.is_transient``) are
-retried, a few times. When other transactions hold the rows up (lock timeouts, deadlocks) or
-the database does not answer at all, the outcomes wait and are written again later, and the
-heartbeat learns (through ``Progress``) that this worker is not making progress.
+retried, a few times, then the outcomes wait and are written again later (a restart, a
+failover, locks held by other transactions), and the heartbeat learns (through ``Progress``)
+that this worker is not making progress. Only a transient error that keeps coming back while
+the database answers pings (JUDGE_AFTER rounds) is taken to be the statement's fault.
 
 ``task_finished`` is sent for a task only after its outcome is stored, on the signal thread.
 """
@@ -46,11 +47,20 @@ WRITE_ATTEMPTS = 3  # calls of one statement on transient errors before judging 
 FIRST_WAIT = 0.5  # seconds before writing again when the database does not answer
 MAX_WAIT = 5.0  # seconds; the wait doubles up to this while the database stays away
 ROUNDS_WHEN_STOPPING = 3  # once the worker stops, give up on an absent database after these
+# Rounds in a row of transient errors (not contention) while the database answers pings,
+# after which the statement itself is judged: the batch is split and a single outcome that
+# still fails is salvaged. A restart or failover is over well before this.
+JUDGE_AFTER = 5
 
 
 class DatabaseAway(Exception):
-    """The database does not answer, or other transactions hold it up: nothing can be
-    judged or written until that passes."""
+    """A transient error: the database does not answer, or other transactions hold it up.
+    ``answers`` says whether it answered a ping meanwhile (a lost connection may be the
+    statement's fault, if it keeps happening while the database answers)."""
+
+    def __init__(self, answers: bool) -> None:
+        super().__init__()
+        self.answers = answers
 
 
 class Batch:
@@ -176,35 +186,38 @@ class Completer:
 
     def _write(self, batch: Batch) -> None:
         """Settle every outcome of ``batch``, waiting for the database while it is away."""
-        rounds = 0
+        rounds = answered = 0
         while unsettled := [o for o in batch.outcomes if o.id not in batch.settled]:
             try:
-                self._store(batch, unsettled)
+                self._store(batch, unsettled, judging=answered >= JUDGE_AFTER)
             except DatabaseAway as e:
                 self._progress.failed("writing outcomes")
                 rounds += 1
+                answered = answered + 1 if e.answers else 0
                 if self._stopping.is_set() and rounds > ROUNDS_WHEN_STOPPING:
                     logger.error(
                         "Giving up on writing %d task outcome(s) while stopping (%s): those "
                         "tasks stay RUNNING until their lease runs out, then run again",
                         len(unsettled),
-                        e.__cause__,
+                        _describe(e.__cause__ or e),
                     )
                     batch.settled.update(o.id for o in unsettled)
                     return
                 wait = min(MAX_WAIT, FIRST_WAIT * 2 ** (rounds - 1))
                 logger.warning(
-                    "The database does not answer (%s); writing %d task outcome(s) again in %.1fs",
-                    e.__cause__,
+                    "Writing %d task outcome(s) met a transient error (%s); writing them again "
+                    "in %.1fs",
                     len(unsettled),
+                    _describe(e.__cause__ or e),
                     wait,
                 )
                 self._stopping.wait(wait)
             else:
                 self._progress.succeeded("writing outcomes")
 
-    def _store(self, batch: Batch, outcomes: list[Outcome]) -> None:
-        """Write ``outcomes``; salvage those the database refuses. Raise ``DatabaseAway``."""
+    def _store(self, batch: Batch, outcomes: list[Outcome], *, judging: bool = False) -> None:
+        """Write ``outcomes``; salvage those the database refuses. Raise ``DatabaseAway`` on a
+        transient error, unless ``judging`` (see JUDGE_AFTER) and the database answers."""
         dialect = self._dialect()
         for outcome in list(outcomes):
             problem = dialect.outcome_problem(outcome)
@@ -216,7 +229,7 @@ class Completer:
         try:
             batch.written |= self._call(lambda d, c: d.complete(c, self._worker_id, outcomes))
         except Exception as e:
-            self._judge(e)
+            self._away_unless_judging(e, judging)
             if len(outcomes) == 1:
                 reason = f"The database refused this task's outcome ({_describe(e)})."
                 self._salvage(batch, outcomes[0], reason)
@@ -227,7 +240,7 @@ class Completer:
                 _describe(e),
             )
             for outcome in outcomes:
-                self._store(batch, [outcome])
+                self._store(batch, [outcome], judging=judging)
         else:
             batch.settled.update(o.id for o in outcomes)
 
@@ -237,7 +250,7 @@ class Completer:
         try:
             written = self._call(lambda d, c: d.salvage(c, self._worker_id, outcome, reason))
         except Exception as e:
-            self._judge(e)
+            self._away_unless_judging(e, judging=False)
             logger.critical(
                 "Task id=%s: marking it FAILED failed too (%s); it stays RUNNING until this "
                 "worker stops, then runs again",
@@ -251,14 +264,16 @@ class Completer:
         batch.written |= written
         batch.settled.add(outcome.id)
 
-    def _judge(self, error: Exception) -> None:
-        """Raise ``DatabaseAway`` if ``error`` is contention (locks, deadlocks) or a transient
-        error while the database does not answer; otherwise the statement is at fault (a
-        value the database refuses, or one that keeps dropping the connection)."""
-        if is_transient(self._database, error) and (
-            self._dialect().is_contention(error) or not self._answers()
-        ):
-            raise DatabaseAway from error
+    def _away_unless_judging(self, error: Exception, judging: bool) -> None:
+        """Raise ``DatabaseAway`` for a transient ``error``, unless the statement is being
+        judged and the error is not contention while the database answers: then it returns,
+        and the statement is taken to be at fault, as for any other error."""
+        if not is_transient(self._database, error):
+            return
+        contention = self._dialect().is_contention(error)
+        answers = not contention and self._answers()
+        if not (judging and answers):
+            raise DatabaseAway(answers) from error
 
     def _answers(self) -> bool:
         try:

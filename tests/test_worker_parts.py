@@ -1,0 +1,271 @@
+"""The worker's parts on their own: the completer, the task thread pool, the lease, and the
+heartbeat that withholds the lease from a worker that makes no progress."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from django_sqltasks.compat import TaskResultStatus, task_backends
+from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.sql import Outcome
+from django_sqltasks.worker.completer import MAX_BATCH, Completer
+from django_sqltasks.worker.lease import Lease
+from django_sqltasks.worker.maintenance import Maintenance
+from django_sqltasks.worker.progress import Progress
+from django_sqltasks.worker.threads import SignalThread, TaskThreads
+from tests.conftest import wait_for
+from tests.factories import task_row
+
+WORKER = "parts-worker"
+OUTCOME_NOT_STORED = "django_sqltasks.exceptions.OutcomeNotStored"
+
+
+# The completer -------------------------------------------------------------------------------
+
+
+class Completing:
+    """A completer on its own writer thread, as a worker wires it."""
+
+    def __init__(self) -> None:
+        self.writer = ThreadPoolExecutor(1)
+        self.signals = SignalThread()
+        self.signals.start()
+        self.stopping = threading.Event()
+        self.progress = Progress()
+        self.completer = Completer(
+            database="default",
+            worker_id=WORKER,
+            executor=self.writer,
+            signals=self.signals,
+            sender=type(task_backends["default"]),
+            progress=self.progress,
+            stopping=self.stopping,
+        )
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.writer.submit(connections.close_all).result()
+        self.writer.shutdown()
+        self.signals.stop(timeout=5)
+
+
+@pytest.fixture
+def completing() -> Any:
+    parts = Completing()
+    yield parts
+    parts.close()
+
+
+def _running(count: int) -> list[uuid.UUID]:
+    return [task_row(TaskResultStatus.RUNNING, owner=WORKER).id for _ in range(count)]
+
+
+def _succeeded(task_id: uuid.UUID, value: str = "1") -> Outcome:
+    return Outcome(
+        id=task_id,
+        status=TaskResultStatus.SUCCESSFUL,
+        finished_at=timezone.now(),
+        return_value=value,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_completer_writes_many_outcomes_in_batches(completing: Completing) -> None:
+    ids = _running(MAX_BATCH + 100)
+    for task_id in ids:
+        completing.completer.submit(_succeeded(task_id), None)
+    assert completing.completer.wait_idle(30)
+    assert completing.completer.written == len(ids)
+    assert completing.completer.pending_ids() == set()
+    assert TaskRecord.objects.succeeded().count() == len(ids)
+    assert not TaskRecord.objects.filter(owner=WORKER).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_completer_salvages_an_outcome_the_database_refuses(completing: Completing) -> None:
+    """A return value that is not JSON (the database's JSON check refuses it) fails its own
+    task as OutcomeNotStored; the outcomes written with it are stored."""
+    ids = _running(5)
+    bad = ids[2]
+    for task_id in ids:
+        completing.completer.submit(_succeeded(task_id, "{not json" if task_id == bad else "1"))
+    assert completing.completer.wait_idle(30)
+    record = TaskRecord.objects.get(id=bad)
+    assert record.status == TaskResultStatus.FAILED and record.owner is None
+    assert record.errors[-1]["exception_class_path"] == OUTCOME_NOT_STORED
+    assert "refused this task's outcome" in record.errors[-1]["traceback"]
+    assert TaskRecord.objects.succeeded().filter(id__in=ids).count() == 4
+    assert completing.progress.stalled(-1) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_completer_skips_tasks_it_no_longer_holds(completing: Completing) -> None:
+    """A task rescued and claimed by another worker meanwhile keeps that worker's state."""
+    (mine,) = _running(1)
+    theirs = task_row(TaskResultStatus.RUNNING, owner="another-worker").id
+    completing.completer.submit(_succeeded(mine))
+    completing.completer.submit(_succeeded(theirs))
+    assert completing.completer.wait_idle(30)
+    assert TaskRecord.objects.get(id=mine).status == TaskResultStatus.SUCCESSFUL
+    other = TaskRecord.objects.get(id=theirs)
+    assert other.status == TaskResultStatus.RUNNING and other.owner == "another-worker"
+
+
+# The task thread pool ------------------------------------------------------------------------
+
+
+def test_the_pool_runs_everything_submitted_in_order_on_few_threads() -> None:
+    pool = TaskThreads(8)
+    seen: list[int] = []
+    done = threading.Event()
+
+    def run(n: int) -> None:
+        seen.append(n)
+        if n == 999:
+            done.set()
+
+    pool.submit_many(run, list(range(1000)))
+    assert done.wait(10)
+    pool.stop()
+    assert sorted(seen) == list(range(1000))
+    assert pool.started <= 2  # fast tasks do not need more threads than the first two
+
+
+def test_the_pool_adds_threads_for_blocked_tasks_up_to_its_size() -> None:
+    pool = TaskThreads(4, spawn_after=0.01)
+    release = threading.Event()
+    running = []
+
+    def block(n: int) -> None:
+        running.append(n)
+        release.wait(10)
+
+    pool.submit_many(block, list(range(6)))
+    wait_for(lambda: not pool.balance() or len(running) >= 4, timeout=5)
+    wait_for(lambda: len(running) == 4, timeout=5)
+    assert pool.started == 4
+    release.set()
+    wait_for(lambda: len(running) == 6, timeout=5)
+    pool.stop()
+
+
+def test_the_pool_gives_back_tasks_no_thread_has_taken() -> None:
+    pool = TaskThreads(1, spawn_after=3600)
+    release = threading.Event()
+    pool.submit_many(lambda n: release.wait(10), [0])
+    wait_for(lambda: pool.started == 1)
+    time.sleep(0.05)
+    pool.submit_many(lambda n: None, [1, 2, 3])
+    assert pool.take_queued() == [1, 2, 3]
+    release.set()
+    pool.stop()
+
+
+def test_stand_ins_change_the_size_under_the_lock_from_any_thread() -> None:
+    pool = TaskThreads(10)
+
+    def churn() -> None:
+        for _ in range(2000):
+            pool.add_stand_in()
+            pool.drop_stand_in()
+
+    threads = [threading.Thread(target=churn) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert pool.size == 10
+    pool.stop()
+
+
+# The lease -----------------------------------------------------------------------------------
+
+
+def _lease(worker_id: str = WORKER, timeout: float = 30) -> Lease:
+    return Lease(
+        worker_id=worker_id,
+        backend_name="default",
+        database="default",
+        queue_names=None,
+        concurrency=4,
+        timeout=timeout,
+        max_rescues=5,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_refuses_the_id_of_a_live_worker() -> None:
+    _lease().register()
+    with pytest.raises(RuntimeError, match="in use by a live worker"):
+        _lease().register()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_registers_again_when_its_row_is_gone() -> None:
+    lease = _lease()
+    lease.register()
+    WorkerRecord.objects.all().delete()
+    lease.heartbeat()
+    assert WorkerRecord.objects.filter(id=WORKER).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_rescues_the_tasks_of_a_silent_worker_and_reads_cancel_requests() -> None:
+    dead = _lease("dead-worker")
+    dead.register()
+    WorkerRecord.objects.filter(id="dead-worker").update(
+        heartbeat_at=timezone.now() - timedelta(minutes=5)
+    )
+    orphan = task_row(TaskResultStatus.RUNNING, owner="dead-worker").id
+    mine = task_row(TaskResultStatus.RUNNING, owner=WORKER, cancel_requested=True).id
+    lease = _lease()
+    lease.register()  # registering rescues too
+    record = TaskRecord.objects.get(id=orphan)
+    assert record.status == TaskResultStatus.READY and record.owner is None
+    assert record.errors[-1]["exception_class_path"] == "django_sqltasks.exceptions.WorkerLost"
+    assert lease.cancel_requests() == [mine]
+    assert not WorkerRecord.objects.filter(id="dead-worker").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_makes_no_progress_stops_renewing_its_lease(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lease = _lease(timeout=0.05)
+    lease.register()
+    progress = Progress()
+    db = ThreadPoolExecutor(1)
+    maintenance = Maintenance(
+        backend=task_backends["default"],
+        lease=lease,
+        db=db,
+        progress=progress,
+        stopped=threading.Event(),
+        on_cancel_requested=lambda ids: None,
+    )
+    try:
+        before = WorkerRecord.objects.get(id=WORKER).heartbeat_at
+        progress.failed("writing outcomes")
+        time.sleep(0.1)
+        with caplog.at_level(logging.ERROR, logger="django_sqltasks"):
+            maintenance.beat()
+        assert WorkerRecord.objects.get(id=WORKER).heartbeat_at == before
+        assert "Not renewing the lease" in caplog.text
+        assert "writing outcomes has failed" in caplog.text
+        progress.succeeded("writing outcomes")
+        maintenance.beat()
+        assert WorkerRecord.objects.get(id=WORKER).heartbeat_at > before
+    finally:
+        db.submit(connections.close_all).result()
+        db.shutdown()
+    assert connection.vendor  # the test's own connection is untouched
