@@ -35,19 +35,27 @@ if [ "$DJANGO" = "5.2" ]; then
     python=$(find_python "3, 10")
     extras="compat,postgres"
 else
-    python=$(find_python "3, 12")
+    python=$(find_python "3, 12") || {
+        echo "Django 6 needs Python 3.12 or newer. For Django 5.2 with the django-tasks backport" \
+            "(Python 3.10+): VENV=.venv-52 DJANGO=5.2 scripts/venv.sh" >&2
+        exit 1
+    }
     extras="postgres"
 fi
 [ "${WITH_MYSQL:-0}" = "1" ] && extras="$extras,mysql"
 [ "${WITH_BENCH:-0}" = "1" ] && extras="$extras,mysql,bench"
 extras="$extras,metrics"
 
-if ! command -v uv >/dev/null 2>&1; then
-    "$python" -m pip install --quiet --disable-pip-version-check uv
+if command -v uv >/dev/null 2>&1; then
+    uv=$(command -v uv)
+    $uv venv --quiet --allow-existing --python "$python" "$VENV"
+else
+    # No uv on PATH: bootstrap it inside the environment once, never into the interpreter
+    # running this script (that printed pip's warning about root on every run).
+    [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+    [ -x "$VENV/bin/uv" ] || "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv
+    uv="$VENV/bin/uv"
 fi
-uv=$(command -v uv || echo "$python -m uv")
-
-$uv venv --quiet --allow-existing --python "$python" "$VENV"
 groups="--group test --group lint"
 [ "${WITH_DOCS:-0}" = "1" ] && groups="$groups --group docs"
 # shellcheck disable=SC2086
