@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from ..compat import task_started
 from ..database import run_with_retries
+from ..exceptions import TaskCancelled
 from ..signals import Receivers
 from ..sql import ClaimedRow, Dialect, dialect_for
 from .completer import Completer
@@ -166,6 +167,7 @@ class Producer:
         self._started: Receivers | None = None  # task_started receivers, as of the last claim
         self._idle_sleep = poll_interval
         self._wake_pending = False  # a wake-up is on its way to the loop (read unlocked)
+        self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
         self.stopping = False
         # Owned by the database thread.
         self._claim_uncertain = False  # a claim failed without telling us what it took
@@ -251,7 +253,59 @@ class Producer:
             assert self.executor is not None and self._started is not None
             self.executor.start(rows, self._started)
 
+    async def release_unstarted(self) -> None:
+        """Put claimed tasks that have not started (prefetched ones, and sync ones that no
+        thread has taken yet) back to READY: another worker can start them now, instead of
+        after this worker's running tasks."""
+        assert self.executor is not None
+        waiting = self.slots.drop_waiting()
+        queued = self.executor.take_unstarted()
+        self.slots.let_go(queued)
+        if not waiting and not queued:
+            return
+        count = await self.db_call(
+            lambda: self.requeue_owned(
+                "The worker stopped before this task started.", keep_known=True
+            )
+        )
+        logger.info(
+            "Released %d claimed task(s) that had not started worker_id=%s",
+            count,
+            self.worker_id,
+            extra={"action": "tasks_released", "worker_id": self.worker_id},
+        )
+
+    def _cancel(self, task_ids: list[uuid.UUID]) -> None:
+        """Fail prefetched tasks before they start and cancel running async ones; a running
+        sync task cannot be stopped."""
+        assert self.executor is not None
+        for task_id in task_ids:
+            if task_id in self._cancels_seen:
+                continue
+            self._cancels_seen.add(task_id)
+            if self.slots.drop_waiting(task_id):
+                logger.warning(
+                    "Cancelled task id=%s before it started, at a user's request", task_id
+                )
+                self.executor.fail_unstarted(
+                    task_id,
+                    TaskCancelled("Cancelled before it started, at the request of a user."),
+                )
+            elif self.executor.cancel_running(task_id):
+                logger.warning("Cancelling task id=%s at a user's request", task_id)
+            else:
+                logger.warning(
+                    "Task id=%s was asked to cancel, but it is a sync task: it runs to its end",
+                    task_id,
+                )
+
     # Any thread ---------------------------------------------------------------------------
+
+    def on_cancel_requested(self, task_ids: list[uuid.UUID]) -> None:
+        """Hand cancel requests (read by the heartbeat thread) over to the loop."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                self._loop.call_soon_threadsafe(self._cancel, task_ids)
 
     def task_done(self, task_id: uuid.UUID) -> None:
         """A task's function returned (any thread): start a waiting task in its slot, and

@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import threading
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from django.db import DatabaseError, connections
@@ -22,7 +21,6 @@ from django.utils.crypto import get_random_string
 
 from ..backend import SQLTaskBackend
 from ..compat import task_backends
-from ..exceptions import TaskCancelled
 from ..sql import dialect_for, unsupported_version
 from ..wakeup import Wakeup, wakeup_for
 from .completer import Completer
@@ -131,13 +129,12 @@ class Worker:
             db=self._db,
             progress=self._progress,
             stopped=self._stopped,
-            on_cancel_requested=self._on_cancel_requested,
+            on_cancel_requested=self._producer.on_cancel_requested,
         )
         # Owned by the loop thread.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: Executor | None = None
         self._wakeup: Wakeup | None = None
-        self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
 
     # Public controls --------------------------------------------------------------------
 
@@ -283,7 +280,7 @@ class Worker:
         producer, executor = self._producer, self._executor
         assert executor is not None
         if producer.stopping:
-            await self._release_unstarted()
+            await producer.release_unstarted()
         if not self.running:
             return
         logger.info("Waiting for %d running task(s) worker_id=%s", self.running, self.worker_id)
@@ -302,28 +299,6 @@ class Worker:
         await asyncio.to_thread(self._completer.wait_idle, WRITES_WAIT)
         await producer.db_call(
             producer.requeue_owned, "The worker stopped before this task finished."
-        )
-
-    async def _release_unstarted(self) -> None:
-        """Put claimed tasks that have not started (prefetched ones, and sync ones that no
-        thread has taken yet) back to READY: another worker can start them now, instead of
-        after this worker's running tasks."""
-        assert self._executor is not None
-        waiting = self.slots.drop_waiting()
-        queued = self._executor.take_unstarted()
-        self.slots.let_go(queued)
-        if not waiting and not queued:
-            return
-        count = await self._producer.db_call(
-            lambda: self._producer.requeue_owned(
-                "The worker stopped before this task started.", keep_known=True
-            )
-        )
-        logger.info(
-            "Released %d claimed task(s) that had not started worker_id=%s",
-            count,
-            self.worker_id,
-            extra={"action": "tasks_released", "worker_id": self.worker_id},
         )
 
     def _begin_stop(self) -> None:
@@ -351,38 +326,6 @@ class Worker:
             self.running,
         )
         self._begin_stop()
-
-    # Cancel requests ----------------------------------------------------------------------
-
-    def _on_cancel_requested(self, task_ids: list[uuid.UUID]) -> None:
-        """Hand cancel requests read by the heartbeat thread over to the loop."""
-        if self._loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop is closing
-                self._loop.call_soon_threadsafe(self._cancel, task_ids)
-
-    def _cancel(self, task_ids: list[uuid.UUID]) -> None:
-        """Fail prefetched tasks before they start and cancel running async ones (on the loop);
-        a running sync task cannot be stopped."""
-        assert self._executor is not None
-        for task_id in task_ids:
-            if task_id in self._cancels_seen:
-                continue
-            self._cancels_seen.add(task_id)
-            if self.slots.drop_waiting(task_id):
-                logger.warning(
-                    "Cancelled task id=%s before it started, at a user's request", task_id
-                )
-                self._executor.fail_unstarted(
-                    task_id,
-                    TaskCancelled("Cancelled before it started, at the request of a user."),
-                )
-            elif self._executor.cancel_running(task_id):
-                logger.warning("Cancelling task id=%s at a user's request", task_id)
-            else:
-                logger.warning(
-                    "Task id=%s was asked to cancel, but it is a sync task: it runs to its end",
-                    task_id,
-                )
 
 
 def _connect(database: str) -> None:
