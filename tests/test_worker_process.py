@@ -206,7 +206,7 @@ def test_an_idle_worker_wakes_up_on_enqueue(worker_process: StartWorker) -> None
         (["--concurrency", "many"], "--concurrency: must be a whole number"),
         (["--max-tasks", "-3"], "--max-tasks: must be at least 1"),
         (["--poll-interval", "nan"], "--poll-interval: must be a positive, finite number"),
-        (["--worker-id", "x" * 65], "--worker-id: must be 1 to 64 characters"),
+        (["--worker-id", "x" * 65], "--worker-id: a worker id must be 1 to 64 characters"),
         (["--backend", "nope"], "--backend"),
         (["--backend", "immediate"], "not a django_sqltasks SQLTaskBackend"),
     ],
