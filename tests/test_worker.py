@@ -522,3 +522,19 @@ def test_max_rescues_none_never_gives_up_and_zero_fails_at_once(
     run_worker()
     record.refresh_from_db()
     assert record.status == status
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stopping_worker_enqueues_no_more_periodic_tasks(settings: Any, tmp_path: Path) -> None:
+    set_backend_options(settings, PERIODIC={"tick": {"task": "tests.tasks.tick", "every": 1}})
+    ticks = TaskRecord.objects.filter(task_path="tests.tasks.tick")
+    long = tasks.touch_then_sleep.enqueue(str(tmp_path / "long"), 4.0)
+    worker = Worker(concurrency=2, queue_names=["*"])
+    with worker_thread(worker):
+        wait_for(lambda: ticks.exists(), timeout=10)
+        worker.stop()  # the long task keeps the worker running for a few more slots
+        time.sleep(0.1)
+        enqueued = ticks.count()
+        time.sleep(2.5)
+        assert TaskRecord.objects.get(id=long.id).status == TaskResultStatus.RUNNING
+        assert ticks.count() == enqueued
