@@ -18,7 +18,8 @@ class TaskNotFound(Exception):
 
 
 class WorkerLost(Exception):
-    """The worker running a task stopped heartbeating; the task was put back to READY."""
+    """The worker running a task stopped heartbeating; the task was put back to READY, or
+    FAILED once it had been rescued MAX_RESCUES times."""
 
 
 class WorkerStopped(Exception):
@@ -26,7 +27,8 @@ class WorkerStopped(Exception):
 
 
 class TaskCancelled(Exception):
-    """The task was cancelled before it started; it is FAILED and never ran."""
+    """The task was cancelled at a user's request: before it started (it never ran), or while
+    it ran (async tasks only); either way it is FAILED."""
 
 
 class TaskTimeout(Exception):
