@@ -9,6 +9,10 @@ class InvalidTaskArguments(TypeError):
     """A task's arguments or return value cannot be stored as JSON; the message names the value."""
 
 
+class InvalidReturnValue(InvalidTaskArguments):
+    """A task returned a value that cannot be stored as JSON; the message names the value."""
+
+
 class PayloadTooLarge(InvalidTask):
     """A task's encoded arguments exceed the backend's MAX_PAYLOAD_BYTES option."""
 

@@ -226,7 +226,7 @@ MISBEHAVING: list[tuple[Any, str]] = [
     (gauntlet_tasks.raise_memory_error, "builtins.MemoryError"),
     (gauntlet_tasks.async_raise_system_exit, "builtins.SystemExit"),
     (gauntlet_tasks.async_raise_keyboard_interrupt, "builtins.KeyboardInterrupt"),
-    (tasks.return_not_json, "django_sqltasks.exceptions.InvalidTaskArguments"),
+    (tasks.return_not_json, "django_sqltasks.exceptions.InvalidReturnValue"),
 ]
 
 
@@ -280,7 +280,7 @@ def test_a_return_value_the_database_cannot_store_fails_alone(kind: str, message
     record = TaskRecord.objects.get(id=bad.id)
     assert record.status == TaskResultStatus.FAILED
     assert record.errors[0]["exception_class_path"] == (
-        "django_sqltasks.exceptions.InvalidTaskArguments"
+        "django_sqltasks.exceptions.InvalidReturnValue"
     )
     assert message in record.errors[0]["traceback"]
     assert all(tasks.add.get_result(r.id).status == TaskResultStatus.SUCCESSFUL for r in good)

@@ -96,7 +96,7 @@ def test_return_value_that_is_not_json_fails_the_task(run_worker: RunWorker) -> 
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[0].exception_class_path == (
-        "django_sqltasks.exceptions.InvalidTaskArguments"
+        "django_sqltasks.exceptions.InvalidReturnValue"
     )
     assert "Task return value['when'] is a builtins.object" in result.errors[0].traceback
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from ..compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-from ..exceptions import CorruptTask, PayloadTooLarge
+from ..exceptions import CorruptTask, InvalidReturnValue, InvalidTaskArguments, PayloadTooLarge
 from ..results import errors_from_json, rebind_task, resolve_task
 from ..serialization import check_json, dumps
 from ..sql import ClaimedRow, Outcome
@@ -124,9 +124,12 @@ def _policy(task: Task, config: BackendOptions) -> Policy:
 def success(
     attempt_id: Any, raw_return_value: Any, max_bytes: int | None = None
 ) -> tuple[Outcome, Any]:
-    """Normalize and check a return value; raise ``InvalidTaskArguments`` if it is not JSON
+    """Normalize and check a return value; raise ``InvalidReturnValue`` if it is not JSON
     and ``PayloadTooLarge`` if it encodes to more than ``max_bytes``."""
-    check_json(raw_return_value, "Task return value")
+    try:
+        check_json(raw_return_value, "Task return value")
+    except InvalidTaskArguments as e:
+        raise InvalidReturnValue(str(e)) from None
     value = normalize_json(raw_return_value)
     encoded = None if value is None else dumps(value)
     if encoded is not None and max_bytes is not None and len(encoded) > max_bytes:
