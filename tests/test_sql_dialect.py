@@ -39,7 +39,7 @@ def _new(dedupe_key: str | None = None, **fields: object) -> NewTask:
         "dedupe_key": dedupe_key,
     }
     values.update(fields)
-    return NewTask(**values)  # type: ignore[arg-type]
+    return NewTask(**values)
 
 
 def _claim(dialect: Dialect, limit: int = 10, queues: list[str] | None = None) -> list:

@@ -42,7 +42,7 @@ def _assert_all_succeeded(ids: list[str]) -> None:
 def test_an_exception_message_no_database_can_store_fails_alone(task: object, escaped: str) -> None:
     """A lone surrogate (a file name that is not UTF-8) or a NUL byte in a message: the
     traceback is stored escaped, and the 20 tasks enqueued after it run."""
-    bad = task.enqueue()  # type: ignore[attr-defined]
+    bad = task.enqueue()
     others = _others()
     run_burst_or_fail(30, "the worker wedged on an outcome it could not store")
     record = TaskRecord.objects.get(id=bad.id)
