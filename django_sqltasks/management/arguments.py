@@ -89,23 +89,24 @@ def days(value: str) -> float:
     return _zero_or_more(value, "days")
 
 
-def text(value: str, what: str = "value", most: int = MAX_NAME_LENGTH) -> str:
+def text(value: str, what: str = "", most: int = MAX_NAME_LENGTH) -> str:
     """Check that ``value`` is 1 to ``most`` characters of UTF-8 text without control characters.
 
     An argument that is not valid UTF-8 reaches Python as lone surrogates, which no database
     driver can encode: refused here rather than by every query that would carry it.
     """
+    subject = f"{what} " if what else ""  # "must …" alone reads after the option's name
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise argparse.ArgumentTypeError(f"{what} must be valid UTF-8 text, not {value!a}") from e
+        raise argparse.ArgumentTypeError(f"{subject}must be valid UTF-8 text, not {value!a}") from e
     if any(unicodedata.category(c) == "Cc" for c in value):
         raise argparse.ArgumentTypeError(
-            f"{what} must not contain control characters (such as NUL), not {value!a}"
+            f"{subject}must not contain control characters (such as NUL), not {value!a}"
         )
     if not 0 < len(value) <= most:
         raise argparse.ArgumentTypeError(
-            f"{what} must be 1 to {most} characters long, not {len(value)}"
+            f"{subject}must be 1 to {most} characters long, not {len(value)}"
         )
     return value
 
@@ -119,7 +120,7 @@ def queue_names(value: str) -> list[str]:
 
 
 def backend_alias(value: str) -> str:
-    return text(value, "a TASKS alias", most=255)
+    return text(value, most=255)
 
 
 def log_level(value: str) -> str:
@@ -151,6 +152,5 @@ def refuse_unknown_queues(backend: Any, names: Iterable[str]) -> None:
         raise CommandError(
             f"--queue: {', '.join(map(repr, unknown))} "
             f"{'is not a queue' if len(unknown) == 1 else 'are not queues'} of backend "
-            f"{backend.alias!r}, whose QUEUES are: {', '.join(sorted(known))}"
-            + "."
+            f"{backend.alias!r}, whose QUEUES are: {', '.join(sorted(known))}" + "."
         )

@@ -57,11 +57,11 @@ def port(value: str) -> int:
 
 
 def worker_id(value: str) -> str:
-    return text(value, "a worker id", most=MAX_NAME_LENGTH)
+    return text(value, most=MAX_NAME_LENGTH)
 
 
 def host(value: str) -> str:
-    return text(value, "a host name or address", most=255)
+    return text(value, most=255)
 
 
 class Command(BaseCommand):
