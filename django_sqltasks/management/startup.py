@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from django.db import DatabaseError, connections
+from django.db import InterfaceError, OperationalError, connections
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -43,7 +43,7 @@ def connect(check: Callable[[], None], alias: str, wait: float) -> None:
         try:
             check()
             return
-        except DatabaseError as e:
+        except (OperationalError, InterfaceError) as e:  # what a refused or lost connection raises
             message = describe(alias, e)
             left = deadline - time.monotonic()
             if left <= 0:
