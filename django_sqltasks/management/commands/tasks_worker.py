@@ -57,7 +57,7 @@ def port(value: str) -> int:
 
 
 def worker_id(value: str) -> str:
-    return text(value, most=MAX_NAME_LENGTH)
+    return text(value, "a worker id", most=MAX_NAME_LENGTH)
 
 
 def host(value: str) -> str:
