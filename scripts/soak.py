@@ -148,7 +148,6 @@ def claim_rate(queue_names: list[str] | None = None) -> float:
     ``queue_names=None`` is a worker on every queue (``--queue '*'``).
     """
     from django.db import connection
-    from django.utils import timezone
 
     from django_sqltasks.sql import dialect_for
     from tests import tasks
@@ -164,7 +163,7 @@ def claim_rate(queue_names: list[str] | None = None) -> float:
         while claimed < CLAIM_SAMPLE:
             rows = dialect.claim(
                 cursor, backend_name="default", queue_names=queue_names, worker_id="claim-bench",
-                now=timezone.now(), limit=CLAIM_BATCH,
+                limit=CLAIM_BATCH,
             )  # fmt: skip
             if not rows:
                 break

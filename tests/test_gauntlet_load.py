@@ -127,7 +127,6 @@ def test_sigkill_mid_batch_runs_its_tasks_again_after_the_lease(
     connection.vendor != "postgresql", reason="reads PostgreSQL's plan for the claim"
 )
 def test_a_wildcard_claim_does_not_sort_the_whole_backlog() -> None:
-    from django.utils import timezone
 
     from django_sqltasks.sql import dialect_for
 
@@ -137,7 +136,7 @@ def test_a_wildcard_claim_does_not_sort_the_whole_backlog() -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {TaskRecord._meta.db_table}")
         sql, params = dialect_for(connection).claim_sql(
-            backend_name="default", queue_names=None, worker_id="w", now=timezone.now(), limit=16
+            backend_name="default", queue_names=None, worker_id="w", limit=16
         )
         cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())

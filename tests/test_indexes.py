@@ -67,7 +67,6 @@ def test_claim_uses_the_ready_index(queue_names: list[str] | None) -> None:
         backend_name="default",
         queue_names=queue_names,
         worker_id="w",
-        now=timezone.now(),
         limit=50,
     )
     plan = explain(sql, params)

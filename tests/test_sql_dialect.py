@@ -49,7 +49,6 @@ def _claim(dialect: Dialect, limit: int = 10, queues: list[str] | None = None) -
             backend_name="default",
             queue_names=queues,
             worker_id=WORKER,
-            now=timezone.now(),
             limit=limit,
         )
 
@@ -138,9 +137,7 @@ def test_requeue_owned_keeps_what_it_is_told(dialect: Dialect) -> None:
     kept = task_row(TaskResultStatus.RUNNING, owner=WORKER).id
     released = task_row(TaskResultStatus.RUNNING, owner=WORKER).id
     with connection.cursor() as cursor:
-        count = dialect.requeue_owned(
-            cursor, worker_id=WORKER, now=timezone.now(), reason="stopping", keep=[kept]
-        )
+        count = dialect.requeue_owned(cursor, worker_id=WORKER, reason="stopping", keep=[kept])
     assert count == 1
     assert TaskRecord.objects.get(id=kept).status == "RUNNING"
     record = TaskRecord.objects.get(id=released)
@@ -151,10 +148,9 @@ def test_requeue_owned_keeps_what_it_is_told(dialect: Dialect) -> None:
 def test_requeue_orphans_rescues_then_gives_up(dialect: Dialect) -> None:
     lost = task_row(TaskResultStatus.RUNNING, owner="gone").id
     spent = task_row(TaskResultStatus.RUNNING, owner="gone", rescues=2).id
-    now = timezone.now()
     with connection.cursor() as cursor:
         count = dialect.requeue_orphans(
-            cursor, backend_name="default", live_since=now, now=now, max_rescues=2
+            cursor, backend_name="default", lease_timeout=30, max_rescues=2
         )
     assert count == 2
     assert TaskRecord.objects.get(id=lost).status == "READY"
@@ -188,15 +184,13 @@ def test_the_claim_rescue_and_prune_statements_have_plans(dialect: Dialect) -> N
     claim = _plan(
         dialect,
         *dialect.claim_sql(
-            backend_name="default", queue_names=["default"], worker_id=WORKER, now=now, limit=10
+            backend_name="default", queue_names=["default"], worker_id=WORKER, limit=10
         ),
     )
     assert "sqltasks" in claim.lower()
     rescue = _plan(
         dialect,
-        *dialect.requeue_orphans_sql(
-            backend_name="default", live_since=now, now=now, max_rescues=5
-        ),
+        *dialect.requeue_orphans_sql(backend_name="default", lease_timeout=30, max_rescues=5),
     )
     assert rescue
     old = TaskRecord.objects.succeeded().filter(finished_at__lte=now).values_list("pk", flat=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import Any
 
@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import InterfaceError
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.utils import timezone as dj_timezone
 
 from ..serialization import dumps, loads
 from ..storable import storable
@@ -214,6 +215,34 @@ class Dialect:
 
         return connections[self.connection.alias]
 
+    # The clock -----------------------------------------------------------------------------
+    # Leases, rescues, claims and periodic slots compare times written by different machines:
+    # they all read the database's clock, so that a worker whose own clock is off can neither
+    # rescue live tasks nor start deferred ones early. SQLite is one machine's database: there
+    # the process's clock is the database's.
+
+    db_clock: str | None = None  # SQL for the database's current time; None: this process's
+
+    def now_sql(self) -> tuple[str, list[Any]]:
+        """SQL (and its parameters) for the current time, by the database's clock."""
+        if self.db_clock is not None:
+            return self.db_clock, []
+        return "%s", [self.encode_datetime(dj_timezone.now())]
+
+    def ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
+        """SQL (and its parameters) for the time ``seconds`` ago, by the database's clock."""
+        return "%s", [self.encode_datetime(dj_timezone.now() - timedelta(seconds=seconds))]
+
+    def db_now(self, cursor: CursorWrapper) -> datetime:
+        """The database's current time (an aware datetime with USE_TZ, as Django reads it)."""
+        sql, params = self.now_sql()
+        if self.db_clock is None:
+            return dj_timezone.now()
+        cursor.execute(f"SELECT {sql}", params)
+        value = self.decode_datetime(cursor.fetchone()[0])
+        assert value is not None
+        return value
+
     def too_old(self, version: Sequence[int], needed: Sequence[int]) -> str:
         have = ".".join(map(str, version[: len(needed) + 1]))
         need = ".".join(map(str, needed))
@@ -397,10 +426,10 @@ class Dialect:
         backend_name: str,
         queue_names: list[str] | None,
         worker_id: str,
-        now: datetime,
         limit: int,
     ) -> tuple[str, list[Any]]:
-        """The statement that claims (or, on MySQL, locks) up to ``limit`` due tasks."""
+        """The statement that claims (or, on MySQL, locks) up to ``limit`` due tasks: those
+        whose ``available_at`` has come by the database's clock."""
         raise NotImplementedError
 
     def claim(
@@ -410,7 +439,6 @@ class Dialect:
         backend_name: str,
         queue_names: list[str] | None,
         worker_id: str,
-        now: datetime,
         limit: int,
     ) -> list[ClaimedRow]:
         """Mark up to ``limit`` due tasks RUNNING for ``worker_id`` and return them."""
@@ -419,7 +447,6 @@ class Dialect:
                 backend_name=backend_name,
                 queue_names=queue_names,
                 worker_id=worker_id,
-                now=now,
                 limit=limit,
             )
         )
@@ -474,7 +501,6 @@ class Dialect:
         *,
         where: str,
         where_params: list[Any],
-        now: datetime,
         error_class: str,
         message_sql: str,
         message_params: list[Any],
@@ -484,7 +510,7 @@ class Dialect:
         """Put matching RUNNING tasks back to READY with an error appended; those matching
         ``fail_when`` (SQL, params) become FAILED instead. ``rescue`` counts a rescue."""
         error = self.append_error("t.errors", self.text_param, message_sql)
-        at = self.encode_datetime(now)
+        now, now_params = self.now_sql()
         if fail_when is None:
             status_sql, status_params = "'READY'", []
             finished_sql, finished_params = "t.finished_at", []
@@ -492,8 +518,8 @@ class Dialect:
             condition, condition_params = fail_when
             status_sql = f"CASE WHEN {condition} THEN 'FAILED' ELSE 'READY' END"
             status_params = list(condition_params)
-            finished_sql = f"CASE WHEN {condition} THEN %s ELSE t.finished_at END"
-            finished_params = [*condition_params, at]
+            finished_sql = f"CASE WHEN {condition} THEN {now} ELSE t.finished_at END"
+            finished_params = [*condition_params, *now_params]
         rescues_sql = ", rescues = t.rescues + 1" if rescue else ""
         # errors comes first and rescues last: MySQL evaluates single-table SET clauses left
         # to right, and the message and the status read t.owner and t.rescues before they
@@ -502,7 +528,7 @@ class Dialect:
             f"""
             UPDATE {self.tasks} AS t
             SET errors = {error}, status = {status_sql}, finished_at = {finished_sql},
-                owner = NULL, available_at = %s{rescues_sql}
+                owner = NULL, available_at = {now}{rescues_sql}
             WHERE t.status = 'RUNNING' AND {where}
             """,
             [
@@ -510,7 +536,7 @@ class Dialect:
                 *message_params,
                 *status_params,
                 *finished_params,
-                at,
+                *now_params,
                 *where_params,
             ],
         )
@@ -520,15 +546,15 @@ class Dialect:
         cursor: CursorWrapper,
         *,
         backend_name: str,
-        live_since: datetime,
-        now: datetime,
+        lease_timeout: float,
         max_rescues: int | None = None,
     ) -> int:
-        """Put RUNNING tasks whose owner has not heartbeaten since ``live_since`` back to READY;
-        fail those rescued ``max_rescues`` times already (a task that kills its worker)."""
+        """Put RUNNING tasks whose owner has not heartbeaten for ``lease_timeout`` seconds (by
+        the database's clock) back to READY; fail those rescued ``max_rescues`` times already
+        (a task that kills its worker)."""
         cursor.execute(
             *self.requeue_orphans_sql(
-                backend_name=backend_name, live_since=live_since, now=now, max_rescues=max_rescues
+                backend_name=backend_name, lease_timeout=lease_timeout, max_rescues=max_rescues
             )
         )
         return cursor.rowcount
@@ -537,8 +563,7 @@ class Dialect:
         self,
         *,
         backend_name: str,
-        live_since: datetime,
-        now: datetime,
+        lease_timeout: float,
         max_rescues: int | None = None,
     ) -> tuple[str, list[Any]]:
         """The rescue statement (see ``requeue_orphans``)."""
@@ -561,13 +586,13 @@ class Dialect:
                 ORPHAN_MESSAGE[1],
             ]
             fail_when = (given_up, [max_rescues])
+        live_since, live_params = self.ago_sql(lease_timeout)
         return self._requeue_sql(
             where=(
                 f"t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM "
-                f"{self.workers} w WHERE w.id = t.owner AND w.heartbeat_at >= %s))"
+                f"{self.workers} w WHERE w.id = t.owner AND w.heartbeat_at >= {live_since}))"
             ),
-            where_params=[backend_name, self.encode_datetime(live_since)],
-            now=now,
+            where_params=[backend_name, *live_params],
             error_class=WORKER_LOST,
             message_sql=message_sql,
             message_params=message_params,
@@ -580,7 +605,6 @@ class Dialect:
         cursor: CursorWrapper,
         *,
         worker_id: str,
-        now: datetime,
         reason: str,
         keep: Sequence[uuid.UUID] = (),
     ) -> int:
@@ -593,12 +617,39 @@ class Dialect:
             *self._requeue_sql(
                 where=where,
                 where_params=params,
-                now=now,
                 error_class=WORKER_STOPPED,
                 message_sql=self.text_param,
                 message_params=[reason],
             )
         )
+        return cursor.rowcount
+
+    # The worker table ----------------------------------------------------------------------
+
+    def heartbeat(self, cursor: CursorWrapper, worker_id: str) -> bool:
+        """Renew ``worker_id``'s lease by the database's clock; False if its row is gone."""
+        now, params = self.now_sql()
+        cursor.execute(
+            f"UPDATE {self.workers} SET heartbeat_at = {now} WHERE id = %s", [*params, worker_id]
+        )
+        return cursor.rowcount > 0
+
+    def live_worker(
+        self, cursor: CursorWrapper, worker_id: str, lease_timeout: float
+    ) -> tuple[int, str] | None:
+        """The pid and host of ``worker_id`` if it heartbeat within ``lease_timeout`` seconds."""
+        since, params = self.ago_sql(lease_timeout)
+        cursor.execute(
+            f"SELECT pid, hostname FROM {self.workers} WHERE id = %s AND heartbeat_at >= {since}",
+            [worker_id, *params],
+        )
+        row = cursor.fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def forget_dead_workers(self, cursor: CursorWrapper, lease_timeout: float) -> int:
+        """Delete the rows of workers silent for over ``lease_timeout`` seconds."""
+        since, params = self.ago_sql(lease_timeout)
+        cursor.execute(f"DELETE FROM {self.workers} WHERE heartbeat_at < {since}", params)
         return cursor.rowcount
 
     def queue_filter(self, queue_names: list[str] | None) -> tuple[str, list[Any]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, InterfaceError, transaction
@@ -42,6 +41,18 @@ STATEMENT_OVERHEAD = 64 * 1024  # bytes of an outcome's statement besides its tw
 class MySQLDialect(Dialect):
     product = "MySQL"
     _max_packet: int | None = None  # the server's max_allowed_packet, read once
+
+    def __init__(self, connection: Any) -> None:
+        super().__init__(connection)
+        # Django stores naive UTC with USE_TZ; without it, naive local time, which only this
+        # process's clock knows.
+        if self.use_tz:
+            self.db_clock = "UTC_TIMESTAMP(6)"
+
+    def ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
+        if self.db_clock is None:
+            return super().ago_sql(seconds)
+        return f"{self.db_clock} - INTERVAL %s MICROSECOND", [round(seconds * 1_000_000)]
 
     def is_transient(self, error: BaseException) -> bool:
         if isinstance(error, InterfaceError):
@@ -116,10 +127,8 @@ class MySQLDialect(Dialect):
         backend_name: str,
         queue_names: list[str] | None,
         worker_id: str,
-        now: datetime,
         limit: int,
     ) -> list[ClaimedRow]:
-        at = self.encode_datetime(now)
         # The selected rows stay locked until this transaction commits: keep it to these two
         # statements.
         with transaction.atomic(using=self.connection.alias):
@@ -128,11 +137,17 @@ class MySQLDialect(Dialect):
                     backend_name=backend_name,
                     queue_names=queue_names,
                     worker_id=worker_id,
-                    now=now,
                     limit=limit,
                 )
             )
-            rows = self.fetch_claimed(cursor)
+            selected = cursor.fetchall()
+            if not selected:
+                return []
+            # Each selected row ends with the database's time of the SELECT: the claim's time.
+            now = self.decode_datetime(selected[0][-1])
+            assert now is not None
+            at = self.encode_datetime(now)
+            rows = [self.claimed_row(values[:-1]) for values in selected]
             corrupt = [r for r in rows if r.corrupt is not None]
             if corrupt:
                 # MariaDB checks every JSON column's CHECK on any UPDATE of the row: a row
@@ -198,19 +213,19 @@ class MySQLDialect(Dialect):
         backend_name: str,
         queue_names: list[str] | None,
         worker_id: str,
-        now: datetime,
         limit: int,
     ) -> tuple[str, list[Any]]:
         queue_sql, queue_params = self.queue_filter(queue_names)
+        now, now_params = self.now_sql()
         return (
             f"""
-            SELECT {COLUMNS} FROM {self.tasks}
-            WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= %s
+            SELECT {COLUMNS}, {now} FROM {self.tasks}
+            WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= {now}
             ORDER BY priority DESC, available_at
             LIMIT %s
             FOR UPDATE SKIP LOCKED
             """,
-            [backend_name, *queue_params, self.encode_datetime(now), limit],
+            [*now_params, backend_name, *queue_params, *now_params, limit],
         )
 
     def complete(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from django.db import InterfaceError, OperationalError
@@ -65,6 +64,10 @@ class PostgreSQLDialect(Dialect):
         return self.too_old(version, MIN_VERSION) if version[:1] < MIN_VERSION else None
 
     listen_sql = f"LISTEN {CHANNEL}"
+    db_clock = "now()"  # the statement's (transaction's) start, by the server's clock
+
+    def ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
+        return "now() - make_interval(secs => %s)", [float(seconds)]
 
     text_param = "%s::text"
 
@@ -154,7 +157,6 @@ class PostgreSQLDialect(Dialect):
         backend_name: str,
         queue_names: list[str] | None,
         worker_id: str,
-        now: datetime,
         limit: int,
     ) -> tuple[str, list[Any]]:
         queue_sql, queue_params = self.queue_filter(queue_names)
@@ -165,7 +167,7 @@ class PostgreSQLDialect(Dialect):
             f"""
             WITH picked AS (
                 SELECT id FROM {self.tasks}
-                WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= %s
+                WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= now()
                 ORDER BY priority DESC, available_at
                 LIMIT %s
                 FOR UPDATE SKIP LOCKED
@@ -173,13 +175,13 @@ class PostgreSQLDialect(Dialect):
                 UPDATE {self.tasks} AS t
                 SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
                     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
-                    started_at = COALESCE(t.started_at, %s), last_attempted_at = %s
+                    started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
                 FROM picked WHERE t.id = picked.id
                 RETURNING {RETURNING}
             )
             SELECT json_agg(json_build_array({COLUMNS}))::text FROM claimed
             """,
-            [backend_name, *queue_params, now, limit, worker_id, worker_id, now, now],
+            [backend_name, *queue_params, limit, worker_id, worker_id],
         )
 
     def fetch_claimed(self, cursor: CursorWrapper) -> list[ClaimedRow]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from django.db import OperationalError
 from django.db.backends.utils import CursorWrapper
+from django.utils import timezone
 
 from .base import (
     OUTCOME_COLUMNS,
@@ -53,11 +53,10 @@ class SQLiteDialect(Dialect):
         backend_name: str,
         queue_names: list[str] | None,
         worker_id: str,
-        now: datetime,
         limit: int,
     ) -> tuple[str, list[Any]]:
         queue_sql, queue_params = self.queue_filter(queue_names)
-        at = self.encode_datetime(now)
+        at = self.encode_datetime(timezone.now())  # one machine: its clock is the database's
         return (
             f"""
             UPDATE {self.tasks}

@@ -3,16 +3,18 @@ the cancel requests for the tasks it holds."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import uuid
-from datetime import datetime, timedelta
+from collections.abc import Iterator
 
 from django.db import connections
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from ..sql import dialect_for
+from ..sql import Dialect, dialect_for
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -46,46 +48,37 @@ class Lease:
         """Insert this worker's row; refuse an id held by a live worker."""
         from ..models import WorkerRecord
 
-        now = timezone.now()
-        existing = WorkerRecord.objects.using(self.database).filter(id=self.worker_id).first()
-        if existing is not None:
-            if existing.heartbeat_at >= now - timedelta(seconds=self.timeout):
+        with self._cursor() as (dialect, cursor):
+            live = dialect.live_worker(cursor, self.worker_id, self.timeout)
+            if live is not None:
                 raise RuntimeError(
                     f"Worker id {self.worker_id!r} is in use by a live worker "
-                    f"(pid {existing.pid} on {existing.hostname!r}); choose another --worker-id."
+                    f"(pid {live[0]} on {live[1]!r}); choose another --worker-id."
                 )
-            # A dead worker of the same id: requeue its tasks before taking its name.
-            connection = connections[self.database]
-            with connection.cursor() as cursor:
-                dialect_for(connection).requeue_owned(
+            if WorkerRecord.objects.using(self.database).filter(id=self.worker_id).exists():
+                # A dead worker of the same id: requeue its tasks before taking its name.
+                dialect.requeue_owned(
                     cursor,
                     worker_id=self.worker_id,
-                    now=now,
                     reason=f"Worker {self.worker_id} stopped heartbeating while running this "
                     "task; it was put back in the queue when it restarted.",
                 )
-            existing.delete()
-        self._create(now)
-        self.rescue(now)
+                WorkerRecord.objects.using(self.database).filter(id=self.worker_id).delete()
+        self._create()
+        self.rescue()
 
     def heartbeat(self) -> None:
         """Renew the lease, then rescue tasks of workers whose lease ran out."""
-        from ..models import WorkerRecord
-
-        now = timezone.now()
-        renewed = (
-            WorkerRecord.objects.using(self.database)
-            .filter(id=self.worker_id)
-            .update(heartbeat_at=now)
-        )
+        with self._cursor() as (dialect, cursor):
+            renewed = dialect.heartbeat(cursor, self.worker_id)
         if not renewed:
             logger.warning(
                 "Worker row of worker_id=%s was gone (declared dead after a stall?); "
                 "registering again",
                 self.worker_id,
             )
-            self._create(now)
-        self.rescue(now)
+            self._create()
+        self.rescue()
 
     def cancel_requests(self) -> list[uuid.UUID]:
         """Ids of this worker's RUNNING tasks whose cancellation was asked."""
@@ -103,21 +96,17 @@ class Lease:
 
         WorkerRecord.objects.using(self.database).filter(id=self.worker_id).delete()
 
-    def rescue(self, now: datetime) -> int:
+    def rescue(self) -> int:
         """Requeue RUNNING tasks whose owner has not heartbeaten within the lease timeout (or
-        fail those already rescued ``max_rescues`` times)."""
-        from ..models import WorkerRecord
-
-        cutoff = now - timedelta(seconds=self.timeout)
-        connection = connections[self.database]
-        with connection.cursor() as cursor:
-            count = dialect_for(connection).requeue_orphans(
+        fail those already rescued ``max_rescues`` times), by the database's clock."""
+        with self._cursor() as (dialect, cursor):
+            count = dialect.requeue_orphans(
                 cursor,
                 backend_name=self.backend_name,
-                live_since=cutoff,
-                now=now,
+                lease_timeout=self.timeout,
                 max_rescues=self.max_rescues,
             )
+            dialect.forget_dead_workers(cursor, self.timeout)
         if count:
             logger.warning(
                 "Rescued %d task(s) of workers silent for over %ss",
@@ -125,12 +114,12 @@ class Lease:
                 self.timeout,
                 extra={"action": "rescue", "count": count},
             )
-        WorkerRecord.objects.using(self.database).filter(heartbeat_at__lt=cutoff).delete()
         return count
 
-    def _create(self, now: datetime) -> None:
+    def _create(self) -> None:
         from ..models import WorkerRecord
 
+        now = timezone.now()  # started_at is for people; the lease is renewed by the database
         WorkerRecord.objects.using(self.database).create(
             id=self.worker_id,
             backend_name=self.backend_name,
@@ -141,3 +130,11 @@ class Lease:
             started_at=now,
             heartbeat_at=now,
         )
+        with self._cursor() as (dialect, cursor):
+            dialect.heartbeat(cursor, self.worker_id)
+
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[tuple[Dialect, CursorWrapper]]:
+        connection = connections[self.database]
+        with connection.cursor() as cursor:
+            yield dialect_for(connection), cursor

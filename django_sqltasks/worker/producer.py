@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
-from django.utils import timezone
 
 from ..compat import task_started
 from ..database import run_with_retries
@@ -363,7 +362,6 @@ class Producer:
                 backend_name=self.backend_name,
                 queue_names=self.queue_names,
                 worker_id=self.worker_id,
-                now=timezone.now(),
                 limit=limit,
             )
         )
@@ -378,6 +376,6 @@ class Producer:
             keep = self.slots.held_ids() | self._completer.pending_ids()
         return self.cursor_call(
             lambda d, c: d.requeue_owned(
-                c, worker_id=self.worker_id, now=timezone.now(), reason=reason, keep=list(keep)
+                c, worker_id=self.worker_id, reason=reason, keep=list(keep)
             )
         )
