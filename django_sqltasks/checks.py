@@ -115,8 +115,7 @@ def check_migrated(
         unapplied = unapplied_migrations(alias)
         if unapplied:
             yield checks.Warning(
-                not_migrated(alias, unapplied)
-                + " Until then tasks cannot be enqueued or run.",
+                not_migrated(alias, unapplied) + " Until then tasks cannot be enqueued or run.",
                 id="django_sqltasks.W002",
             )
 
