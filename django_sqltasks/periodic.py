@@ -270,9 +270,22 @@ class Scheduler:
                 )
         return min(upcoming, default=None)
 
+    def database_now(self) -> datetime:
+        """The current time by the database's clock: every worker computes the same slots,
+        whatever its own clock says (a fast one would fire slots early, then stall the others
+        until their clocks caught up with the slot it stored)."""
+        from django.db import connections
+
+        from .sql import dialect_for
+
+        connection = connections[self.backend.database]
+        with connection.cursor() as cursor:
+            now = dialect_for(connection).db_now(cursor)
+        return now if now.tzinfo is not None else django_timezone.make_aware(now)
+
     def run_due(self, now: datetime | None = None) -> list[str]:
         """Enqueue every schedule whose latest slot has not fired yet; return their names."""
-        now = now or django_timezone.now()
+        now = now or self.database_now()
         fired = []
         for schedule in self.schedules.values():
             try:

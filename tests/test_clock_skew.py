@@ -77,3 +77,22 @@ def test_a_worker_with_a_wrong_clock_rescues_nothing_live_and_starts_nothing_ear
     assert not TaskRecord.objects.filter(errors__contains="WorkerLost").exists() or (
         connection.vendor != "postgresql"
     )
+
+
+def test_periodic_slots_go_on_after_a_worker_with_a_fast_clock_stops(
+    worker_process: StartWorker,
+) -> None:
+    """A worker 60 s ahead fires the slots of the database's clock, not its own: once it
+    stops, an honest worker fires the next slots at once instead of a minute later."""
+    ticks = TaskRecord.objects.filter(task_path="tests.tasks.tick")
+    skewed = worker_process(
+        "--worker-id", "skewed", env={**_skewed("+60s"), "SQLTASKS_PERIODIC_EVERY": "1"}
+    )
+    wait_for(lambda: ticks.count() >= 2, timeout=30)
+    skewed.signal(signal.SIGTERM)
+    assert skewed.wait(timeout=30) == 0, skewed.output
+    before = ticks.count()
+    honest = worker_process("--worker-id", "honest", env={"SQLTASKS_PERIODIC_EVERY": "1"})
+    wait_for(lambda: ticks.count() >= before + 2, timeout=10)
+    honest.signal(signal.SIGTERM)
+    assert honest.wait(timeout=30) == 0, honest.output

@@ -8,6 +8,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
+from functools import partial
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
@@ -117,8 +118,12 @@ class Maintenance:
         if not scheduler.schedules:
             return
         while self._scheduling.is_set():
-            self._guarded("Periodic tasks", scheduler.run_due)
-            now = timezone.now()
+            # Slots go by the database's clock; the wait between them by this process's.
+            now = self._guarded("Reading the database's clock", scheduler.database_now)
+            if now is None:
+                now = timezone.now()
+            else:
+                self._guarded("Periodic tasks", partial(scheduler.run_due, now))
             try:
                 upcoming = scheduler.next_wakeup(now)
             except Exception:
