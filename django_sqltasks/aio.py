@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from . import packet
 from .sql import NewTask, dialect_for
 
 if TYPE_CHECKING:
@@ -194,8 +195,13 @@ class ThreadWriter(Writer):
 
     def _insert_sync(self, rows: Sequence[NewTask], notify: bool) -> None:
         connection = connections[self.database]
+        dialect = dialect_for(connection)
+        limit = dialect.max_statement_bytes()
+        # A coalesced batch of rows that each fit may not fit as one INSERT (MySQL).
+        batches = [rows] if limit is None else list(packet.statements(rows, limit))
         with connection.cursor() as cursor:
-            dialect_for(connection).insert(cursor, rows, notify=notify)
+            for batch in batches:
+                dialect.insert(cursor, batch, notify=notify)
 
     async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
         await self._insert(rows, notify)

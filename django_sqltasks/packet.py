@@ -8,38 +8,20 @@ server's value, read once per connection.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .sql import NewTask
+from .sql import NewTask, dialect_for
 
 # Bytes of an INSERT besides its JSON arguments: the statement text, the id, the task path,
 # the queue and backend names, dates. Generous, so a statement that passes is sent whole.
 ROW_OVERHEAD = 4096
 STATEMENT_OVERHEAD = 1024  # bytes of "INSERT INTO ... VALUES" once per statement
-# The attribute that caches the server's value on a DB-API connection object, so a new
-# connection (after a reconnect, or CONN_MAX_AGE) reads it again.
-CACHE_ATTRIBUTE = "_sqltasks_max_allowed_packet"
-# Asked of the server once per connection; a read of a variable, not a query of the tables.
-MAX_ALLOWED_PACKET_SQL = "SELECT @@max_allowed_packet"
 
 
 def max_allowed_packet(connection: Any) -> int | None:
     """The server's ``max_allowed_packet`` in bytes on MySQL/MariaDB; None elsewhere."""
-    if connection.vendor != "mysql":
-        return None
-    connection.ensure_connection()
-    raw = connection.connection
-    cached: int | None = getattr(raw, CACHE_ATTRIBUTE, None)
-    if cached is None:
-        with connection.cursor() as cursor:
-            cursor.execute(MAX_ALLOWED_PACKET_SQL)
-            cached = int(cursor.fetchone()[0])
-        # A driver object that takes no attributes is asked each time instead.
-        with contextlib.suppress(AttributeError):
-            setattr(raw, CACHE_ATTRIBUTE, cached)
-    return cached
+    return dialect_for(connection).max_statement_bytes()
 
 
 def escaped_size(text: str) -> int:

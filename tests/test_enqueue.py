@@ -244,3 +244,22 @@ async def test_a_failing_task_enqueued_receiver_fails_only_its_own_aenqueue() ->
     count = await TaskRecord.objects.filter(task_path=tasks.add.module_path).acount()
     assert count == 20
     await close_thread_connections()
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="max_allowed_packet is MySQL's")
+async def test_a_coalesced_batch_over_max_allowed_packet_is_split(settings: Any) -> None:
+    """Each row fits the server's max_allowed_packet, their batch does not: it is written as
+    several INSERTs, and every caller gets its row."""
+    set_backend_options(settings, MAX_PAYLOAD_BYTES=None)
+
+    def packet() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT @@max_allowed_packet")
+            return int(cursor.fetchone()[0])
+
+    size = await sync_to_async(packet)() // 8
+    results = await asyncio.gather(*(tasks.echo.aenqueue("x" * size) for _ in range(20)))
+    ids = {r.id for r in results}
+    count = await TaskRecord.objects.filter(id__in=ids).acount()
+    await close_thread_connections()
+    assert count == 20

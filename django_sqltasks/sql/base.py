@@ -204,6 +204,10 @@ class Dialect:
         """Say which version is needed if the server is too old for django-sqltasks."""
         return None
 
+    def max_statement_bytes(self) -> int | None:
+        """The largest statement the server accepts, in bytes, if it has a limit to heed."""
+        return None
+
     def outcome_problem(self, outcome: Outcome) -> str | None:
         """Say why ``outcome`` cannot be written as it is (too large for one statement, say),
         before trying; None if nothing is known against it."""

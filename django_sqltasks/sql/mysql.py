@@ -6,6 +6,7 @@ UPDATE writes, instead of reading them back.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -38,9 +39,15 @@ TRANSIENT_CODES = CONTENTION_CODES | {1040, 1053, 1927, 2002, 2003, 2006, 2013, 
 STATEMENT_OVERHEAD = 64 * 1024  # bytes of an outcome's statement besides its two large values
 
 
+# The attribute that caches the server's max_allowed_packet on a DB-API connection object, so
+# a new connection (after a reconnect, or CONN_MAX_AGE) reads it again.
+PACKET_CACHE_ATTRIBUTE = "_sqltasks_max_allowed_packet"
+# Asked of the server once per connection; a read of a variable, not a query of the tables.
+MAX_ALLOWED_PACKET_SQL = "SELECT @@max_allowed_packet"
+
+
 class MySQLDialect(Dialect):
     product = "MySQL"
-    _max_packet: int | None = None  # the server's max_allowed_packet, read once
 
     def __init__(self, connection: Any) -> None:
         super().__init__(connection)
@@ -73,21 +80,28 @@ class MySQLDialect(Dialect):
             return self.too_old(version, MIN_MARIADB) if version < MIN_MARIADB else None
         return self.too_old(version, MIN_MYSQL) if version < MIN_MYSQL else None
 
-    def max_packet(self) -> int:
-        """The server's ``max_allowed_packet`` in bytes (read on first use)."""
-        if self._max_packet is None:
-            # This dialect is shared by every thread: use the calling thread's connection.
-            with self.current_connection().cursor() as cursor:
-                cursor.execute("SELECT @@max_allowed_packet")
-                self._max_packet = int(cursor.fetchone()[0])
-        return self._max_packet
+    def max_statement_bytes(self) -> int:
+        """The server's ``max_allowed_packet`` (read once per connection): a larger statement
+        is not refused with an error, the server drops the connection (2006, 1153)."""
+        connection = self.current_connection()
+        connection.ensure_connection()
+        raw = connection.connection
+        cached: int | None = getattr(raw, PACKET_CACHE_ATTRIBUTE, None)
+        if cached is None:
+            with connection.cursor() as cursor:
+                cursor.execute(MAX_ALLOWED_PACKET_SQL)
+                cached = int(cursor.fetchone()[0])
+            # A driver object that takes no attributes is asked each time instead.
+            with contextlib.suppress(AttributeError):
+                setattr(raw, PACKET_CACHE_ATTRIBUTE, cached)
+        return cached
 
     def outcome_problem(self, outcome: Outcome) -> str | None:
         # A statement over max_allowed_packet makes the server drop the connection (error
         # 1153 or 2006): say so before sending it. Characters are at most 4 bytes in utf8mb4;
         # count bytes only when that bound is over the limit.
         values = [outcome.return_value or "", outcome.error_traceback or ""]
-        limit = self.max_packet() - STATEMENT_OVERHEAD
+        limit = self.max_statement_bytes() - STATEMENT_OVERHEAD
         if sum(len(v) for v in values) * 4 <= limit:
             return None
         size = sum(len(v.encode("utf-8", "surrogatepass")) for v in values)
@@ -95,7 +109,8 @@ class MySQLDialect(Dialect):
             return None
         return (
             f"it is {size:,} bytes, over what one statement can carry on this server "
-            f"(max_allowed_packet is {self.max_packet():,} bytes): raise max_allowed_packet, "
+            f"(max_allowed_packet is {self.max_statement_bytes():,} bytes): raise "
+            "max_allowed_packet, "
             "or set MAX_PAYLOAD_BYTES so that oversized return values fail when returned"
         )
 

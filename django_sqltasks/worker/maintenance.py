@@ -8,8 +8,8 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from functools import partial
 from concurrent.futures import Executor
+from functools import partial
 from typing import Any, TypeVar
 
 from django.utils import timezone
