@@ -6,6 +6,7 @@ import numbers
 import sys
 import uuid
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from .options import BackendOptions, OptionError
 from .results import result_from_row, undecodable_row
 from .serialization import check_arguments, dumps, text_problem
 from .sql import NewTask, dialect_for
+from .subject import subject_of_task
 from .task import SQLTask, dedupe_key, validate_options
 from .wakeup import has_local_listeners, notify_local
 
@@ -211,14 +213,36 @@ class SQLTaskBackend(BaseTaskBackend):
         self._write_or_defer([row], [result])
         return result
 
+    def _with_subject(self, task: Task) -> AbstractContextManager[Any]:
+        """One transaction for the INSERT and the subject's UPDATE, for a task with a subject
+        (others are one statement, and pay no transaction)."""
+        if subject_of_task(task) is None:
+            return nullcontext()
+        return transaction.atomic(using=self.database)
+
+    def _store_subject(self, rows: Sequence[NewTask], task: Task) -> None:
+        """Record the subject of ``task`` on its new ``rows``, in the caller's transaction."""
+        subject = subject_of_task(task)
+        if subject is not None:
+            from .models import TaskRecord
+
+            TaskRecord.objects.using(self.database).filter(id__in=[r.id for r in rows]).update(
+                subject_type=subject.type, subject_id=subject.id
+            )
+
     def _enqueue_deduplicated(self, row: NewTask, result: TaskResult) -> TaskResult:
         """Insert ``row``, or return the live task that already holds its dedupe key."""
         assert row.dedupe_key is not None
         connection = connections[self.database]
         dialect = dialect_for(connection)
         for _ in range(DEDUPE_TRIES):
-            with installation.explain_missing_tables(self.database), connection.cursor() as cursor:
+            with (
+                installation.explain_missing_tables(self.database),
+                self._with_subject(result.task),
+                connection.cursor() as cursor,
+            ):
                 if dialect.insert_deduplicated(cursor, row, notify=self.config.notify):
+                    self._store_subject([row], result.task)
                     self._after_write([row], [result])
                     return result
                 existing = dialect.live_task_with_key(cursor, row.dedupe_key)
@@ -282,7 +306,11 @@ class SQLTaskBackend(BaseTaskBackend):
         connection = connections[database]
         dialect = dialect_for(connection)
         limit = packet.max_allowed_packet(connection)
-        with installation.explain_missing_tables(database), connection.cursor() as cursor:
+        with (
+            installation.explain_missing_tables(database),
+            self._with_subject(results[0].task),
+            connection.cursor() as cursor,
+        ):
             if len(rows) == 1:
                 dialect.insert(cursor, rows, notify=self.config.notify)
             elif limit is None:
@@ -290,6 +318,7 @@ class SQLTaskBackend(BaseTaskBackend):
             else:  # MySQL: each INSERT must fit in one packet
                 for run in packet.statements(rows, limit):
                     dialect.bulk_insert(cursor, run, notify=self.config.notify)
+            self._store_subject(rows, results[0].task)
         self._after_write(rows, results)
 
     def _after_write(self, rows: list[NewTask], results: list[TaskResult]) -> None:
@@ -319,6 +348,9 @@ class SQLTaskBackend(BaseTaskBackend):
         if row.dedupe_key is not None:
             deduplicated: TaskResult = await sync_to_async(self._enqueue_deduplicated)(row, result)
             return deduplicated
+        if subject_of_task(task) is not None:  # two statements: not for the shared INSERTs
+            await sync_to_async(self._write)([row], [result])
+            return result
         coalescer = await coalescer_for(self)
         await coalescer.submit(row, result)
         return result

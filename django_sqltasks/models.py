@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 from django.utils import timezone
@@ -61,6 +61,13 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
     def finished_before(self, cutoff: datetime) -> TaskRecordQuerySet:
         """Finished tasks whose finished_at is at or before ``cutoff``."""
         return self.finished().filter(finished_at__lte=cutoff)
+
+    def for_subject(self, obj: Any) -> TaskRecordQuerySet:
+        """Tasks enqueued about ``obj``, a saved model instance (or a ``Subject``)."""
+        from .subject import subject_of
+
+        subject = subject_of(obj)
+        return self.filter(subject_type=subject.type, subject_id=subject.id)
 
 
 class TaskRecord(models.Model):
@@ -125,6 +132,15 @@ class TaskRecord(models.Model):
         ),
     )
 
+    # The model row the task is about (task.using(subject=obj)): its concrete model's label
+    # and its primary key as text. NULL: about no row.
+    subject_type = models.CharField(  # noqa: DJ001 - NULL: no subject
+        _("subject type"), max_length=100, null=True, blank=True
+    )
+    subject_id = models.CharField(  # noqa: DJ001 - NULL: no subject
+        _("subject id"), max_length=255, null=True, blank=True
+    )
+
     objects = TaskRecordQuerySet.as_manager()
 
     class Meta:
@@ -175,6 +191,14 @@ class TaskRecord(models.Model):
                 name="sqltasks_finished_idx",
                 where=models.Q(status__in=FINISHED_STATUSES),
                 fallback=["status"],
+            ),
+            # Serves the tasks of one row (for_subject): its admin page, and the cancelling of
+            # its READY tasks when it is deleted. Rows about no subject are left out of it.
+            PartialIndex(
+                fields=["subject_type", "subject_id"],
+                name="sqltasks_subject_idx",
+                where=models.Q(subject_type__isnull=False),
+                fallback=[],
             ),
             # No other index: a status change rewrites the row in every index (the partial
             # indexes' predicates name status, so no update is HOT), and each one cost the

@@ -10,7 +10,7 @@ import hashlib
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .compat import InvalidTask, Task
@@ -18,6 +18,7 @@ from .serialization import dumps, text_problem
 
 if TYPE_CHECKING:
     from .options import BackendOptions
+    from .subject import Subject
 
 MAX_DEDUPE_KEY_LENGTH = 255  # TaskRecord.dedupe_key
 
@@ -34,8 +35,23 @@ class SQLTask(Task):
     retry_backoff: float | None = None
     # Seconds an attempt may run; None: the backend's TIMEOUT (no limit by default).
     timeout: float | None = None
-    # True: one live task per (task, arguments); a callable: one per key it returns.
-    dedupe: bool | Callable[..., str] = False
+    # True: one live task per (task, arguments); a callable: one per key it returns;
+    # "subject": one per subject (see using(subject=...)).
+    dedupe: bool | str | Callable[..., str] = False
+    # The model row this task's enqueues are about; set by using(subject=obj), never by @task.
+    # Left out of equality and hashing: the backend validates a task once, whatever its subject.
+    subject: Subject | None = field(default=None, compare=False)
+
+    def using(self, *, subject: Any = ..., **changes: Any) -> SQLTask:
+        """Django's ``Task.using()``, plus ``subject``: a saved model instance the enqueued
+        tasks are about (stored with them, see docs/tasks.md), or None for none."""
+        task: SQLTask = Task.using(self, **changes)  # type: ignore[assignment]
+        if subject is ...:
+            return task
+        from .subject import with_subject
+
+        clone: SQLTask = with_subject(task, subject)  # type: ignore[assignment]
+        return clone
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +120,17 @@ def validate_options(task: Task) -> None:
         ):
             rule = "a positive" if name == "timeout" else "a non-negative"
             raise InvalidTask(f"{name} must be {rule} number of seconds, not {value!r}.")
+    subject = getattr(task, "subject", None)
+    if subject is not None:
+        from .subject import Subject
+
+        if not isinstance(subject, Subject):
+            raise InvalidTask(
+                f"subject is set per enqueue with .using(subject=obj), not by @task: {subject!r}."
+            )
     dedupe = getattr(task, "dedupe", False)
-    if not isinstance(dedupe, bool) and not callable(dedupe):
-        raise InvalidTask(f"dedupe must be True, False or a callable, not {dedupe!r}.")
+    if not isinstance(dedupe, bool) and not callable(dedupe) and dedupe != "subject":
+        raise InvalidTask(f"dedupe must be True, False, 'subject' or a callable, not {dedupe!r}.")
 
 
 def dedupe_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
@@ -120,6 +144,14 @@ def dedupe_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | Non
         return None
     if dedupe is True:
         key = hashlib.sha256(dumps([args, kwargs]).encode()).hexdigest()
+    elif dedupe == "subject":
+        subject = getattr(task, "subject", None)
+        if subject is None:
+            raise InvalidTask(
+                f"{task.module_path} deduplicates by subject (dedupe='subject'): enqueue it "
+                "with .using(subject=obj)."
+            )
+        key = f"subject:{subject}"
     else:
         key = dedupe(*args, **kwargs)
         if not isinstance(key, str) or not key:

@@ -42,3 +42,9 @@ def fails_with_backoff() -> None:
 def overruns_and_raises() -> None:
     time.sleep(0.2)
     raise ValueError("after the timeout")
+
+
+@task(dedupe="subject")
+def reindex(reason: str = "") -> str:
+    """One live task per subject, whatever its arguments."""
+    return reason
