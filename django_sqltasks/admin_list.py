@@ -14,13 +14,15 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.translation import gettext_lazy as _
 
 from .models import TaskRecord, WorkerRecord
+from .sql import dialect_for
 
 EXACT_COUNT_BELOW = 1000  # rows: results smaller than this are counted exactly
 RECENT_TASKS_SCANNED = 2000  # newest tasks whose paths fill the task filter
 
 
 class EstimatedCountPaginator(Paginator):
-    """On PostgreSQL, count large results from the planner's estimate instead of COUNT(*).
+    """Where the planner's estimate is cheap (PostgreSQL), count large results from it
+    instead of COUNT(*).
 
     An exact count reads every matching row. Here a bounded count reads at most
     ``EXACT_COUNT_BELOW`` of them; a result that large is then given the planner's estimate
@@ -33,7 +35,10 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         queryset = self.object_list
-        if isinstance(queryset, QuerySet) and connections[queryset.db].vendor == "postgresql":
+        if (
+            isinstance(queryset, QuerySet)
+            and dialect_for(connections[queryset.db]).estimates_counts
+        ):
             bounded = queryset.order_by()[:EXACT_COUNT_BELOW].count()
             if bounded < EXACT_COUNT_BELOW:
                 return bounded

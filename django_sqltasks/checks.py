@@ -9,16 +9,14 @@ from typing import TYPE_CHECKING, Any
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
+
+from .sql import unsupported_version
 
 if TYPE_CHECKING:
     from .backend import SQLTaskBackend
 
 # Oldest supported server versions, and why.
-MIN_POSTGRESQL = (13,)  # oldest PostgreSQL still maintained when this was written
-MIN_SQLITE = (3, 35)  # UPDATE ... RETURNING, used by the claim
-MIN_MARIADB = (10, 6)  # SKIP LOCKED
-MIN_MYSQL = (8, 0)  # SKIP LOCKED
 MAX_QUEUE_NAME_LENGTH = 64  # TaskRecord.queue_name
 STUCK_AFTER = timedelta(minutes=5)  # how long due tasks wait, unserved, before a warning
 
@@ -154,40 +152,3 @@ def check_unserved_queues(
                 "--queue options of a running worker.",
                 id="django_sqltasks.W001",
             )
-
-
-def unsupported_version(alias: str) -> str | None:
-    """Say which version is needed if ``alias`` runs a server too old for django-sqltasks."""
-    connection = connections[alias]
-    vendor = connection.vendor
-    if vendor == "postgresql":
-        version = divmod(connection.pg_version, 10000)  # type: ignore[attr-defined]
-        if version[:1] < MIN_POSTGRESQL:
-            return _too_old(alias, "PostgreSQL", version, MIN_POSTGRESQL)
-    elif vendor == "sqlite":
-        version = connection.Database.sqlite_version_info  # type: ignore[attr-defined]
-        if version < MIN_SQLITE:
-            return _too_old(alias, "SQLite", version, MIN_SQLITE)
-    elif vendor == "mysql":
-        connection.ensure_connection()
-        version = connection.mysql_version  # type: ignore[attr-defined]
-        if connection.mysql_is_mariadb:  # type: ignore[attr-defined]
-            if version < MIN_MARIADB:
-                return _too_old(alias, "MariaDB", version, MIN_MARIADB)
-        elif version < MIN_MYSQL:
-            return _too_old(alias, "MySQL", version, MIN_MYSQL)
-    else:
-        return (
-            f"Database {alias!r} is {connection.display_name}; django-sqltasks needs PostgreSQL, "
-            "SQLite, MariaDB or MySQL."
-        )
-    return None
-
-
-def _too_old(alias: str, product: str, version: Sequence[int], needed: Sequence[int]) -> str:
-    have = ".".join(map(str, version[: len(needed) + 1]))
-    need = ".".join(map(str, needed))
-    return (
-        f"Database {alias!r} runs {product} {have}; django-sqltasks needs {product} {need} "
-        "or newer."
-    )

@@ -13,6 +13,7 @@ from django.test import override_settings
 from django_sqltasks import SQLTaskBackend, checks
 from django_sqltasks.compat import InvalidTaskBackend, task_backends
 from django_sqltasks.options import BackendOptions, OptionError
+from django_sqltasks.sql import dialect_for
 from tests import tasks
 
 BASE = {"BACKEND": "django_sqltasks.SQLTaskBackend", "QUEUES": ["default"]}
@@ -92,12 +93,20 @@ def test_supported_database_version_passes() -> None:
 
 
 def test_too_old_version_message_names_what_is_needed() -> None:
-    assert checks._too_old("default", "SQLite", (3, 31, 1), checks.MIN_SQLITE) == (
-        "Database 'default' runs SQLite 3.31.1; django-sqltasks needs SQLite 3.35 or newer."
-    )
-    assert "needs PostgreSQL 13 or newer" in checks._too_old(
-        "default", "PostgreSQL", (12, 5), checks.MIN_POSTGRESQL
-    )
+    from django_sqltasks.sql.postgresql import MIN_VERSION as MIN_POSTGRESQL
+    from django_sqltasks.sql.sqlite import MIN_VERSION as MIN_SQLITE
+
+    dialect = dialect_for(connection)
+    dialect_product = dialect.product
+    try:
+        dialect.product = "SQLite"
+        assert dialect.too_old((3, 31, 1), MIN_SQLITE) == (
+            "Database 'default' runs SQLite 3.31.1; django-sqltasks needs SQLite 3.35 or newer."
+        )
+        dialect.product = "PostgreSQL"
+        assert "needs PostgreSQL 13 or newer" in dialect.too_old((12, 5), MIN_POSTGRESQL)
+    finally:
+        dialect.product = dialect_product
 
 
 @pytest.mark.django_db

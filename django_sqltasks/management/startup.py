@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError, connections
 
+from django_sqltasks.sql import dialect_for
+
 logger = logging.getLogger("django_sqltasks")
 
 FIRST_WAIT = 0.5  # seconds before the second try
@@ -21,11 +23,7 @@ class DatabaseUnreachable(Exception):
 def describe(alias: str, error: BaseException) -> str:
     """Say in one line which database could not be reached, where, and why."""
     connection = connections[alias]
-    settings = connection.settings_dict
-    host = settings.get("HOST") or "localhost"
-    where = f"{host}:{settings['PORT']}" if settings.get("PORT") else host
-    if connection.vendor == "sqlite":
-        where = str(settings.get("NAME"))
+    where = dialect_for(connection).location()
     reason = " ".join(str(error).split())  # drivers' messages span lines; a log line must not
     return f"Cannot connect to database {alias!r} ({connection.vendor} at {where}): {reason}"
 

@@ -204,6 +204,12 @@ class Dialect:
         """Say which version is needed if the server is too old for django-sqltasks."""
         return None
 
+    def location(self) -> str:
+        """Where the database is, for people: its host and port."""
+        settings_dict = self.connection.settings_dict
+        host = settings_dict.get("HOST") or "localhost"
+        return f"{host}:{settings_dict['PORT']}" if settings_dict.get("PORT") else host
+
     def max_statement_bytes(self) -> int | None:
         """The largest statement the server accepts, in bytes, if it has a limit to heed."""
         return None

@@ -34,6 +34,9 @@ class SQLiteDialect(Dialect):
         # locked" (or a table of it). Other OperationalErrors (no such table, too big) stay.
         return isinstance(error, OperationalError) and "locked" in str(error)
 
+    def location(self) -> str:
+        return str(self.connection.settings_dict.get("NAME"))  # a file
+
     def is_contention(self, error: BaseException) -> bool:
         return self.is_transient(error)
 
