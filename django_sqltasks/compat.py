@@ -69,9 +69,17 @@ elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by t
 
     TASKS_LOGGER = "django_tasks"
 else:  # pragma: no cover
+    import sys
+
     raise ImportError(
-        "django-sqltasks needs Django Tasks: use Django 6.0+, or install "
-        "'django-sqltasks[compat]' on Django 5.2."
+        "django-sqltasks needs Django Tasks: use Django 6.0+ (which needs Python 3.12+), or "
+        "install 'django-sqltasks[compat]' on Django 5.2"
+        + (
+            f" (this is Python {sys.version_info[0]}.{sys.version_info[1]}: Django 6 is not "
+            "available for it, so pip installed Django 5.2)."
+            if sys.version_info < (3, 12)
+            else "."
+        )
     )
 
 __all__ = [
