@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.core import checks
-from django.db import connections, router, transaction
+from django.db import DatabaseError, ProgrammingError, connections, router, transaction
 from django.utils import timezone
 
 from . import installation, packet
@@ -352,7 +352,14 @@ class SQLTaskBackend(BaseTaskBackend):
             await sync_to_async(self._write)([row], [result])
             return result
         coalescer = await coalescer_for(self)
-        await coalescer.submit(row, result)
+        try:
+            await coalescer.submit(row, result)
+        except Exception as e:
+            if not installation.is_missing_table(e):
+                raise
+            # PostgreSQL's native writer raises the driver's error: give Django's class.
+            kind = type(e) if isinstance(e, DatabaseError) else ProgrammingError
+            raise kind(installation.not_migrated(self.database)) from e
         return result
 
     async def aenqueue_many(

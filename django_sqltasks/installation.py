@@ -8,11 +8,9 @@ from contextlib import contextmanager
 
 from django.db import DatabaseError, connections
 
+from .sql import names_missing_table
+
 APP = "django_sqltasks"
-# Driver codes for "no such table" and "no such column": what a missing migration looks like.
-POSTGRESQL_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
-MYSQL_MISSING = {1146, 1054}  # ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR
-SQLITE_MISSING = ("no such table", "no such column", "has no column named")
 
 
 def not_installed(alias: str) -> str:
@@ -32,20 +30,9 @@ def not_migrated(database: str, unapplied: list[str] | None = None) -> str:
 
 def is_missing_table(error: BaseException) -> bool:
     """Whether ``error`` says a table or column of this app does not exist."""
-    cause = error.__cause__ or error
-    code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)  # psycopg 3, 2
-    args = getattr(cause, "args", ())
-    if type(cause).__module__.startswith("MySQLdb") and args:
-        code = args[0]
     message = str(error)
-    missing = (
-        code in POSTGRESQL_MISSING
-        or code in MYSQL_MISSING
-        or message.startswith(SQLITE_MISSING[:2])
-        or SQLITE_MISSING[2] in message
-    )
     # MySQL names no table for a missing column; every other message names ours.
-    return missing and (APP in message or code == 1054)
+    return names_missing_table(error) and (APP in message or "Unknown column" in message)
 
 
 def unapplied_migrations(database: str) -> list[str]:

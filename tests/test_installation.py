@@ -74,14 +74,23 @@ ENQUEUE = (
     "except Exception as e:\n"
     "    print(type(e).__name__, e)\n"
 )
+AENQUEUE = (
+    "import asyncio, django; django.setup()\n"
+    "from tests import tasks\n"
+    "try:\n"
+    "    asyncio.run(tasks.add.aenqueue(1, 2))\n"
+    "except Exception as e:\n"
+    "    print(type(e).__name__, e)\n"
+)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_forgotten_migrate_is_reported_the_same_way_everywhere() -> None:
     with empty_database() as env:
-        enqueued = run(env, "-c", ENQUEUE)
-        assert MIGRATE in enqueued.stdout, enqueued.stdout + enqueued.stderr
-        assert enqueued.stdout.split()[0] in {"ProgrammingError", "OperationalError"}
+        for code in (ENQUEUE, AENQUEUE):
+            enqueued = run(env, "-c", code)
+            assert MIGRATE in enqueued.stdout, enqueued.stdout + enqueued.stderr
+            assert enqueued.stdout.split()[0] in {"ProgrammingError", "OperationalError"}
 
         status = run(env, "-m", "django", "tasks_status")
         assert status.returncode == 1

@@ -41,6 +41,18 @@ def _make_dialect(connection: BaseDatabaseWrapper) -> Dialect:
     )
 
 
+def names_missing_table(error: BaseException) -> bool:
+    """Whether ``error``, from any supported database, says a table or column is missing."""
+    from .mysql import MySQLDialect
+    from .postgresql import PostgreSQLDialect
+    from .sqlite import SQLiteDialect
+
+    return any(
+        dialect.names_missing_table(error)
+        for dialect in (PostgreSQLDialect, MySQLDialect, SQLiteDialect)
+    )
+
+
 def unsupported_version(alias: str) -> str | None:
     """Say which version is needed if ``alias`` runs a server too old for django-sqltasks, or
     a database it does not support at all."""
@@ -61,5 +73,6 @@ __all__ = [
     "NewTask",
     "Outcome",
     "dialect_for",
+    "names_missing_table",
     "unsupported_version",
 ]

@@ -194,6 +194,12 @@ class Dialect:
         Anything else (a value the database refuses, a statement it cannot run) is not."""
         return isinstance(error, InterfaceError)
 
+    @staticmethod
+    def names_missing_table(error: BaseException) -> bool:
+        """Whether ``error`` (Django's or the driver's) says a table or column does not exist:
+        what a missing migration looks like on this database."""
+        return False
+
     def is_contention(self, error: BaseException) -> bool:
         """Whether ``error`` is a transient error caused by other transactions (a lock wait
         timeout, a deadlock, a serialization failure, a busy database file): never the fault

@@ -34,6 +34,7 @@ MIN_MYSQL = (8, 0)  # SKIP LOCKED
 # (2002, 2003), server gone away (2006), lost connection (2013, 2055), disconnected for
 # inactivity (4031). A packet over max_allowed_packet (1153) is not one of them: it fails the
 # same way every time.
+MISSING_CODES = frozenset({1146, 1054})  # ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR
 CONTENTION_CODES = frozenset({1205, 1213})
 TRANSIENT_CODES = CONTENTION_CODES | {1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
 STATEMENT_OVERHEAD = 64 * 1024  # bytes of an outcome's statement besides its two large values
@@ -66,6 +67,16 @@ class MySQLDialect(Dialect):
             return True
         args: tuple[Any, ...] = getattr(driver_error(error), "args", ())
         return bool(args) and args[0] in TRANSIENT_CODES
+
+    @staticmethod
+    def names_missing_table(error: BaseException) -> bool:
+        cause = driver_error(error)
+        args: tuple[Any, ...] = getattr(cause, "args", ())
+        return (
+            type(cause).__module__.startswith("MySQLdb")
+            and bool(args)
+            and (args[0] in MISSING_CODES)
+        )
 
     def is_contention(self, error: BaseException) -> bool:
         args: tuple[Any, ...] = getattr(driver_error(error), "args", ())

@@ -31,6 +31,7 @@ COLUMNS = ", ".join(f"{c}::text" if c in JSON_SHAPES else c for c in RETURNED_CO
 # SQLSTATEs that may go away by themselves: serialization failure, deadlock, lock not
 # available (lock_timeout), query canceled (statement_timeout), too many connections, and the
 # server shutting down or starting. Class 08 (connection exceptions) is matched by prefix.
+MISSING_SQLSTATES = frozenset({"42P01", "42703"})  # undefined_table, undefined_column
 CONTENTION_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014"})
 TRANSIENT_SQLSTATES = CONTENTION_SQLSTATES | {"53300", "57P01", "57P02", "57P03"}
 # What a multi-row INSERT reads from its JSON document: the columns a new task does not share
@@ -54,6 +55,12 @@ class PostgreSQLDialect(Dialect):
             return sqlstate.startswith("08") or sqlstate in TRANSIENT_SQLSTATES
         # No SQLSTATE: the client lost the server (closed connection, broken socket).
         return isinstance(error, (OperationalError, InterfaceError))
+
+    @staticmethod
+    def names_missing_table(error: BaseException) -> bool:
+        cause = driver_error(error)
+        code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)  # psycopg 3, 2
+        return code in MISSING_SQLSTATES
 
     def is_contention(self, error: BaseException) -> bool:
         return getattr(driver_error(error), "sqlstate", None) in CONTENTION_SQLSTATES

@@ -21,6 +21,7 @@ RETURNING = ", ".join(RETURNED_COLUMNS)
 MIN_VERSION = (3, 35)  # UPDATE ... RETURNING, used by the claim
 # The statement that tells whether another connection has committed since it last ran.
 DATA_VERSION_SQL = "PRAGMA data_version"
+MISSING_MESSAGES = ("no such table", "no such column", "has no column named")
 
 
 class SQLiteDialect(Dialect):
@@ -36,6 +37,11 @@ class SQLiteDialect(Dialect):
 
     def location(self) -> str:
         return str(self.connection.settings_dict.get("NAME"))  # a file
+
+    @staticmethod
+    def names_missing_table(error: BaseException) -> bool:
+        message = str(error)
+        return message.startswith(MISSING_MESSAGES[:2]) or MISSING_MESSAGES[2] in message
 
     def is_contention(self, error: BaseException) -> bool:
         return self.is_transient(error)
