@@ -25,6 +25,7 @@ from ..signals import Receivers
 from ..sql import ClaimedRow, Outcome
 from . import attempt as attempts
 from .completer import Completer, send
+from .link import SupervisorLink
 from .threads import SignalThread, TaskThreads
 
 logger = logging.getLogger("django_sqltasks")
@@ -56,6 +57,7 @@ class Executor:
         signals: SignalThread,
         completer: Completer,
         done: Callable[[uuid.UUID], None],
+        supervisor: SupervisorLink | None = None,
     ) -> None:
         # Set once here, read from any thread.
         self._config = backend.config
@@ -66,6 +68,9 @@ class Executor:
         self._signals = signals
         self._completer = completer
         self._done = done
+        # With --processes: sync tasks' timeouts and cancels are the supervisor's, which can
+        # stop them (by replacing this process); without, a timeout only frees the slot.
+        self._supervisor = supervisor
         # Owned by the loop thread.
         self._async_starting: list[tuple[ClaimedRow, Receivers]] = []  # start this turn
         self._jobs: set[asyncio.Task[None]] = set()  # async tasks, and batches starting
@@ -182,7 +187,7 @@ class Executor:
         self._cancel_requested.add(task_id)
         job = self._by_id.get(task_id)
         if job is None:
-            return False
+            return self._supervisor is not None and self._supervisor.cancel(task_id)
         job.cancel()
         return True
 
@@ -208,7 +213,9 @@ class Executor:
                 return
             send(started, attempt)
             timeout = attempt.policy.timeout
-            if timeout is not None:
+            if self._supervisor is not None:
+                self._supervisor.sync_started(row.id, timeout)
+            elif timeout is not None:
                 self._loop.call_soon_threadsafe(
                     self._loop.call_later, timeout, self._sync_timed_out, attempt
                 )
@@ -226,6 +233,8 @@ class Executor:
                 if not late:
                     self._succeeded(attempt, outcome, value)
         finally:
+            if self._supervisor is not None:
+                self._supervisor.sync_ended(row.id)
             if late:
                 logger.warning("Task id=%s ended after its timeout; its result is ignored", row.id)
                 self._threads.drop_stand_in()  # its stand-in thread is no longer needed

@@ -39,6 +39,7 @@ class Maintenance:
         progress: Progress,
         stopped: threading.Event,
         on_cancel_requested: Callable[[list[uuid.UUID]], None],
+        on_beat: Callable[[bool], None] | None = None,
     ) -> None:
         from ..pruning import Retention  # imports the models: not at module import
 
@@ -52,9 +53,14 @@ class Maintenance:
         self._stopped = stopped  # set by the runner: the threads end
         self._scheduling = threading.Event()  # set while periodic tasks may be enqueued
         self._on_cancel_requested = on_cancel_requested
+        # Told at the start and at each heartbeat whether the lease was renewed (a liveness
+        # probe's file, the supervisor's pipe); called on the heartbeat thread.
+        self._on_beat = on_beat
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
+        """Start the threads (the lease was just taken: a renewal for ``on_beat``)."""
+        self._report(True)
         self._scheduling.set()
         for target, name in (
             (self._heartbeat_loop, "sqltasks-heartbeat"),
@@ -92,13 +98,26 @@ class Maintenance:
                 ", ".join(f"{role} has failed for {seconds:.0f}s" for role, seconds in stalled),
                 extra={"action": "lease_withheld", "worker_id": self.lease.worker_id},
             )
+            self._report(False)
             return
-        self._guarded("Heartbeat", self.lease.heartbeat)
+        self._report(self._guarded("Heartbeat", self._renew) is not None)
         requested = self._guarded("Reading cancel requests", self.lease.cancel_requests)
         if requested:
             self._on_cancel_requested(requested)
         if self.retention is not None and self.retention.due():
             self._guarded("Pruning", self.retention.run)
+
+    def _renew(self) -> bool:
+        self.lease.heartbeat()
+        return True
+
+    def _report(self, renewed: bool) -> None:
+        if self._on_beat is None:
+            return
+        try:
+            self._on_beat(renewed)
+        except Exception:
+            logger.exception("Reporting the heartbeat failed worker_id=%s", self.lease.worker_id)
 
     def _guarded(self, what: str, fn: Callable[[], T]) -> T | None:
         """Run ``fn`` on the database thread, riding out transient errors; log any other."""

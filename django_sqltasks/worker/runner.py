@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from django.db import DatabaseError, connections
@@ -26,6 +27,7 @@ from ..wakeup import Wakeup, wakeup_for
 from .completer import Completer
 from .executor import Executor
 from .lease import Lease
+from .link import SupervisorLink
 from .maintenance import Maintenance
 from .producer import Producer, Slots
 from .progress import Progress
@@ -52,6 +54,8 @@ class Worker:
         poll_interval: float | None = None,
         shutdown_timeout: float | None = None,
         prefetch: int | None = None,
+        on_beat: Callable[[bool], None] | None = None,
+        supervisor: SupervisorLink | None = None,
     ) -> None:
         task_backend = task_backends[backend]
         if not isinstance(task_backend, SQLTaskBackend):
@@ -130,7 +134,9 @@ class Worker:
             progress=self._progress,
             stopped=self._stopped,
             on_cancel_requested=self._producer.on_cancel_requested,
+            on_beat=on_beat,
         )
+        self._supervisor = supervisor  # None unless run by tasks_worker --processes
         # Owned by the loop thread.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: Executor | None = None
@@ -222,6 +228,7 @@ class Worker:
             signals=self._signals,
             completer=self._completer,
             done=self._producer.task_done,
+            supervisor=self._supervisor,
         )
         self._producer.attach(loop, self._executor)
         self._install_signal_handlers()
