@@ -180,21 +180,7 @@ class Worker:
     def check_database(self) -> None:
         """Check the server version and the task table on the connection the worker will use;
         raise ``RuntimeError`` saying what is wrong."""
-        self._db.submit(self._check_database).result()
-
-    def _check_database(self) -> None:
-        from ..models import TaskRecord
-
-        message = unsupported_version(self.database)
-        if message:
-            raise RuntimeError(message)
-        try:
-            TaskRecord.objects.using(self.database).exists()
-        except DatabaseError as e:
-            raise RuntimeError(
-                f"Cannot read the task table on database {self.database!r} ({e}); run "
-                "'manage.py migrate django_sqltasks' first."
-            ) from e
+        self._db.submit(check_database, self.database).result()
 
     @property
     def claimed(self) -> int:
@@ -333,6 +319,23 @@ class Worker:
             self.running,
         )
         self._begin_stop()
+
+
+def check_database(database: str) -> None:
+    """Check the server version and the task table on this thread's connection to
+    ``database``; raise ``RuntimeError`` saying what is wrong."""
+    from ..models import TaskRecord
+
+    message = unsupported_version(database)
+    if message:
+        raise RuntimeError(message)
+    try:
+        TaskRecord.objects.using(database).exists()
+    except DatabaseError as e:
+        raise RuntimeError(
+            f"Cannot read the task table on database {database!r} ({e}); run "
+            "'manage.py migrate django_sqltasks' first."
+        ) from e
 
 
 def _connect(database: str) -> None:

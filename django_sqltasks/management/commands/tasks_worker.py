@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.crypto import get_random_string
 
 from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
 from django_sqltasks.management import logs, startup
@@ -27,6 +30,10 @@ from django_sqltasks.management.arguments import (
 )
 from django_sqltasks.management.help import HelpFormatter, package_version
 from django_sqltasks.worker import Worker
+from django_sqltasks.worker.health import toucher
+from django_sqltasks.worker.link import SupervisorLink, die_with_parent
+from django_sqltasks.worker.runner import check_database
+from django_sqltasks.worker.supervisor import Supervisor
 
 DEFAULT_CONCURRENCY = 10
 # Ceilings that catch a typo (an extra zero or three) before it becomes thousands of threads
@@ -35,6 +42,9 @@ MAX_CONCURRENCY = 1000
 MAX_PREFETCH = 10_000
 MIN_POLL_INTERVAL = 0.01  # seconds: below this an idle worker commits a claim per few ms
 DEFAULT_METRICS_HOST = "127.0.0.1"  # metrics name queues and tasks: not for other machines
+MAX_PROCESSES = 256  # a typo's ceiling: far above the cores of one machine
+# A supervisor's children are named after it: its id, a dash, and a number.
+MAX_SUPERVISOR_ID_LENGTH = MAX_NAME_LENGTH - 8
 
 EXAMPLES = """\
 examples:
@@ -62,6 +72,19 @@ def worker_id(value: str) -> str:
 
 def host(value: str) -> str:
     return text(value, most=255)
+
+
+def health_file(value: str) -> str:
+    return text(value, "a path", most=4096)
+
+
+def supervisor_link(value: str) -> tuple[int, int]:
+    """The hidden ``--supervisor FD,PID`` a supervisor gives its children."""
+    try:
+        fd, pid = (int(part) for part in value.split(","))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"must be FD,PID, not {value!a}") from e
+    return fd, pid
 
 
 class Command(BaseCommand):
@@ -174,6 +197,38 @@ class Command(BaseCommand):
             help=f"The address --metrics-port listens on (default: {DEFAULT_METRICS_HOST}, this "
             "machine only; 0.0.0.0 for every interface).",
         )
+        parser.add_argument(
+            "--health-file",
+            type=health_file,
+            metavar="PATH",
+            help="Touch this file at each heartbeat while the worker makes progress (with "
+            "--processes: while every worker process does), for a liveness probe that checks "
+            "its age (default: none).",
+        )
+        parser.add_argument(
+            "-p",
+            "--processes",
+            type=whole_number(1, MAX_PROCESSES),
+            metavar="N",
+            help="Run N worker processes under a supervisor that restarts them, renews their "
+            "leases, and stops sync tasks at their timeout by replacing their process "
+            f"(1 to {MAX_PROCESSES}; default: one process, no supervisor).",
+        )
+        parser.add_argument(
+            "--max-tasks-per-child",
+            type=positive_int,
+            metavar="N",
+            help="With --processes: replace a worker process after it has claimed N tasks "
+            "(the replacement starts first; default: no limit).",
+        )
+        parser.add_argument(
+            "--max-memory-per-child",
+            type=positive_int,
+            metavar="MB",
+            help="With --processes: replace a worker process whose resident memory exceeds "
+            "this many MB, checked every second (Linux; default: no limit).",
+        )
+        parser.add_argument("--supervisor", type=supervisor_link, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         loglevel = options["loglevel"]
@@ -186,6 +241,23 @@ class Command(BaseCommand):
             raise CommandError(f"--backend: {e}") from e
         self._check_backend(backend)
         queues = self._queues(backend, options["queues"])
+        if options["processes"] is not None:
+            self._supervise(backend, queues, options)
+            return
+        self._refuse_without_processes(options)
+        link = None
+        if options["supervisor"] is not None:
+            fd, parent = options["supervisor"]
+            die_with_parent(parent)
+            link = SupervisorLink(fd)
+        health = toucher(options["health_file"])
+
+        def on_beat(renewed: bool) -> None:
+            if link is not None:
+                link.beat(renewed, worker.claimed)
+            if health is not None:
+                health(renewed)
+
         try:
             worker = Worker(
                 backend=options["backend"],
@@ -197,17 +269,12 @@ class Command(BaseCommand):
                 poll_interval=options["poll_interval"],
                 shutdown_timeout=options["shutdown_timeout"],
                 prefetch=options["prefetch"],
+                on_beat=on_beat,
+                supervisor=link,
             )
         except ValueError as e:
             raise CommandError(str(e)) from e
-        try:
-            startup.connect(worker.check_database, worker.database, options["wait_for_database"])
-        except startup.DatabaseUnreachable as e:
-            waited = options["wait_for_database"]
-            hint = "" if waited else "; pass --wait-for-database S to wait for it"
-            raise CommandError(f"{e}{hint}") from e
-        except RuntimeError as e:
-            raise CommandError(str(e)) from e
+        self._connect(worker.check_database, worker.database, options)
         if options["metrics_port"] is not None:
             from django_sqltasks import metrics
 
@@ -225,6 +292,73 @@ class Command(BaseCommand):
             # Threads of requeued sync tasks cannot be interrupted; leave without joining them.
             logging.shutdown()
             os._exit(0)
+
+    def _supervise(self, backend: Any, queues: list[str], options: dict[str, Any]) -> None:
+        """Check the options and the database, then run the worker processes' supervisor."""
+        for option in ("max_tasks", "metrics_port"):
+            if options[option] is not None:
+                flag = "--" + option.replace("_", "-")
+                raise CommandError(
+                    f"{flag}: not with --processes"
+                    + (" (use --max-tasks-per-child)" if option == "max_tasks" else "")
+                )
+        if options["max_memory_per_child"] is not None and sys.platform != "linux":
+            raise CommandError("--max-memory-per-child: needs Linux (it reads /proc)")
+        base = options["worker_id"] or f"{socket.gethostname()[:40]}-{get_random_string(12)}"
+        if len(base) > MAX_SUPERVISOR_ID_LENGTH:
+            raise CommandError(
+                f"--worker-id: must be at most {MAX_SUPERVISOR_ID_LENGTH} characters with "
+                "--processes (each process adds a dash and a number), not "
+                f"{len(base)}"
+            )
+        self._connect(lambda: check_database(backend.database), backend.database, options)
+        status = Supervisor(
+            command=self._child_arguments(queues, options),
+            processes=options["processes"],
+            worker_id=base,
+            backend=options["backend"],
+            burst=options["burst"],
+            shutdown_timeout=options["shutdown_timeout"],
+            max_tasks_per_child=options["max_tasks_per_child"],
+            max_memory_per_child=options["max_memory_per_child"],
+            health_file=options["health_file"],
+        ).run()
+        if status:
+            sys.exit(status)
+
+    def _connect(self, check: Any, database: str, options: dict[str, Any]) -> None:
+        try:
+            startup.connect(check, database, options["wait_for_database"])
+        except startup.DatabaseUnreachable as e:
+            waited = options["wait_for_database"]
+            hint = "" if waited else "; pass --wait-for-database S to wait for it"
+            raise CommandError(f"{e}{hint}") from e
+        except RuntimeError as e:
+            raise CommandError(str(e)) from e
+
+    def _child_arguments(self, queues: list[str], options: dict[str, Any]) -> list[str]:
+        """The options of each worker process a supervisor starts."""
+        arguments = ["--backend", options["backend"], "--queue", ",".join(queues)]
+        arguments += ["--concurrency", str(options["concurrency"])]
+        arguments += ["-v", str(options["verbosity"])]
+        arguments += ["--wait-for-database", repr(options["wait_for_database"])]
+        for option, flag in (
+            ("prefetch", "--prefetch"),
+            ("poll_interval", "--poll-interval"),
+            ("shutdown_timeout", "--shutdown-timeout"),
+            ("loglevel", "--loglevel"),
+            ("max_tasks_per_child", "--max-tasks"),
+        ):
+            if options[option] is not None:
+                arguments += [flag, str(options[option])]
+        if options["burst"]:
+            arguments.append("--burst")
+        return arguments
+
+    def _refuse_without_processes(self, options: dict[str, Any]) -> None:
+        for option in ("max_tasks_per_child", "max_memory_per_child"):
+            if options[option] is not None:
+                raise CommandError(f"--{option.replace('_', '-')}: only with --processes")
 
     def _queues(self, backend: Any, given: list[list[str]] | None) -> list[str]:
         """The queues to run: those given (flattened, in order, once each), else the default."""

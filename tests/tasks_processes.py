@@ -1,0 +1,77 @@
+"""Tasks the supervisor tests enqueue (tasks_worker --processes)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from django_sqltasks.compat import task
+
+
+def _mark(path: str, what: str) -> None:
+    with Path(path).open("a") as f:
+        f.write(f"{what} {os.getpid()}\n")
+
+
+@task
+def record(path: str, seconds: float = 0.0) -> int:
+    """Mark a start in ``path``, sleep, mark the end; return the pid that ran it."""
+    _mark(path, "start")
+    time.sleep(seconds)
+    _mark(path, "end")
+    return os.getpid()
+
+
+@task(timeout=1)
+def sleep_past_timeout(path: str, seconds: float) -> None:
+    _mark(path, "start")
+    time.sleep(seconds)
+    _mark(path, "end")
+
+
+@task(timeout=1)
+def spin_past_timeout(path: str, seconds: float) -> None:
+    """Spin in pure Python (no sleep, no I/O) for ``seconds``."""
+    _mark(path, "start")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+    _mark(path, "end")
+
+
+@task(timeout=1)
+def hold_gil_past_timeout(path: str, n: int) -> int:
+    """One C call that holds the GIL for its whole run."""
+    _mark(path, "start")
+    total = sum(range(n))
+    _mark(path, "end")
+    return total % 7
+
+
+@task
+def hold_gil(path: str, n: int) -> int:
+    """One C call that holds the GIL (and starves the heartbeat thread) for its whole run."""
+    _mark(path, "start")
+    total = sum(range(n))
+    _mark(path, "end")
+    return total % 7
+
+
+@task
+def cpu(n: int) -> int:
+    """A pure-Python loop: CPU-bound work that holds the GIL."""
+    total = 0
+    for i in range(n):
+        total += i * i % 7
+    return total
+
+
+@task
+def grow(megabytes: int, path: str) -> None:
+    """Keep ``megabytes`` MB alive in the worker process (a leak), and say which process."""
+    _LEAK.append(bytearray(megabytes << 20))
+    _mark(path, "grew")
+
+
+_LEAK: list[bytearray] = []
