@@ -152,3 +152,28 @@ def check_unserved_queues(
                 "--queue options of a running worker.",
                 id="django_sqltasks.W001",
             )
+
+
+@checks.register(checks.Tags.database)
+def check_table_health(
+    app_configs: Sequence[Any] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> Iterable[checks.CheckMessage]:
+    """Warn when the task table's dead rows cannot be cleaned up: autovacuum is off for it,
+    they outnumber the live rows, or an old transaction holds the cleanup back."""
+    from . import health
+    from .admin_list import sql_backends
+
+    if not apps.is_installed("django_sqltasks"):
+        return
+    holding_tasks = {backend.database for backend in sql_backends().values()}
+    for alias in databases or []:
+        if alias not in holding_tasks:
+            continue
+        try:
+            found = health.warnings(health.read(alias), alias)
+        except DatabaseError:
+            continue  # unreachable or not migrated: other checks say so
+        for warning in found:
+            yield checks.Warning(warning.message, hint=warning.hint, id=warning.check_id)

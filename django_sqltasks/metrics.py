@@ -190,6 +190,51 @@ class QueueCollector:
         for backend, count in sorted(per_backend.items()):
             workers.add_metric([backend], count)
         yield from (depth, oldest, workers)
+        yield from self._upkeep(snapshot, GaugeMetricFamily)
+
+    def _upkeep(self, snapshot: Any, family: Any) -> Iterator[Any]:
+        """Gauges of the task table's upkeep: the warnings, and what the database reports."""
+        from .health import CODES
+
+        def gauge(name: str, doc: str, values: dict[str, float], label: str = "") -> Any:
+            metric = family(name, doc, labels=["database", *([label] if label else [])])
+            for value_label, value in values.items():
+                metric.add_metric([self.using, *([value_label] if label else [])], value)
+            return metric
+
+        active = {w.code for w in snapshot.warnings}
+        yield gauge(
+            "sqltasks_table_warning",
+            "1 while the task table's upkeep calls for a warning (see the database checks).",
+            {code: float(code in active) for code in CODES},
+            label="warning",
+        )
+        health = snapshot.health
+        if health.autovacuum is not None:
+            yield gauge(
+                "sqltasks_table_autovacuum_enabled",
+                "Whether autovacuum may clean the task table.",
+                {"": float(health.autovacuum)},
+            )
+        if health.dead_rows is not None and health.live_rows is not None:
+            yield gauge(
+                "sqltasks_table_rows",
+                "The task table's rows by the statistics' estimate, live or dead.",
+                {"live": health.live_rows, "dead": health.dead_rows},
+                label="state",
+            )
+        if health.known:
+            yield gauge(
+                "sqltasks_oldest_transaction_seconds",
+                "Age of the oldest transaction of another session (0: none open).",
+                {"": health.oldest_transaction_seconds or 0.0},
+            )
+        if health.history_length is not None:
+            yield gauge(
+                "sqltasks_innodb_history_length",
+                "InnoDB undo records not yet purged.",
+                {"": health.history_length},
+            )
 
 
 def serve(port: int, using: str, addr: str = DEFAULT_ADDR) -> tuple[Metrics, Any]:

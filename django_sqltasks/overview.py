@@ -15,8 +15,10 @@ from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
+from . import health as table_health
 from .compat import TaskResultStatus
 from .models import TaskRecord, TaskRecordQuerySet, WorkerRecord
+from .sql import TableHealth
 
 FINISHED_WINDOW = timedelta(hours=1)  # finished counts cover this much recent time
 THROUGHPUT_MINUTES = 30  # minutes of per-minute throughput shown in the chart
@@ -64,6 +66,9 @@ class Overview:
     # (minute, succeeded, failed), oldest first, one entry per minute of the window.
     throughput: list[tuple[datetime, int, int]] = field(default_factory=list)
     finished_window: timedelta = FINISHED_WINDOW
+    # The task table's upkeep on this database, and what in it calls for a warning.
+    health: TableHealth = field(default_factory=TableHealth)
+    warnings: list[table_health.HealthWarning] = field(default_factory=list)
 
 
 def take(
@@ -72,8 +77,10 @@ def take(
     queue: str | None = None,
     now: datetime | None = None,
     minutes: int = THROUGHPUT_MINUTES,
+    health: bool = True,
 ) -> Overview:
-    """Read a snapshot of the queues of ``backend`` (or all) on database ``using``."""
+    """Read a snapshot of the queues of ``backend`` (or all) on database ``using``; with
+    ``health``, the task table's upkeep too."""
     now = now or timezone.now()
     tasks = TaskRecord.objects.using(using).order_by()
     if backend is not None:
@@ -114,11 +121,14 @@ def take(
             w.backend == item.backend and ("*" in w.queues or item.queue in w.queues)
             for w in workers
         )
+    upkeep = table_health.read(using) if health else TableHealth()
     return Overview(
         now=now,
         queues=sorted(stats.values(), key=lambda s: (s.backend, s.queue)),
         workers=workers,
         throughput=throughput(tasks, now, minutes),
+        health=upkeep,
+        warnings=table_health.warnings(upkeep, using),
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .base import ClaimedRow, Dialect, NewTask, Outcome
+from .base import ClaimedRow, Dialect, NewTask, Outcome, TableHealth
 
 _dialects: dict[tuple[str, str], Dialect] = {}
 
@@ -72,6 +72,7 @@ __all__ = [
     "Dialect",
     "NewTask",
     "Outcome",
+    "TableHealth",
     "dialect_for",
     "names_missing_table",
     "unsupported_version",

@@ -134,6 +134,27 @@ class Outcome:
     available_at: datetime | None = None  # for a retry (status READY): when to run again
 
 
+@dataclass(frozen=True, slots=True)
+class TableHealth:
+    """What the database says about the upkeep of the task table; None where it says nothing
+    (SQLite has no vacuum horizon to hold back, nor dead rows that slow a claim)."""
+
+    autovacuum: bool | None = None  # whether autovacuum may clean the task table
+    autovacuum_off_by: tuple[str, ...] = ()  # the settings that turn it off, if it is off
+    live_rows: int | None = None  # the statistics' estimates, not counts
+    dead_rows: int | None = None
+    # The oldest transaction of another session that holds back the cleanup of old rows.
+    oldest_transaction_seconds: float | None = None
+    oldest_transaction_pid: int | None = None  # its backend pid or connection id
+    oldest_transaction_state: str | None = None
+    history_length: int | None = None  # InnoDB: undo records not yet purged
+
+    @property
+    def known(self) -> bool:
+        """Whether the database reported anything."""
+        return any(getattr(self, name) not in (None, ()) for name in self.__slots__)
+
+
 def _json_column(column: str, value: Any, *, decoded: bool, problems: list[str]) -> Any:
     """A JSON column's value, decoded and of its JSON_SHAPES type; or, if it is not, an empty
     one, with the problem added to ``problems``."""
@@ -230,6 +251,11 @@ class Dialect:
         from django.db import connections
 
         return connections[self.connection.alias]
+
+    def table_health(self, cursor: CursorWrapper) -> TableHealth:
+        """Read whether old row versions of the task table can be cleaned up, and what holds
+        them back: autovacuum, dead rows, old transactions of other sessions."""
+        return TableHealth()
 
     # The clock -----------------------------------------------------------------------------
     # Leases, rescues, claims and periodic slots compare times written by different machines:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from django.db import IntegrityError, InterfaceError, transaction
+from django.db import DatabaseError, IntegrityError, InterfaceError, transaction
 from django.db.backends.utils import CursorWrapper
 
 from .base import (
@@ -23,6 +23,7 @@ from .base import (
     Dialect,
     NewTask,
     Outcome,
+    TableHealth,
     driver_error,
 )
 
@@ -45,6 +46,23 @@ STATEMENT_OVERHEAD = 64 * 1024  # bytes of an outcome's statement besides its tw
 PACKET_CACHE_ATTRIBUTE = "_sqltasks_max_allowed_packet"
 # Asked of the server once per connection; a read of a variable, not a query of the tables.
 MAX_ALLOWED_PACKET_SQL = "SELECT @@max_allowed_packet"
+
+
+# The oldest transaction of another connection: its read view keeps InnoDB from purging old
+# row versions, of every table. trx_started is in the server's system time zone. Needs the
+# PROCESS privilege.
+OLDEST_TRANSACTION_SQL = """
+SELECT trx_mysql_thread_id, trx_state,
+    TIMESTAMPDIFF(MICROSECOND, trx_started, CONVERT_TZ(NOW(6), @@session.time_zone, 'SYSTEM'))
+FROM information_schema.innodb_trx
+WHERE trx_mysql_thread_id <> CONNECTION_ID()
+ORDER BY trx_started LIMIT 1
+"""
+# Undo records not yet purged (MariaDB and MySQL both count them here).
+HISTORY_LENGTH_SQL = (
+    "SELECT count FROM information_schema.innodb_metrics WHERE name = 'trx_rseg_history_len'"
+)
+PRIVILEGE_CODES = frozenset({1227, 1142})  # ER_SPECIFIC_ACCESS_DENIED, ER_TABLEACCESS_DENIED
 
 
 class MySQLDialect(Dialect):
@@ -123,6 +141,25 @@ class MySQLDialect(Dialect):
             f"(max_allowed_packet is {self.max_statement_bytes():,} bytes): raise "
             "max_allowed_packet, "
             "or set MAX_PAYLOAD_BYTES so that oversized return values fail when returned"
+        )
+
+    def table_health(self, cursor: CursorWrapper) -> TableHealth:
+        try:
+            cursor.execute(OLDEST_TRANSACTION_SQL)
+            oldest = cursor.fetchone()
+            cursor.execute(HISTORY_LENGTH_SQL)
+            history = cursor.fetchone()
+        except DatabaseError as e:
+            args: tuple[Any, ...] = getattr(driver_error(e), "args", ())
+            if args and args[0] in PRIVILEGE_CODES:
+                return TableHealth()  # without PROCESS, nothing to say
+            raise
+        pid, state, micros = oldest or (None, None, None)
+        return TableHealth(
+            oldest_transaction_seconds=None if micros is None else max(micros, 0) / 1e6,
+            oldest_transaction_pid=pid,
+            oldest_transaction_state=state,
+            history_length=None if history is None else int(history[0]),
         )
 
     def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:

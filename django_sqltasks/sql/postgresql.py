@@ -19,6 +19,7 @@ from .base import (
     Dialect,
     NewTask,
     Outcome,
+    TableHealth,
     driver_error,
 )
 
@@ -40,6 +41,28 @@ INSERT_RECORD = (
     "id uuid, task_path varchar, backend_name varchar, queue_name varchar, priority smallint, "
     "args jsonb, kwargs jsonb, enqueued_at timestamptz, run_after timestamptz, dedupe_key varchar"
 )
+
+
+# The task table's autovacuum and row statistics, and the oldest transaction of another session
+# of this database that holds a snapshot or an xid: what keeps vacuum from removing dead rows
+# (other databases' sessions do not hold back this table's cleanup). %s: the table's name.
+TABLE_HEALTH_SQL = """
+SELECT current_setting('autovacuum')::boolean,
+    (SELECT o.option_value::boolean FROM pg_options_to_table(c.reloptions) AS o
+     WHERE o.option_name = 'autovacuum_enabled'),
+    s.n_live_tup, s.n_dead_tup,
+    a.pid, EXTRACT(EPOCH FROM clock_timestamp() - a.xact_start)::float8, a.state
+FROM (SELECT to_regclass(%s) AS oid) AS r
+LEFT JOIN pg_class AS c ON c.oid = r.oid
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = r.oid
+LEFT JOIN LATERAL (
+    SELECT pid, xact_start, state FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+        AND backend_type = 'client backend' AND xact_start IS NOT NULL
+        AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+    ORDER BY xact_start LIMIT 1
+) AS a ON true
+"""
 
 
 class PostgreSQLDialect(Dialect):
@@ -69,6 +92,24 @@ class PostgreSQLDialect(Dialect):
         connection = self.current_connection()
         version = divmod(connection.pg_version, 10000)  # type: ignore[attr-defined]
         return self.too_old(version, MIN_VERSION) if version[:1] < MIN_VERSION else None
+
+    def table_health(self, cursor: CursorWrapper) -> TableHealth:
+        # Statistics are read once per transaction and cached: read them afresh.
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(TABLE_HEALTH_SQL, [self.tasks])
+        server_on, table_on, live, dead, pid, seconds, state = cursor.fetchone()
+        off_by = (("autovacuum",) if not server_on else ()) + (
+            ("autovacuum_enabled",) if table_on is False else ()
+        )
+        return TableHealth(
+            autovacuum=not off_by,
+            autovacuum_off_by=off_by,
+            live_rows=live,
+            dead_rows=dead,
+            oldest_transaction_seconds=seconds,
+            oldest_transaction_pid=pid,
+            oldest_transaction_state=state,
+        )
 
     listen_sql = f"LISTEN {CHANNEL}"
     db_clock = "now()"  # the statement's (transaction's) start, by the server's clock

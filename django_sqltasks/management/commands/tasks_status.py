@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_sqltasks import overview
+from django_sqltasks import health, overview
 from django_sqltasks.installation import is_missing_table, not_migrated
 from django_sqltasks.management.help import package_version
 
@@ -58,6 +58,7 @@ class Command(BaseCommand):
             backends = {options["backend"]: backends[options["backend"]]}
         queue_rows: list[tuple[str, ...]] = []
         worker_rows: list[tuple[str, ...]] = []
+        database_lines: list[str] = []
         for database in sorted({b.database for b in backends.values()}):
             names = [a for a, b in backends.items() if b.database == database]
             try:
@@ -95,6 +96,7 @@ class Command(BaseCommand):
                 for w in snapshot.workers
                 if w.backend in names
             )
+            database_lines.extend(self._upkeep(database, snapshot))
         # Piped or redirected, a table is read by a program or a wider screen: rich would cut
         # it to 80 columns there, so only a terminal gets rich's boxes.
         if find_spec("rich") is not None and not options["plain"] and self.stdout.isatty():
@@ -102,6 +104,18 @@ class Command(BaseCommand):
         else:
             self._plain("Queues", QUEUE_COLUMNS, queue_rows)
             self._plain("Workers", WORKER_COLUMNS, worker_rows)
+        if database_lines:
+            self.stdout.write("Task table")
+            self.stdout.write("\n".join(database_lines))
+
+    def _upkeep(self, database: str, snapshot: overview.Overview) -> list[str]:
+        """Lines on the task table's upkeep on ``database``: a summary, then each warning."""
+        line = health.summary(snapshot.health)
+        lines = [f"  {database}: {line}"] if line else []
+        for warning in snapshot.warnings:
+            lines.append(f"  WARNING {warning.check_id}: {warning.message}")
+            lines.append(f"    Hint: {warning.hint}")
+        return lines
 
     def _plain(self, title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         self.stdout.write(title)

@@ -1,0 +1,140 @@
+"""The task table under a long life: what keeps old row versions from being cleaned up.
+
+Every claim and every outcome leaves a dead row version behind (and dead entries in the ready
+indexes, which each claim walks past). Vacuum (PostgreSQL) or purge (InnoDB) removes them,
+unless autovacuum is off or a transaction older than them is still open. Read by the overview,
+so the database checks, ``tasks_status``, the admin's overview page and the metrics all say the
+same thing with the same words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connections
+
+from .sql import TableHealth, dialect_for
+
+DEAD_ROWS_FLOOR = 10_000  # dead rows under this never warn: a vacuum is due soon anyway
+# How old another session's transaction may grow before it is said to hold cleanup back;
+# settings.SQLTASKS_OLD_TRANSACTION_SECONDS overrides it. Five minutes: longer than any
+# request or task transaction should be, short of the hours over which a backlog decays.
+OLD_TRANSACTION_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class HealthWarning:
+    """One reason the task table's old rows are not being cleaned up."""
+
+    check_id: str  # the system check that reports it
+    code: str  # the metric's label
+    message: str
+    hint: str
+
+
+CODES = ("autovacuum_off", "dead_rows", "old_transaction")
+
+
+def old_transaction_seconds() -> float:
+    """The age, in seconds, past which another session's transaction is warned of."""
+    return float(getattr(settings, "SQLTASKS_OLD_TRANSACTION_SECONDS", OLD_TRANSACTION_SECONDS))
+
+
+def read(using: str = "default") -> TableHealth:
+    """What database ``using`` says about the upkeep of its task table."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        return dialect_for(connection).table_health(cursor)
+
+
+def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]:
+    """The warnings ``health`` calls for, on database ``using``."""
+    from .models import TaskRecord
+
+    table = TaskRecord._meta.db_table
+    found = []
+    if health.autovacuum is False:
+        where = " and ".join(
+            "the server's autovacuum setting is off"
+            if setting == "autovacuum"
+            else "the table's autovacuum_enabled storage parameter is false"
+            for setting in health.autovacuum_off_by
+        )
+        found.append(
+            HealthWarning(
+                "django_sqltasks.W003",
+                "autovacuum_off",
+                f"Autovacuum does not clean the task table {table} on database {using!r}: "
+                f"{where}. Every claim and outcome leaves a dead row behind, and claims slow "
+                "down as they pile up.",
+                "Turn it on ("
+                + " and ".join(
+                    "autovacuum = on in postgresql.conf"
+                    if setting == "autovacuum"
+                    else f"ALTER TABLE {table} RESET (autovacuum_enabled)"
+                    for setting in health.autovacuum_off_by
+                )
+                + "), or VACUUM the table from cron every few minutes.",
+            )
+        )
+    dead, live = health.dead_rows, health.live_rows
+    if dead is not None and live is not None and dead > max(live, DEAD_ROWS_FLOOR):
+        found.append(
+            HealthWarning(
+                "django_sqltasks.W004",
+                "dead_rows",
+                f"The task table {table} on database {using!r} holds more dead rows than "
+                f"live ones (about {dead:,} dead, {live:,} live): claims walk past them.",
+                f"Run VACUUM {table}, and see why autovacuum does not keep up: it is off, its "
+                "thresholds are too high for this table, or an old transaction holds it back "
+                "(see docs/operations.md).",
+            )
+        )
+    age = health.oldest_transaction_seconds
+    if connections[using].vendor == "postgresql":
+        ending, timeout = "pg_terminate_backend()", "idle_in_transaction_session_timeout"
+    else:
+        ending, timeout = "KILL", "idle_transaction_timeout (MariaDB)"
+    if age is not None and age > old_transaction_seconds():
+        state = f", {health.oldest_transaction_state}" if health.oldest_transaction_state else ""
+        found.append(
+            HealthWarning(
+                "django_sqltasks.W005",
+                "old_transaction",
+                f"A transaction has been open for {short(age)} on database {using!r} "
+                f"(session {health.oldest_transaction_pid}{state}): until it ends, the dead "
+                f"rows of the task table {table} cannot be cleaned up, and claims slow down.",
+                f"End it (commit, or {ending} that session), and set {timeout} so that a "
+                "forgotten one ends by itself.",
+            )
+        )
+    return found
+
+
+def short(seconds: float) -> str:
+    """A duration as an operator reads it: 42s, 17m, 5h, 3d."""
+    from .overview import short_age
+
+    return short_age(timedelta(seconds=seconds))
+
+
+def summary(health: TableHealth) -> str:
+    """One line on the task table's upkeep, for ``tasks_status`` ("" if nothing is known)."""
+    parts = []
+    if health.autovacuum is not None:
+        parts.append(
+            "autovacuum on"
+            if health.autovacuum
+            else f"autovacuum OFF ({', '.join(health.autovacuum_off_by)})"
+        )
+    if health.live_rows is not None and health.dead_rows is not None:
+        parts.append(f"about {health.live_rows:,} live and {health.dead_rows:,} dead rows")
+    if health.history_length is not None:
+        parts.append(f"InnoDB history length {health.history_length:,}")
+    if health.oldest_transaction_seconds is not None:
+        parts.append(f"oldest other transaction {short(health.oldest_transaction_seconds)}")
+    elif health.known:
+        parts.append("no other transaction open")
+    return "; ".join(parts)
