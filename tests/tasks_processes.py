@@ -40,22 +40,22 @@ def spin_past_timeout(path: str, seconds: float) -> None:
     _mark(path, "end")
 
 
-@task(timeout=1)
-def hold_gil_past_timeout(path: str, n: int) -> int:
-    """One C call that holds the GIL for its whole run."""
+def _hold_gil(path: str, n: int) -> int:
+    """One C call that holds the GIL (and starves every other thread) for its whole run."""
     _mark(path, "start")
     total = sum(range(n))
     _mark(path, "end")
     return total % 7
+
+
+@task(timeout=1)
+def hold_gil_past_timeout(path: str, n: int) -> int:
+    return _hold_gil(path, n)
 
 
 @task
 def hold_gil(path: str, n: int) -> int:
-    """One C call that holds the GIL (and starves the heartbeat thread) for its whole run."""
-    _mark(path, "start")
-    total = sum(range(n))
-    _mark(path, "end")
-    return total % 7
+    return _hold_gil(path, n)
 
 
 @task
@@ -70,8 +70,8 @@ def cpu(n: int) -> int:
 @task
 def grow(megabytes: int, path: str) -> None:
     """Keep ``megabytes`` MB alive in the worker process (a leak), and say which process."""
-    _LEAK.append(bytearray(megabytes << 20))
+    _LEAK.append(b"\x01" * (megabytes << 20))  # written, so resident
     _mark(path, "grew")
 
 
-_LEAK: list[bytearray] = []
+_LEAK: list[bytes] = []

@@ -25,3 +25,18 @@ def raise_huge(size: int) -> None:
 @task
 def return_huge(size: int) -> str:
     return "x" * size
+
+
+@task
+def fork_and_return(path: str) -> int:
+    """Fork a child that returns from the task too (a careless ``os.fork()``); the parent
+    records the child's pid and waits for it."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:
+        return -1  # the child returns: the worker's copy in it must end, not linger
+    with open(path, "w") as f:
+        f.write(str(pid))
+    os.waitpid(pid, 0)
+    return pid

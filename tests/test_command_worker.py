@@ -126,6 +126,25 @@ def test_verbosity_and_loglevel_govern_the_worker_and_django_task_loggers(
     assert (" DEBUG django_sqltasks: " in done.stderr) is debug_lines, done.stderr
 
 
+@pytest.mark.worker_process
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("args", "django_lines"), [([], False), (["-l", "info"], True)])
+def test_without_debug_djangos_line_per_task_shows_only_when_asked(
+    args: list[str], django_lines: bool
+) -> None:
+    """DEBUG off (production): Django's default logging would not show its line per task, and
+    the worker does not build it either, unless asked; a failure still shows."""
+    ok = tasks.add.enqueue(2, 3)
+    bad = tasks.fail.enqueue("shown")
+    done = manage("tasks_worker", "--burst", "-Q", "default", *args)
+    assert done.returncode == 0, done.stderr
+    assert (f"Task id={ok.id} path=tests.tasks.add state=SUCCESSFUL" in done.stderr) is (
+        django_lines
+    ), done.stderr
+    assert f"Task id={bad.id} path=tests.tasks.fail state=FAILED" in done.stderr, done.stderr
+    assert "ValueError: shown" in done.stderr
+
+
 def test_help_shows_examples_metavars_and_the_log_level() -> None:
     done = manage("tasks_worker", "--help")
     assert done.returncode == 0, done.stderr

@@ -3,8 +3,11 @@ the tasks around it run."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -14,7 +17,7 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.storable import MAX_TRACEBACK_CHARS
 from tests import tasks, tasks_wedges
-from tests.conftest import run_burst_or_fail, set_backend_options
+from tests.conftest import WorkerProcess, run_burst_or_fail, set_backend_options
 
 OUTCOME_NOT_STORED = "django_sqltasks.exceptions.OutcomeNotStored"
 CORRUPT_TASK = "django_sqltasks.exceptions.CorruptTask"
@@ -128,4 +131,24 @@ def test_a_row_nested_deeper_than_the_decoder_allows_fails_alone() -> None:
     assert record.errors[-1]["exception_class_path"] == CORRUPT_TASK
     assert "args" in record.errors[-1]["traceback"]
     assert record.attempts <= 1
+    _assert_all_succeeded(others)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_that_forks_a_child_that_returns_does_not_hold_up_the_worker(
+    worker_process: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    """The child of a careless ``os.fork()`` returns from the task too: it ends there, writes
+    no outcome, and a ``--burst`` worker exits."""
+    path = tmp_path / "child"
+    result = tasks_wedges.fork_and_return.enqueue(str(path))
+    others = _others(5)
+    worker = worker_process("--burst")
+    assert worker.wait(timeout=30) == 0, worker.output
+    record = TaskRecord.objects.get(id=result.id)
+    assert record.status == TaskResultStatus.SUCCESSFUL
+    child = int(path.read_text())
+    assert record.return_value == child > 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
     _assert_all_succeeded(others)

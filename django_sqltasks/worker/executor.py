@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -64,6 +66,7 @@ class Executor:
         self._sender = type(backend)
         self._max_result_bytes: int | None = backend.config.max_payload_bytes
         self._loop = loop
+        self._loop_thread = threading.get_ident()  # made on the loop thread
         self._threads = threads
         self._signals = signals
         self._completer = completer
@@ -71,6 +74,7 @@ class Executor:
         # With --processes: sync tasks' timeouts and cancels are the supervisor's, which can
         # stop them (by replacing this process); without, a timeout only frees the slot.
         self._supervisor = supervisor
+        self._pid = os.getpid()  # a task that forks returns twice: in the child, it exits
         # Owned by the loop thread.
         self._async_starting: list[tuple[ClaimedRow, Receivers]] = []  # start this turn
         self._jobs: set[asyncio.Task[None]] = set()  # async tasks, and batches starting
@@ -90,8 +94,11 @@ class Executor:
         if sync_rows:
             self._threads.submit_many(self._run_sync, sync_rows)
         if async_rows:
-            with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
-                self._loop.call_soon_threadsafe(self._start_async_soon, async_rows)
+            if threading.get_ident() == self._loop_thread:
+                self._start_async_soon(async_rows)  # no wake-up of the loop: it is running
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
+                    self._loop.call_soon_threadsafe(self._start_async_soon, async_rows)
 
     def fail_unstarted(self, task_id: uuid.UUID, exc: BaseException) -> None:
         """Record ``exc`` for a claimed task that will not start (any thread)."""
@@ -221,10 +228,11 @@ class Executor:
                 )
             try:
                 args, kwargs = attempt.call_args()
-                outcome, value = attempts.success(
-                    row.id, attempt.task.func(*args, **kwargs), self._max_result_bytes
-                )
+                returned = attempt.task.func(*args, **kwargs)
+                _exit_if_forked(self._pid, 0)
+                outcome, value = attempts.success(row.id, returned, self._max_result_bytes)
             except BaseException as e:  # a task's SystemExit or KeyboardInterrupt fails it only
+                _exit_if_forked(self._pid, 1)
                 late = timeout is not None and not attempt.settle()
                 if not late:
                     self._failed(attempt, e)
@@ -313,6 +321,13 @@ class Executor:
                 )
             outcome = attempts.failure(attempt.row.id, exc)
         self._completer.submit(outcome, (attempt, exc, None))
+
+
+def _exit_if_forked(pid: int, status: int) -> None:
+    """End a child process that a task forked and that returned from the task: it holds a copy
+    of the worker without its threads, and must neither write an outcome nor linger."""
+    if os.getpid() != pid:
+        os._exit(status)
 
 
 def _send_each(started: list[tuple[attempts.Attempt, Receivers]]) -> None:

@@ -161,6 +161,7 @@ class Producer:
         # Set by the runner before the loop starts.
         self.executor: Executor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0  # the ident of the thread running the loop
         self._wake: asyncio.Event | None = None
         # Owned by the loop thread.
         self._started: Receivers | None = None  # task_started receivers, as of the last claim
@@ -174,6 +175,7 @@ class Producer:
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
         """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
         self.executor = executor
 
@@ -312,6 +314,9 @@ class Producer:
         ready, wake = self.slots.release(task_id)
         self._start(ready)
         if wake and self._loop is not None:
+            if threading.get_ident() == self._loop_thread:
+                self.wake()  # an async task ended: no need to wake the loop from outside
+                return
             with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
                 self._loop.call_soon_threadsafe(self.wake)
 

@@ -248,7 +248,9 @@ class Supervisor:
                 if status != 0:
                     self._rescue(child, "stopped")
                 continue
-            if status == 0 and self.burst:
+            if status == 0:
+                if not self.burst:  # it stopped at --max-tasks-per-child before a beat said so
+                    self._retire(child, "it ran its --max-tasks-per-child tasks", stop=False)
                 continue
             self._rescue(child, "died")
             self._failures = self._failures + 1 if lived < STABLE_AFTER else 1
