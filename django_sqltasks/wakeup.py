@@ -29,18 +29,22 @@ SQLITE_PROBE_INTERVAL = 0.002  # seconds between PRAGMA data_version checks
 
 OnWake = Callable[[str | None], None]  # called with the queue name, or None for "anything"
 
+# The workers of this process, by database: changed by their loop threads as they start and
+# stop, read by any thread that enqueues; guarded by the lock.
 _local_lock = threading.Lock()
 _local: dict[str, list[OnWake]] = {}
 
 
 def notify_local(database: str, queue_name: str) -> None:
     """Wake workers of this process that serve ``database`` (SQLite's enqueue calls this)."""
-    for on_wake in _local.get(database, ()):
+    with _local_lock:
+        listeners = list(_local.get(database, ()))
+    for on_wake in listeners:
         on_wake(queue_name)
 
 
 def has_local_listeners(database: str) -> bool:
-    return bool(_local.get(database))
+    return bool(_local.get(database))  # a hint: a stale answer costs one wake-up, or none
 
 
 class Wakeup:
@@ -49,7 +53,9 @@ class Wakeup:
     def __init__(self, database: str, on_wake: OnWake) -> None:
         self.database = database
         self.on_wake = on_wake
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # set by stop(), read by the wake-up thread
+        # Set by start() and cleared by stop(), both on the worker's loop thread; the wake-up
+        # thread only reads the pipe's read end, which stop() closes after joining it.
         self._thread: threading.Thread | None = None
         self._pipe: tuple[int, int] | None = None  # written to by stop(): ends a wait at once
 
