@@ -412,9 +412,10 @@ class Supervisor:
     # Leases and health ---------------------------------------------------------------------
 
     def _renew_leases(self) -> None:
-        """Renew the lease of each child that is alive and not withholding it: a child whose
-        task holds the GIL cannot heartbeat, and must not be rescued while it runs."""
-        ids = [c.worker_id for c in self._children.values() if c.last_beat and c.beat_ok]
+        """Renew the lease of each healthy child: a child whose sync task holds the GIL cannot
+        heartbeat, and must not be rescued while it runs. A child that withholds its lease, or
+        that is silent with no sync task running (frozen, deadlocked), is left to lapse."""
+        ids = [c.worker_id for c in self._children.values() if self.healthy(c)]
         if not ids:
             return
 
