@@ -115,7 +115,7 @@ def test_policy_backoff_is_exponential_capped_and_jittered() -> None:
         ({"retry_on": ValueError}, "retry_on must be a tuple of exception classes"),
         ({"retry_backoff": -1}, "retry_backoff must be a non-negative number"),
         ({"timeout": 0}, "timeout must be a positive number"),
-        ({"dedupe": "yes"}, "dedupe must be True, False or a callable"),
+        ({"dedupe": "yes"}, "dedupe must be True, False, 'subject' or a callable"),
     ],
 )
 def test_bad_task_options_are_refused_by_name(options: dict[str, Any], message: str) -> None:
