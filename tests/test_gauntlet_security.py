@@ -133,6 +133,11 @@ STRUCTURAL = {
     "status_sql",
     "finished_sql",
     "rescues_sql",
+    # The database's clock: a constant function (now(), UTC_TIMESTAMP(6)), or "%s" with the
+    # process's time as a parameter; an interval ago adds a placeholder for the seconds.
+    "now",
+    "since",
+    "live_since",
 }
 
 
