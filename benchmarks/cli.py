@@ -28,8 +28,17 @@ from benchmarks import (
     services,
     snapshot,
 )
+from benchmarks.marker import COUNT_ENV, COUNT_METHODS
 from benchmarks.systems import SMOKE_SYSTEMS, SYSTEMS
-from benchmarks.systems.base import CORE_PATH_ENV, REPO_ROOT, Endpoints, Service, System
+from benchmarks.systems.base import (
+    CORE_PATH_ENV,
+    LOGGING_ENV,
+    LOGGING_PROFILES,
+    REPO_ROOT,
+    Endpoints,
+    Service,
+    System,
+)
 
 RAW_DIR = REPO_ROOT / "benchmarks" / "results" / "raw"
 DOCS_DIR = REPO_ROOT / "docs" / "benchmarks"
@@ -85,6 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--core-ref",
         default="HEAD",
         help="git ref of django_sqltasks to benchmark (HEAD), or 'worktree' for the files as is",
+    )
+    run.add_argument(
+        "--count",
+        choices=COUNT_METHODS,
+        default="body",
+        help="how completions are counted: by each task as its last statement (body, the "
+        "default: the same for every system) or by a receiver of each system's task-finished "
+        "signal (signal)",
+    )
+    run.add_argument(
+        "--logging",
+        choices=LOGGING_PROFILES,
+        default="default",
+        help="Django's LOGGING for every system: what a new project has (default), or every "
+        "logger at WARNING (quiet)",
     )
     run.add_argument("--smoke", action="store_true", help="few tasks, 3 systems, 1 repeat (CI)")
     sub.add_parser("report", help="rebuild tables, charts and docs/benchmarks.md from the JSON")
@@ -166,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
     raw_path = RAW_DIR / f"{stamp}-{plan.profile}.jsonl"
     log_dir = RAW_DIR / f"{stamp}-{plan.profile}-logs"
     state_dir = tempfile.mkdtemp(prefix="django-sqltasks-bench-")
+    # Read by every subprocess the run starts (django_env copies this environment).
+    os.environ[COUNT_ENV] = args.count
+    os.environ[LOGGING_ENV] = args.logging
     snapshot.compile_sources()
     core = snapshot.extract(args.core_ref, Path(state_dir) / "core")
     if core is not None:
@@ -183,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
         "http_connections": args.http_connections,
         "http_requests": args.http_requests,
         "rtt_requested_ms": plan.rtt_ms,
+        "count": args.count,
+        "logging": args.logging,
         "machine": environment.describe(direct),
         "django_sqltasks": snapshot.describe(args.core_ref),
     }

@@ -17,6 +17,30 @@ from dataclasses import dataclass
 
 MARKER_ADDR_ENV = "BENCH_MARKER_ADDR"
 EXPECTED_ENV = "BENCH_EXPECTED"
+# How completions are counted: "body" (the default), by the task itself as its last statement,
+# the same for every system and adding no work a system's users would not pay; or "signal", by
+# a receiver of each system's task_finished signal (which makes some systems send a signal they
+# skip when nothing listens).
+COUNT_ENV = "BENCH_COUNT"
+COUNT_METHODS = ("body", "signal")
+
+_counter: CompletionCounter | None = None  # this worker's, set once at start (apps.ready)
+
+
+def install(counter: CompletionCounter) -> None:
+    """Make ``counter`` the one ``hit()`` reports to (before any task runs, or forks)."""
+    global _counter
+    _counter = counter
+
+
+def count_method() -> str:
+    return os.environ.get(COUNT_ENV) or "body"
+
+
+def hit() -> None:
+    """Count one completed task, from inside its body (the "body" method)."""
+    if _counter is not None:
+        _counter.hit()
 
 
 class CompletionCounter:

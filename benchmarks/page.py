@@ -41,13 +41,17 @@ METHOD = """\
   `await sync_to_async(task.delay)()` for Celery, batched `INSERT ... SELECT unnest(...)` of
   {in_flight} rows for the raw SQL row. Only the loop is timed, not process start-up.
 - **Process ops/s:** N / (time from `Popen(worker)` to the N-th task finished). Worker start-up is
-  included. The end is detected inside the worker: a receiver of the system's own "task finished"
-  signal (`django.tasks.signals.task_finished`, django-vtasks' `task_finished`, Celery's
-  `task_postrun`, django-tasks-rq's success callback signal) counts completions in shared memory,
-  so RQ's forked work-horses count too, and sends one UDP datagram at the first and at the N-th.
-  The harness never polls the queue ("queue empty" is wrong for systems that ack before running).
+  included. The end is detected inside the worker: each task counts its own completion as its
+  last statement, the same way for every system and with no signal receiver connected anywhere
+  (a receiver would make some systems send a signal they skip when nothing listens), in shared
+  memory, so RQ's forked work-horses count too, and the worker sends one UDP datagram at the
+  first and at the N-th. The harness never polls the queue ("queue empty" is wrong for systems
+  that ack before running). `--count signal` counts with a receiver of each system's own "task
+  finished" signal instead (the method of earlier pages); the run's `count` says which.
+- **Logging:** Django's `LOGGING` is left as a new project has it (`--logging default`): what
+  users get. `--logging quiet` puts every logger at WARNING; the run's `logging` says which.
 - **Cold start:** `Popen(worker)` to the first task finished, with N tasks waiting.
-- **Peak RSS:** the sum of RSS over the worker's whole process tree, sampled every 50 ms with
+- **Peak RSS:** the sum of RSS over the worker's whole process tree, sampled every 200 ms with
   psutil, plus the parent's `VmHWM` from `/proc/PID/status` just before it is stopped.
 - **Max conns:** the most ESTABLISHED TCP connections from the worker tree to the database or
   broker port (psutil, every 200 ms).

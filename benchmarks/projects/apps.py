@@ -8,9 +8,13 @@ class BenchConfig(AppConfig):
     label = "bench"
 
     def ready(self) -> None:
-        from benchmarks.marker import CompletionCounter
+        from benchmarks import marker
         from benchmarks.systems import current_system
 
         # Only worker processes get BENCH_MARKER_ADDR; enqueuers and the web server do not.
-        if counter := CompletionCounter.from_env():
-            current_system().connect_completion(counter.hit)
+        # Made here, in the worker's first process, so that forked work-horses share it.
+        if counter := marker.CompletionCounter.from_env():
+            if marker.count_method() == "signal":
+                current_system().connect_completion(counter.hit)
+            else:
+                marker.install(counter)

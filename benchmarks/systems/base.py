@@ -130,26 +130,34 @@ def python_m(*args: str) -> list[str]:
     return [sys.executable, "-m", *args]
 
 
+# Django's LOGGING for every system: "default" leaves it unset, as a new project has it (the
+# "django" logger at INFO, its console handler only with DEBUG); "quiet" puts every logger at
+# WARNING. The headline figures use the default: what users get.
+LOGGING_ENV = "BENCH_LOGGING"
+LOGGING_PROFILES = ("default", "quiet")
+QUIET_LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"django": {"level": "WARNING"}},
+}
+
+
 def common_settings(endpoints: Endpoints) -> dict[str, Any]:
     """Settings every Django-based system shares: same logging, no DEBUG, same connection reuse."""
-    return {
+    settings: dict[str, Any] = {
         "SECRET_KEY": "benchmarks-only",
         "DEBUG": False,
         "ALLOWED_HOSTS": ["*"],
         "USE_TZ": True,
         "ROOT_URLCONF": "benchmarks.projects.urls",
         "DEFAULT_AUTO_FIELD": "django.db.models.BigAutoField",
-        "LOGGING": {
-            "version": 1,
-            "disable_existing_loggers": False,
-            "handlers": {"console": {"class": "logging.StreamHandler"}},
-            "root": {"handlers": ["console"], "level": "WARNING"},
-            # Django's default config sets the "django" logger to INFO, which would print
-            # django.tasks' per-task "Task id=... state=..." lines for Django Tasks backends.
-            "loggers": {"django": {"level": "WARNING"}},
-        },
         "DATABASES": {"default": sqlite_database(endpoints, "unused")},
     }
+    if os.environ.get(LOGGING_ENV) == "quiet":
+        settings["LOGGING"] = QUIET_LOGGING
+    return settings
 
 
 def conn_max_age() -> int:
