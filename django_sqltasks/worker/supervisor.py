@@ -26,18 +26,16 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
 
 from ..compat import task_backends
-from ..database import run_with_retries
 from ..exceptions import TaskCancelled, TaskTimeout
-from ..sql import dialect_for
-from . import attempt as attempts
 from .health import touch
+from .ledger import Ledger, describe_status, rss_bytes
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -47,7 +45,6 @@ FIRST_BACKOFF = 1.0  # seconds before restarting a child that died at once twice
 MAX_BACKOFF = 60.0  # seconds
 FORCE_GRACE = 10.0  # seconds a forced child has to requeue its tasks before SIGKILL
 MEMORY_EVERY = 1.0  # seconds between reads of the children's memory
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 @dataclass(eq=False)
@@ -106,7 +103,12 @@ class Supervisor:
         self._signals: list[int] = []  # received, not yet handled (appended by the handler)
         self._stopping_at: float | None = None
         self._forced = False
-        self._writes: list[tuple[str, Callable[[], None]]] = []  # database writes to retry
+        self._ledger = Ledger(
+            database=self.database,
+            backend_name=self.backend_name,
+            lease_timeout=self.lease_timeout,
+            max_rescues=self.max_rescues,
+        )
         self._selector = selectors.DefaultSelector()
 
     def run(self) -> int:
@@ -151,7 +153,7 @@ class Supervisor:
                 if self.max_memory_bytes is not None and now >= next_memory:
                     next_memory = now + MEMORY_EVERY
                     self._check_memory()
-                self._write_pending()
+                self._ledger.flush()
                 self._start_due()
                 if self._stopping_at is not None:
                     if not self._children:
@@ -264,7 +266,7 @@ class Supervisor:
                 "in %.1fs",
                 child.proc.pid,
                 child.worker_id,
-                _describe_status(status),
+                describe_status(status),
                 lived,
                 delay,
                 extra={"action": "child_died", "worker_id": child.worker_id, "status": status},
@@ -310,7 +312,7 @@ class Supervisor:
     def _check_memory(self) -> None:
         assert self.max_memory_bytes is not None
         for child in list(self._children.values()):
-            rss = _rss_bytes(child.proc.pid)
+            rss = rss_bytes(child.proc.pid)
             if rss is not None and rss > self.max_memory_bytes:
                 self._retire(child, f"it uses {rss >> 20} MB", stop=True)
 
@@ -350,64 +352,18 @@ class Supervisor:
         child.proc.kill()
         child.proc.wait()
         self._forget(child)
-        outcomes = [attempts.failure(task_id, error) for task_id, error in errors.items()]
         reason = (
             f"Worker process {child.worker_id} was stopped to end task(s) "
             f"{', '.join(map(str, errors))} before this task finished."
         )
-
-        def write() -> None:
-            with connections[self.database].cursor() as cursor:
-                dialect = dialect_for(connections[self.database])
-                dialect.complete(cursor, child.worker_id, outcomes)
-                dialect.requeue_owned(cursor, worker_id=child.worker_id, reason=reason)
-            self._unregister(child.worker_id)
-
-        self._writes.append((f"Ending task(s) of {child.worker_id}", write))
-        self._write_pending()
+        self._ledger.end_tasks(child.worker_id, errors, reason)
         if not child.retiring and self._stopping_at is None:
             self._start_child()
 
     def _rescue(self, child: Child, how: str) -> None:
         """Rescue the tasks of a child that is gone, as its lease running out would (a task
         that keeps killing its worker fails after MAX_RESCUES)."""
-
-        def write() -> None:
-            self._unregister(child.worker_id)
-            with connections[self.database].cursor() as cursor:
-                count = dialect_for(connections[self.database]).requeue_orphans(
-                    cursor,
-                    backend_name=self.backend_name,
-                    lease_timeout=self.lease_timeout,
-                    max_rescues=self.max_rescues,
-                )
-            if count:
-                logger.warning(
-                    "Rescued %d task(s) of worker process worker_id=%s, which %s",
-                    count,
-                    child.worker_id,
-                    how,
-                    extra={"action": "rescue", "count": count},
-                )
-
-        self._writes.append((f"Rescuing the tasks of worker_id={child.worker_id}", write))
-        self._write_pending()
-
-    def _unregister(self, worker_id: str) -> None:
-        from ..models import WorkerRecord
-
-        WorkerRecord.objects.using(self.database).filter(id=worker_id).delete()
-
-    def _write_pending(self) -> None:
-        """Make the database writes owed (in order); keep those that fail for the next tick."""
-        while self._writes:
-            what, write = self._writes[0]
-            try:
-                run_with_retries(self.database, write, attempts=3)
-            except Exception:
-                logger.exception("%s failed; trying again", what)
-                return
-            self._writes.pop(0)
+        self._ledger.rescue(child.worker_id, how)
 
     # Leases and health ---------------------------------------------------------------------
 
@@ -415,20 +371,7 @@ class Supervisor:
         """Renew the lease of each healthy child: a child whose sync task holds the GIL cannot
         heartbeat, and must not be rescued while it runs. A child that withholds its lease, or
         that is silent with no sync task running (frozen, deadlocked), is left to lapse."""
-        ids = [c.worker_id for c in self._children.values() if self.healthy(c)]
-        if not ids:
-            return
-
-        def renew() -> None:
-            with connections[self.database].cursor() as cursor:
-                dialect = dialect_for(connections[self.database])
-                for worker_id in ids:
-                    dialect.heartbeat(cursor, worker_id)
-
-        try:
-            run_with_retries(self.database, renew, attempts=2)
-        except Exception as e:
-            logger.warning("Renewing the children's leases failed: %s", e)
+        self._ledger.renew([c.worker_id for c in self._children.values() if self.healthy(c)])
 
     def healthy(self, child: Child) -> bool:
         """Whether ``child`` has registered, keeps its lease, and heartbeats (or is busy in a
@@ -484,33 +427,12 @@ class Supervisor:
                 child.proc.kill()
                 child.proc.wait()
                 self._forget(child)
-                reason = "The worker process was killed while stopping, before this task finished."
-
-                def requeue(worker_id: str = child.worker_id, reason: str = reason) -> None:
-                    with connections[self.database].cursor() as cursor:
-                        dialect = dialect_for(connections[self.database])
-                        dialect.requeue_owned(cursor, worker_id=worker_id, reason=reason)
-                    self._unregister(worker_id)
-
-                self._writes.append((f"Requeueing the tasks of {child.worker_id}", requeue))
-                self._write_pending()
+                self._ledger.requeue(
+                    child.worker_id,
+                    "The worker process was killed while stopping, before this task finished.",
+                )
 
     def _signal_all(self, signum: int) -> None:
         for child in self._children.values():
             if child.proc.poll() is None:
                 child.proc.send_signal(signum)
-
-
-def _rss_bytes(pid: int) -> int | None:
-    """The resident memory of ``pid`` (Linux), or None if unknown."""
-    try:
-        with open(f"/proc/{pid}/statm") as statm:
-            return int(statm.read().split()[1]) * PAGE_BYTES
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _describe_status(status: int) -> str:
-    if status < 0:
-        return f"signal {signal.Signals(-status).name}"
-    return f"status {status}"
