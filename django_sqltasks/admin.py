@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import django
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -13,17 +12,16 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from . import (
+    admin_overview,  # noqa: F401  (registers the queue overview)
     admin_workers,  # noqa: F401  (registers the worker and schedule admins)
     control,
     error_text,
-    overview,
 )
 from .admin_display import (
     cut_html,
@@ -39,18 +37,13 @@ from .admin_list import (
     SQLBackendFilter,
     TaskFilter,
 )
-from .chart import throughput_chart
 from .compat import TaskResultStatus
-from .models import FINISHED_STATUSES, QueueOverview, TaskRecord
+from .models import FINISHED_STATUSES, TaskRecord
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[TaskRecord]
-    OverviewAdminBase = admin.ModelAdmin[QueueOverview]
 else:
-    TaskAdminBase = OverviewAdminBase = admin.ModelAdmin
-
-# Django 6.1 styles breadcrumbs as <ol class="breadcrumbs">; earlier versions as a <div>.
-BREADCRUMBS_LIST = django.VERSION >= (6, 1)
+    TaskAdminBase = admin.ModelAdmin
 
 
 @admin.register(TaskRecord)
@@ -350,51 +343,3 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
             and self.has_cancel_permission(request)
         )
         return super().render_change_form(request, context, *args, **kwargs)
-
-
-@admin.register(QueueOverview)
-class QueueOverviewAdmin(OverviewAdminBase):
-    """The queue overview: listed in the admin index, shown instead of a change list."""
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("django_sqltasks.view_taskrecord")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def get_urls(self) -> list[URLPattern]:
-        opts = self.model._meta
-        return [
-            path(
-                "",
-                self.admin_site.admin_view(self.changelist_view),
-                name=f"{opts.app_label}_{opts.model_name}_changelist",
-            )
-        ]
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        using = TaskRecord.objects.db
-        snapshot = overview.take(using=using)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Queue overview"),
-            "opts": self.model._meta,
-            "overview": snapshot,
-            "rows": [(q, overview.short_age(q.oldest_age(snapshot.now))) for q in snapshot.queues],
-            "window": overview.short_age(snapshot.finished_window),
-            "chart": throughput_chart(snapshot.throughput),
-            "tasks_url": reverse("admin:django_sqltasks_taskrecord_changelist"),
-            "breadcrumbs_list": BREADCRUMBS_LIST,
-            **(extra_context or {}),
-        }
-        return TemplateResponse(request, "admin/django_sqltasks/overview.html", context)

@@ -429,6 +429,31 @@ class SQLTaskBackend(BaseTaskBackend):
         result: TaskResult = await coalescer.get_result(result_id)
         return result
 
+    def pause_queue(self, queue_name: str) -> bool:
+        """Stop every worker claiming tasks of ``queue_name`` (they stay READY; running ones
+        finish); return False if it was paused already. Raise ``UnknownQueue`` for a name
+        outside QUEUES."""
+        from . import flow
+
+        self._check_usable()
+        name = flow.check_queue(self.alias, self.queues, queue_name)
+        return flow.pause(self.database, self.alias, name)
+
+    def resume_queue(self, queue_name: str) -> bool:
+        """Let workers claim tasks of ``queue_name`` again; return False if it was not paused."""
+        from . import flow
+
+        self._check_usable()
+        name = flow.check_queue(self.alias, self.queues, queue_name)
+        return flow.resume(self.database, self.alias, name, announce=self.config.notify)
+
+    def paused_queues(self) -> list[str]:
+        """Return the names of this backend's paused queues, sorted."""
+        from . import flow
+
+        self._check_usable()
+        return flow.paused(self.database, self.alias)
+
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         from .checks import check_backend
 

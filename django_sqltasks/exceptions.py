@@ -49,3 +49,7 @@ class OutcomeNotStored(Exception):
 
 class TaskBackendMismatch(TaskNotFound):
     """A stored row names a task declared for another backend; this backend does not run it."""
+
+
+class UnknownQueue(ValueError):
+    """A queue name is not one of the backend's QUEUES; the message lists the known ones."""

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from . import health as table_health
 from .compat import TaskResultStatus
-from .models import TaskRecord, TaskRecordQuerySet, WorkerRecord
+from .models import PausedQueue, TaskRecord, TaskRecordQuerySet, WorkerRecord
 from .sql import TableHealth
 
 FINISHED_WINDOW = timedelta(hours=1)  # finished counts cover this much recent time
@@ -37,6 +37,7 @@ class QueueStats:
     failed: int = 0  # in the finished window
     oldest_due: datetime | None = None  # the earliest available_at of a due task
     served: bool = False  # a live worker of the backend takes this queue
+    paused: bool = False  # no worker claims its tasks until it is resumed
 
     def oldest_age(self, now: datetime) -> timedelta | None:
         """How long the oldest due task has waited to be claimed."""
@@ -114,6 +115,14 @@ def take(
             item.succeeded = n
         else:
             item.failed = n
+
+    paused = PausedQueue.objects.using(using).values_list("backend_name", "queue_name")
+    if backend is not None:
+        paused = paused.filter(backend_name=backend)
+    if queue is not None:
+        paused = paused.filter(queue_name=queue)
+    for backend_name, queue_name in paused:
+        entry(backend_name, queue_name).paused = True  # listed even when empty: to resume it
 
     workers = live_workers(using, backend, now)
     for item in stats.values():

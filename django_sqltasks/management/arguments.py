@@ -140,6 +140,21 @@ def level_number(name: str) -> int:
     return level
 
 
+def sql_backend(alias: str) -> Any:
+    """The ``SQLTaskBackend`` named by ``--backend``; raise ``CommandError`` for an unknown alias
+    or a backend of another kind."""
+    from django_sqltasks.backend import SQLTaskBackend
+    from django_sqltasks.compat import InvalidTaskBackend, task_backends
+
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend as e:
+        raise CommandError(f"--backend: {e}") from e
+    if not isinstance(backend, SQLTaskBackend):
+        raise CommandError(f"--backend: {alias!r} is not a django_sqltasks SQLTaskBackend.")
+    return backend
+
+
 def refuse_unknown_queues(backend: Any, names: Iterable[str]) -> None:
     """Raise ``CommandError`` for names outside the backend's QUEUES (when it has any).
 

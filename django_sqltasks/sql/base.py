@@ -201,12 +201,13 @@ class Dialect:
     async_driver = False
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
-        from ..models import TaskRecord, WorkerRecord
+        from ..models import PausedQueue, TaskRecord, WorkerRecord
 
         self.connection = connection
         qn = connection.ops.quote_name
         self.tasks = qn(TaskRecord._meta.db_table)
         self.workers = qn(WorkerRecord._meta.db_table)
+        self.paused = qn(PausedQueue._meta.db_table)
         self.use_tz = settings.USE_TZ
 
     def is_transient(self, error: BaseException) -> bool:
@@ -695,7 +696,18 @@ class Dialect:
         return cursor.rowcount
 
     def queue_filter(self, queue_names: list[str] | None) -> tuple[str, list[Any]]:
+        """The claim's conditions on the queue: one of ``queue_names`` (None: any), and not
+        paused. A paused queue is left out row by row, by a lookup in the paused-queue table's
+        unique index, so it never holds back the rows of other queues behind it."""
+        paused = (
+            f" AND NOT EXISTS (SELECT 1 FROM {self.paused} p WHERE p.backend_name = "
+            f"{self.tasks}.backend_name AND p.queue_name = {self.tasks}.queue_name)"
+        )
         if queue_names is None:
-            return "", []
+            return paused, []
         marks = ", ".join(["%s"] * len(queue_names))
-        return f" AND queue_name IN ({marks})", list(queue_names)
+        return f" AND queue_name IN ({marks}){paused}", list(queue_names)
+
+    def announce(self, cursor: CursorWrapper, queue_names: Sequence[str]) -> None:
+        """Wake the workers of ``queue_names`` now (a queue resumed, a task made due), where
+        the database can; elsewhere they see it at their next claim."""

@@ -199,6 +199,11 @@ class PostgreSQLDialect(Dialect):
                 f"SELECT pg_notify('{CHANNEL}', q) FROM unnest(%s::text[]) AS q", [queues]
             )
 
+    def announce(self, cursor: CursorWrapper, queue_names: Sequence[str]) -> None:
+        cursor.execute(
+            f"SELECT pg_notify('{CHANNEL}', q) FROM unnest(%s::text[]) AS q", [list(queue_names)]
+        )
+
     def claim_sql(
         self,
         *,

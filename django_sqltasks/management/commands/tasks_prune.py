@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
+from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS
 from django_sqltasks.management.arguments import (
     backend_alias,
     days,
     positive_int,
     refuse_unknown_queues,
+    sql_backend,
     text,
 )
 from django_sqltasks.management.help import package_version
@@ -75,17 +76,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django_sqltasks.backend import SQLTaskBackend
-        from django_sqltasks.compat import task_backends
-
-        try:
-            backend = task_backends[options["backend"]]
-        except InvalidTaskBackend as e:
-            raise CommandError(f"--backend: {e}") from e
-        if not isinstance(backend, SQLTaskBackend):
-            raise CommandError(
-                f"--backend: {options['backend']!r} is not a django_sqltasks SQLTaskBackend."
-            )
+        backend = sql_backend(options["backend"])
         queue = options["queue"]
         if queue is not None:
             refuse_unknown_queues(backend, [queue])

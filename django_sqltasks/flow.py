@@ -1,0 +1,60 @@
+"""Flow control from outside the worker: pausing and resuming queues, running a deferred task
+now. Every worker reads the paused queues in its claim statement, so a pause holds on every
+machine from its commit on."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from django.db import connections, transaction
+
+from .exceptions import UnknownQueue
+from .models import PausedQueue
+from .sql import dialect_for
+
+
+def check_queue(alias: str, known: Collection[str], queue_name: object) -> str:
+    """Return ``queue_name`` if it can name a queue of the backend ``alias``; raise
+    ``UnknownQueue`` naming the rule (and the backend's QUEUES, when it has any)."""
+    from .backend import MAX_NAME_LENGTH
+
+    if not isinstance(queue_name, str) or not 0 < len(queue_name) <= MAX_NAME_LENGTH:
+        raise UnknownQueue(
+            f"A queue name must be a string of 1 to {MAX_NAME_LENGTH} characters, not "
+            f"{queue_name!r}."
+        )
+    if known and queue_name not in known:
+        raise UnknownQueue(
+            f"{queue_name!r} is not a queue of backend {alias!r}, whose QUEUES are: "
+            f"{', '.join(sorted(known))}."
+        )
+    return queue_name
+
+
+def pause(using: str, alias: str, queue_name: str) -> bool:
+    """Stop workers claiming tasks of ``queue_name``; return False if it was paused already."""
+    _, created = PausedQueue.objects.using(using).get_or_create(
+        backend_name=alias, queue_name=queue_name
+    )
+    return created
+
+
+def resume(using: str, alias: str, queue_name: str, announce: bool) -> bool:
+    """Let workers claim tasks of ``queue_name`` again; return False if it was not paused.
+    With ``announce``, wake the workers at once where the database can (PostgreSQL)."""
+    with transaction.atomic(using=using):
+        deleted, _ = (
+            PausedQueue.objects.using(using)
+            .filter(backend_name=alias, queue_name=queue_name)
+            .delete()
+        )
+        if deleted and announce:
+            with connections[using].cursor() as cursor:
+                dialect_for(connections[using]).announce(cursor, [queue_name])
+    return bool(deleted)
+
+
+def paused(using: str, alias: str) -> list[str]:
+    """The paused queues of the backend ``alias``, by name."""
+    rows = PausedQueue.objects.using(using).filter(backend_name=alias).order_by("queue_name")
+    return list(rows.values_list("queue_name", flat=True))
