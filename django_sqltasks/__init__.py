@@ -1,6 +1,7 @@
 """django-sqltasks: a Django Tasks backend that keeps every task in the project's own database."""
 
 from .backend import SQLTaskBackend
+from .exceptions import Snooze
 
-__all__ = ["SQLTaskBackend"]
+__all__ = ["SQLTaskBackend", "Snooze"]
 __version__ = "0.1.0"

@@ -84,7 +84,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
         ),
         (_("Call"), {"fields": ("args_display", "kwargs_display")}),
         (_("Outcome"), {"fields": ("return_value_display", "errors_display")}),
-        (_("Attempts"), {"fields": ("attempts", "rescues", "worker_ids", "owner")}),
+        (_("Attempts"), {"fields": ("attempts", "rescues", "snoozes", "worker_ids", "owner")}),
         (
             _("Times"),
             {
@@ -113,6 +113,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
         "errors_display",
         "attempts",
         "rescues",
+        "snoozes",
         "worker_ids",
         "owner",
         "enqueued_at",

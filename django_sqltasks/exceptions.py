@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+
 from .compat import InvalidTask
+
+MAX_SNOOZE_SECONDS = 366 * 86400  # the longest snooze: a year, as for periodic schedules
 
 
 class InvalidTaskArguments(TypeError):
@@ -49,6 +54,30 @@ class OutcomeNotStored(Exception):
 
 class TaskBackendMismatch(TaskNotFound):
     """A stored row names a task declared for another backend; this backend does not run it."""
+
+
+class Snooze(Exception):
+    """Raised inside a task to put it back to READY and run it again after ``seconds``; not a
+    failure: no error is recorded and no attempt is spent (see MAX_SNOOZES)."""
+
+    seconds: float  # the delay before the task runs again
+
+    def __init__(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+            raise TypeError(f"Snooze() takes a number of seconds, not {seconds!r}.")
+        if not math.isfinite(seconds):
+            raise ValueError(f"Snooze() takes a finite number of seconds, not {seconds!r}.")
+        if not 0 <= seconds <= MAX_SNOOZE_SECONDS:
+            raise ValueError(
+                f"Snooze() takes zero or more seconds, at most {MAX_SNOOZE_SECONDS} (366 "
+                f"days), not {seconds!r}."
+            )
+        self.seconds = float(seconds)
+        super().__init__(f"Snooze for {self.seconds:g}s")
+
+
+class SnoozeLimitReached(Exception):
+    """A task raised Snooze once more after MAX_SNOOZES snoozes; it failed instead."""
 
 
 class UnknownQueue(ValueError):

@@ -96,6 +96,12 @@ class TaskRecord(models.Model):
         db_default=0,  # the enqueue's raw INSERT leaves it out
         help_text=_("How many times this task went back in the queue because its worker was lost."),
     )
+    snoozes = models.PositiveIntegerField(
+        _("snoozes"),
+        default=0,
+        db_default=0,  # the enqueue's raw INSERT leaves it out
+        help_text=_("How many times this task raised Snooze to run again later."),
+    )
     # NULL, not "", means unowned: the running-index and the owner guards compare on it.
     owner = models.CharField(  # noqa: DJ001
         _("owner"),

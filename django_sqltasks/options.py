@@ -20,6 +20,7 @@ DEFAULT_POLL_INTERVAL = 1.0  # seconds between claims when idle
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024  # encoded args + kwargs of one task
 DEFAULT_MAX_ATTEMPTS = 1  # no retries unless a task or the backend asks for them
 DEFAULT_MAX_RESCUES = 5  # lost workers a task is put back in the queue for; then it fails
+DEFAULT_MAX_SNOOZES = 100  # times a task may snooze; the next Snooze fails it
 DEFAULT_RETRY_BACKOFF = 1.0  # seconds before the first retry; doubles each attempt
 DEFAULT_RETRY_BACKOFF_MAX = 300.0  # seconds; the cap of the doubling
 
@@ -59,6 +60,7 @@ class BackendOptions:
     enqueue_on_commit: bool | str = False
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     max_rescues: int | None = DEFAULT_MAX_RESCUES  # None: put back in the queue every time
+    max_snoozes: int = DEFAULT_MAX_SNOOZES
     retry_backoff: float = DEFAULT_RETRY_BACKOFF
     retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX
     timeout: float | None = None
@@ -132,6 +134,11 @@ class BackendOptions:
             raise OptionError(
                 f"{where}['MAX_RESCUES'] must be a whole number (0 or more) or None, not "
                 f"{rescues!r}."
+            )
+        if not _is_whole(self.max_snoozes, least=0):
+            raise OptionError(
+                f"{where}['MAX_SNOOZES'] must be a whole number (0 or more), not "
+                f"{self.max_snoozes!r}."
             )
         for name in ("retry_backoff", "retry_backoff_max"):
             value = getattr(self, name)

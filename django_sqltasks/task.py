@@ -65,12 +65,12 @@ class Policy:
     timeout: float | None
 
     def should_retry(self, attempt: int, exc: BaseException) -> bool:
-        from .exceptions import TaskCancelled
+        from .exceptions import SnoozeLimitReached, TaskCancelled
 
         return (
             attempt < self.max_attempts
             and isinstance(exc, self.retry_on)
-            and not isinstance(exc, TaskCancelled)
+            and not isinstance(exc, (TaskCancelled, SnoozeLimitReached))
         )
 
     def delay(self, attempt: int) -> float:

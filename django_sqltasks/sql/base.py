@@ -35,6 +35,7 @@ RETURNED_COLUMNS = (
     "errors",
     "worker_ids",
     "attempts",
+    "snoozes",
 )
 # The JSON columns a claim reads, and the type each must decode to.
 JSON_SHAPES: dict[str, type] = {"args": list, "kwargs": dict, "errors": list, "worker_ids": list}
@@ -46,6 +47,7 @@ OUTCOME_COLUMNS = (
     "error_class",
     "error_traceback",
     "available_at",
+    "snoozed",
 )
 CORRUPT_TASK = "django_sqltasks.exceptions.CorruptTask"
 OUTCOME_NOT_STORED = "django_sqltasks.exceptions.OutcomeNotStored"
@@ -117,6 +119,7 @@ class ClaimedRow:
     errors: list[dict[str, str]]
     worker_ids: list[str]
     attempts: int
+    snoozes: int = 0  # how many times it snoozed before this attempt
     # Why the stored row cannot be run (JSON that does not parse or has the wrong shape).
     corrupt: str | None = None
 
@@ -132,6 +135,8 @@ class Outcome:
     error_class: str | None = None  # the failed attempt's exception class path
     error_traceback: str | None = None
     available_at: datetime | None = None  # for a retry (status READY): when to run again
+    # 1 for a snooze (status READY): the attempt is given back and a snooze counted instead.
+    snoozed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +331,7 @@ class Dialect:
             outcome.error_class,
             outcome.error_traceback,
             self.encode_datetime(outcome.available_at),
+            outcome.snoozed,
         ]
 
     def claimed_row(self, values: Sequence[Any], *, json_decoded: bool = False) -> ClaimedRow:
@@ -346,6 +352,7 @@ class Dialect:
             errors,
             worker_ids,
             attempts,
+            snoozes,
         ) = values  # fmt: skip  (RETURNED_COLUMNS, in order)
         # A row damaged outside this package must fail alone, not break the whole claim.
         problems: list[str] = []
@@ -366,6 +373,7 @@ class Dialect:
             errors=json_column("errors", errors),
             worker_ids=json_column("worker_ids", worker_ids),
             attempts=attempts,
+            snoozes=snoozes,
             corrupt="; ".join(problems) or None,
         )
 

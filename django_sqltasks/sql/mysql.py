@@ -318,7 +318,8 @@ class MySQLDialect(Dialect):
                     SET t.errors = IF(v.error_class IS NULL, t.errors, {error}),
                         t.return_value = v.return_value, t.status = v.status,
                         t.finished_at = v.finished_at, t.owner = NULL,
-                        t.available_at = COALESCE(v.available_at, t.available_at)
+                        t.available_at = COALESCE(v.available_at, t.available_at),
+                        t.attempts = t.attempts - v.snoozed, t.snoozes = t.snoozes + v.snoozed
                     WHERE t.status = 'RUNNING' AND t.owner = %s
                     """,
                     [*params, worker_id],

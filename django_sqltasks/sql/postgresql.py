@@ -256,10 +256,11 @@ class PostgreSQLDialect(Dialect):
             SET status = v.status, finished_at = v.finished_at, owner = NULL,
                 return_value = v.return_value::jsonb,
                 errors = CASE WHEN v.error_class IS NULL THEN t.errors ELSE {error} END,
-                available_at = COALESCE(v.available_at, t.available_at)
+                available_at = COALESCE(v.available_at, t.available_at),
+                attempts = t.attempts - v.snoozed, snoozes = t.snoozes + v.snoozed
             FROM jsonb_to_recordset(%s::jsonb) AS v(
                 id uuid, status text, finished_at timestamptz, return_value text,
-                error_class text, error_traceback text, available_at timestamptz
+                error_class text, error_traceback text, available_at timestamptz, snoozed int
             )
             WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
             RETURNING t.id
@@ -275,6 +276,7 @@ class PostgreSQLDialect(Dialect):
                             "error_class": o.error_class,
                             "error_traceback": o.error_traceback,
                             "available_at": o.available_at,
+                            "snoozed": o.snoozed,
                         }
                         for o in outcomes
                     ]

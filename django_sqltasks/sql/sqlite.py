@@ -100,7 +100,9 @@ class SQLiteDialect(Dialect):
                 return_value = v.return_value,
                 errors = CASE WHEN v.error_class IS NULL THEN {self.tasks}.errors
                               ELSE {error} END,
-                available_at = COALESCE(v.available_at, {self.tasks}.available_at)
+                available_at = COALESCE(v.available_at, {self.tasks}.available_at),
+                attempts = {self.tasks}.attempts - v.snoozed,
+                snoozes = {self.tasks}.snoozes + v.snoozed
             FROM v
             WHERE {self.tasks}.id = v.id AND {self.tasks}.status = 'RUNNING'
                 AND {self.tasks}.owner = %s

@@ -185,6 +185,19 @@ def retry(attempt_id: Any, exc: BaseException, available_at: datetime) -> Outcom
     return outcome
 
 
+def snooze(attempt_id: Any, available_at: datetime) -> Outcome:
+    """Put the task back to READY, to run again at ``available_at``, with no error recorded:
+    the write gives its attempt back and counts a snooze instead."""
+    return Outcome(
+        id=attempt_id,
+        status=TaskResultStatus.READY,
+        finished_at=None,
+        return_value=None,
+        available_at=available_at,
+        snoozed=1,
+    )
+
+
 def apply(result: TaskResult, outcome: Outcome, return_value: Any = None) -> None:
     """Copy ``outcome`` onto the in-memory ``result``, as the database now holds it."""
     object.__setattr__(result, "status", TaskResultStatus(outcome.status))

@@ -21,7 +21,7 @@ from typing import Any
 from django.utils import timezone
 
 from ..compat import TaskResultStatus, logs_task_finished, task_finished
-from ..exceptions import TaskCancelled, TaskTimeout
+from ..exceptions import Snooze, SnoozeLimitReached, TaskCancelled, TaskTimeout
 from ..results import resolve_task
 from ..signals import Receivers
 from ..sql import ClaimedRow, Outcome
@@ -290,9 +290,36 @@ class Executor:
             )
         self._completer.submit(outcome, (attempt, None, value))
 
+    def _snoozed(self, attempt: attempts.Attempt, snooze: Snooze) -> bool:
+        """Put a task that raised ``snooze`` back to READY; False if it has used up its
+        MAX_SNOOZES (then it fails)."""
+        if attempt.row.snoozes >= self._config.max_snoozes:
+            return False
+        logger.info(
+            "Task id=%s path=%s snoozed for %.1fs (snooze %d of at most %d)",
+            attempt.result.id,
+            attempt.task.module_path,
+            snooze.seconds,
+            attempt.row.snoozes + 1,
+            self._config.max_snoozes,
+            extra={"action": "task_snoozed", "task_id": attempt.result.id},
+        )
+        at = timezone.now() + timedelta(seconds=snooze.seconds)
+        self._completer.submit(attempts.snooze(attempt.row.id, at), (attempt, None, None))
+        return True
+
     def _failed(self, attempt: attempts.Attempt, exc: BaseException) -> None:
         exc = attempts.from_task_frame(exc)
         number, policy = attempt.row.attempts, attempt.policy
+        if isinstance(exc, Snooze):
+            if self._snoozed(attempt, exc):
+                return
+            over = SnoozeLimitReached(
+                f"The task raised Snooze after snoozing {attempt.row.snoozes} time(s) "
+                f"(MAX_SNOOZES is {self._config.max_snoozes}), so it failed; it is not retried."
+            )
+            over.__cause__, over.__traceback__ = exc, exc.__traceback__
+            exc = over
         if policy.should_retry(number, exc):
             delay = policy.delay(number)
             logger.warning(
