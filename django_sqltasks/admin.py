@@ -36,6 +36,7 @@ from .admin_list import (
     QueueFilter,
     SQLBackendFilter,
     TaskFilter,
+    sql_backends,
 )
 from .compat import TaskResultStatus
 from .models import FINISHED_STATUSES, TaskRecord
@@ -67,7 +68,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     # delete_selected replaces the site-wide action of that name: it deletes finished tasks only.
-    actions = ("retry_tasks", "cancel_tasks", "delete_selected")
+    actions = ("retry_tasks", "cancel_tasks", "run_now", "delete_selected")
     fieldsets = (
         (
             None,
@@ -224,6 +225,9 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_sqltasks.cancel_taskrecord")
 
+    def has_run_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_sqltasks.run_taskrecord")
+
     # Actions -------------------------------------------------------------------------------
 
     @admin.action(description=_("Retry selected failed tasks"), permissions=["retry"])
@@ -255,6 +259,18 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
                 "worker's next heartbeat; sync tasks cannot be interrupted.",
                 messages.INFO,
             )
+
+    @admin.action(description=_("Run selected deferred tasks now"), permissions=["run"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
+        backends = sql_backends()
+        done = [
+            record
+            for record in queryset.filter(status=TaskResultStatus.READY)
+            if record.backend_name in backends
+            and backends[record.backend_name].run_now(str(record.pk))
+        ]
+        self._log(request, done, "Made due now (run now).")
+        self._report(request, len(done), queryset.count(), _("made due now"), _("were not READY"))
 
     @admin.action(description=_("Delete selected finished tasks"), permissions=["delete"])
     def delete_selected(

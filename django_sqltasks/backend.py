@@ -454,6 +454,15 @@ class SQLTaskBackend(BaseTaskBackend):
         self._check_usable()
         return flow.paused(self.database, self.alias)
 
+    def run_now(self, result_id: str) -> bool:
+        """Make a deferred READY task due now, by the database's clock; return False if it is
+        not READY (a task due already stays where it is, and True is returned). Raise
+        ``TaskResultDoesNotExist`` for an unknown id."""
+        from . import flow
+
+        self._check_usable()
+        return flow.run_now(self.database, self.alias, result_id, announce=self.config.notify)
+
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         from .checks import check_backend
 

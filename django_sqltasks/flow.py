@@ -4,12 +4,14 @@ machine from its commit on."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection
 
 from django.db import connections, transaction
 
+from .compat import TaskResultDoesNotExist, TaskResultStatus
 from .exceptions import UnknownQueue
-from .models import PausedQueue
+from .models import PausedQueue, TaskRecord
 from .sql import dialect_for
 
 
@@ -52,6 +54,32 @@ def resume(using: str, alias: str, queue_name: str, announce: bool) -> bool:
             with connections[using].cursor() as cursor:
                 dialect_for(connections[using]).announce(cursor, [queue_name])
     return bool(deleted)
+
+
+def run_now(using: str, alias: str, result_id: str, announce: bool) -> bool:
+    """Make the deferred READY task ``result_id`` due now (by the database's clock); return
+    False if it is not READY. Raise ``TaskResultDoesNotExist`` for an unknown id."""
+    try:
+        task_id = uuid.UUID(str(result_id))
+    except ValueError as e:
+        raise TaskResultDoesNotExist(result_id) from e
+    connection = connections[using]
+    dialect = dialect_for(connection)
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        if dialect.make_due(cursor, backend_name=alias, task_id=task_id):
+            if announce:
+                queue = TaskRecord.objects.using(using).get(pk=task_id).queue_name
+                dialect.announce(cursor, [queue])
+            return True
+    status = (
+        TaskRecord.objects.using(using)
+        .filter(pk=task_id, backend_name=alias)
+        .values_list("status", flat=True)
+        .first()
+    )
+    if status is None:
+        raise TaskResultDoesNotExist(result_id)
+    return status == TaskResultStatus.READY  # due already
 
 
 def paused(using: str, alias: str) -> list[str]:

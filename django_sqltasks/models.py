@@ -215,6 +215,7 @@ class TaskRecord(models.Model):
         permissions = [
             ("retry_taskrecord", _("Can retry failed tasks")),
             ("cancel_taskrecord", _("Can cancel tasks that have not started")),
+            ("run_taskrecord", _("Can run deferred tasks now")),
         ]
 
     def __str__(self) -> str:

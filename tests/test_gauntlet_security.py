@@ -105,6 +105,7 @@ SQL_WORDS = re.compile(
 STRUCTURAL = {
     "self.tasks",
     "self.workers",
+    "self.paused",  # the paused-queue table's quoted name
     "self.dialect.tasks",
     "CHANNEL",
     "COLUMNS",

@@ -716,6 +716,17 @@ class Dialect:
         marks = ", ".join(["%s"] * len(queue_names))
         return f" AND queue_name IN ({marks}){paused}", list(queue_names)
 
+    def make_due(self, cursor: CursorWrapper, *, backend_name: str, task_id: uuid.UUID) -> bool:
+        """Make a deferred READY task due now, by the database's clock; False if it is not
+        READY, is due already (it keeps its place), or does not exist."""
+        now, now_params = self.now_sql()
+        cursor.execute(
+            f"UPDATE {self.tasks} SET available_at = {now} WHERE id = %s AND backend_name = %s "
+            f"AND status = 'READY' AND available_at > {now}",
+            [*now_params, self.encode_id(task_id), backend_name, *now_params],
+        )
+        return cursor.rowcount > 0
+
     def announce(self, cursor: CursorWrapper, queue_names: Sequence[str]) -> None:
         """Wake the workers of ``queue_names`` now (a queue resumed, a task made due), where
         the database can; elsewhere they see it at their next claim."""
