@@ -11,8 +11,9 @@ every claim. Phases:
 - ``deferred`` (with ``--deferred N``): claim speed of due tasks beside N READY tasks of a
   higher priority whose ``run_after`` is a year away (rows that are not due).
 
-    .venv/bin/python scripts/long_life.py --tasks 1000000 --deferred 1000000
-    .venv/bin/python scripts/long_life.py --phases snapshot --tasks 300000 --json out.json
+    .venv/bin/python scripts/long_life.py --phases plain --tasks 1000000 [--tuned]
+    .venv/bin/python scripts/long_life.py --phases snapshot --snapshot-tasks 500000
+    .venv/bin/python scripts/long_life.py --phases deferred --deferred 1000000 --json out.json
 
 With a snapshot open, each claim walks every index entry the drain has left behind, so the
 drain's time grows with the square of its size: 1,000,000 tasks take hours on two cores.
@@ -37,6 +38,11 @@ from tests.gauntlet_postgres import PrivatePostgres, find_bindir
 
 WINDOW = 0.02  # fraction of the drain whose claims make each start / middle / end figure
 DEFERRED_CLAIMS = 200  # claims timed beside the deferred rows
+# docs/operations.md's autovacuum settings for the task table (--tuned).
+TUNED = (
+    "autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, "
+    "autovacuum_vacuum_cost_delay = 0"
+)
 
 
 def enqueue(count: int, priority: int = 0) -> float:
@@ -197,6 +203,11 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=50, help="tasks per claim")
     parser.add_argument("--deferred", type=int, default=0, help="rows for the deferred phase")
     parser.add_argument("--phases", default="plain,snapshot,deferred")
+    parser.add_argument(
+        "--tuned",
+        action="store_true",
+        help="set the task table's autovacuum thresholds docs/operations.md recommends",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     bindir = find_bindir()
@@ -209,9 +220,14 @@ def main() -> int:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
+        if args.tuned:
+            _rows(f"ALTER TABLE {TABLE} SET ({TUNED})")
         figures["server"] = {
             "version": scalar("SHOW server_version"),
             "autovacuum": scalar("SHOW autovacuum"),
+            "table_options": scalar(
+                "SELECT reloptions::text FROM pg_class WHERE relname = %s", [TABLE]
+            ),
         }
         phases = args.phases.split(",")
         for snapshot in (False, True):
