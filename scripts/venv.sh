@@ -46,7 +46,9 @@ fi
 [ "${WITH_BENCH:-0}" = "1" ] && extras="$extras,mysql,bench"
 extras="$extras,metrics"
 
-if command -v uv >/dev/null 2>&1; then
+# "uv --version", not "command -v uv": a pyenv shim is on PATH even where the active Python
+# has no uv, and then fails when run.
+if uv --version >/dev/null 2>&1; then
     uv=$(command -v uv)
     $uv venv --quiet --allow-existing --python "$python" "$VENV"
 else
