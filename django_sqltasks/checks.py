@@ -154,6 +154,22 @@ def check_unserved_queues(
             )
 
 
+@checks.register()
+def check_health_setting(
+    app_configs: Sequence[Any] | None = None, **kwargs: Any
+) -> Iterable[checks.CheckMessage]:
+    """Refuse a SQLTASKS_OLD_TRANSACTION_SECONDS that is not a positive number of seconds."""
+    from .health import OLD_TRANSACTION_SECONDS, setting_problem
+
+    problem = setting_problem()
+    if problem:
+        yield checks.Error(
+            problem,
+            hint=f"Set a number of seconds, or remove it (default {OLD_TRANSACTION_SECONDS:g}).",
+            id="django_sqltasks.E011",
+        )
+
+
 @checks.register(checks.Tags.database)
 def check_table_health(
     app_configs: Sequence[Any] | None = None,

@@ -37,9 +37,28 @@ class HealthWarning:
 CODES = ("autovacuum_off", "dead_rows", "old_transaction")
 
 
+def _setting() -> object:
+    return getattr(settings, "SQLTASKS_OLD_TRANSACTION_SECONDS", OLD_TRANSACTION_SECONDS)
+
+
+def setting_problem() -> str | None:
+    """Say what is wrong with SQLTASKS_OLD_TRANSACTION_SECONDS, if anything."""
+    value = _setting()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        return (
+            f"SQLTASKS_OLD_TRANSACTION_SECONDS is {value!r}; it must be a number of seconds, "
+            "over 0."
+        )
+    return None
+
+
 def old_transaction_seconds() -> float:
-    """The age, in seconds, past which another session's transaction is warned of."""
-    return float(getattr(settings, "SQLTASKS_OLD_TRANSACTION_SECONDS", OLD_TRANSACTION_SECONDS))
+    """The age, in seconds, past which another session's transaction is warned of (the
+    default while the setting is invalid: the system check E011 says so)."""
+    value = _setting()
+    if setting_problem() is not None or not isinstance(value, (int, float)):
+        return OLD_TRANSACTION_SECONDS
+    return float(value)
 
 
 def read(using: str = "default") -> TableHealth:

@@ -195,3 +195,17 @@ def test_an_old_transaction_warns_until_it_ends(operator: Client, settings: Any)
     while old_transaction_seen() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert "django_sqltasks.W005" not in look(operator).check_ids
+
+
+@pytest.mark.parametrize("value", ["300", 0, -1, float("nan"), float("inf"), True, None])
+def test_a_bad_old_transaction_setting_is_refused(settings: Any, value: Any) -> None:
+    settings.SQLTASKS_OLD_TRANSACTION_SECONDS = value
+    assert [m.id for m in checks.check_health_setting()] == ["django_sqltasks.E011"]
+    assert health.old_transaction_seconds() == health.OLD_TRANSACTION_SECONDS
+
+
+def test_the_old_transaction_setting_is_read(settings: Any) -> None:
+    assert list(checks.check_health_setting()) == []
+    settings.SQLTASKS_OLD_TRANSACTION_SECONDS = 60
+    assert list(checks.check_health_setting()) == []
+    assert health.old_transaction_seconds() == 60
