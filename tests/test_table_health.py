@@ -88,8 +88,13 @@ def operator(client: Client, django_user_model: Any) -> Client:
     return client
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # VACUUM cannot run inside a transaction
 def test_a_healthy_table_gives_no_warning(operator: Client) -> None:
+    if connection.vendor == "postgresql":
+        # Rows of earlier tests, rolled back or deleted, are dead rows too: with autovacuum
+        # off, as on some test servers, they would be a real W004.
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM {TABLE}")
     seen = look(operator)
     # A PostgreSQL server with autovacuum off everywhere is itself the case to warn about.
     expected = {"django_sqltasks.W003"} if server_autovacuum_off() else set()
