@@ -55,7 +55,11 @@ else
     # No uv on PATH: bootstrap it inside the environment once, never into the interpreter
     # running this script (that printed pip's warning about root on every run).
     [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
-    [ -x "$VENV/bin/uv" ] || "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv
+    if [ ! -x "$VENV/bin/uv" ]; then
+        # An environment made by uv has no pip: give it one first.
+        "$VENV/bin/python" -m pip --version >/dev/null 2>&1 || "$VENV/bin/python" -m ensurepip >/dev/null
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv
+    fi
     uv="$VENV/bin/uv"
 fi
 groups="--group test --group lint"
