@@ -38,6 +38,7 @@ from tests.gauntlet_postgres import PrivatePostgres, find_bindir
 
 WINDOW = 0.02  # fraction of the drain whose claims make each start / middle / end figure
 DEFERRED_CLAIMS = 200  # claims timed beside the deferred rows
+BACKLOG_CLAIMS = 20  # claims timed beside each backlog of due rows
 # docs/operations.md's autovacuum settings for the task table (--tuned).
 TUNED = (
     "autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, "
@@ -180,6 +181,52 @@ def deferred_phase(deferred: int, batch: int) -> dict[str, Any]:
     return {"deferred_priority_10_rows": results, "batch": batch, "plans": plans}
 
 
+def backlog_phase(largest: int, batch: int) -> dict[str, Any]:
+    """Claim time of a worker on one queue and on every queue beside a backlog of due tasks."""
+    results: dict[str, dict[int, float]] = {"every_queue": {}, "one_queue": {}}
+    plans = {}
+    for n in (largest // 100, largest // 10, largest):
+        for kind, queue_names in (("every_queue", None), ("one_queue", ["default"])):
+            reset()
+            insert_ready(n, priority=0, deferred=False)
+            _rows(f"VACUUM ANALYZE {TABLE}")
+            plans[f"{kind}_{n}"] = explain_claim(batch, queue_names)
+            timings = []
+            for _ in range(BACKLOG_CLAIMS):
+                t0 = time.perf_counter()
+                claim_once(batch, queue_names)
+                timings.append(time.perf_counter() - t0)
+            results[kind][n] = round(statistics.median(timings) * 1000, 2)
+            log(f"  {n} due rows, {kind}: median claim {results[kind][n]} ms")
+    return {"due_rows": results, "batch": batch, "plans": plans}
+
+
+def claim_once(batch: int, queue_names: list[str] | None) -> None:
+    from django.db import connection
+
+    from django_sqltasks.sql import dialect_for
+
+    with connection.cursor() as cursor:
+        dialect_for(connection).claim(
+            cursor, backend_name="default", queue_names=queue_names, worker_id="bl", limit=batch
+        )
+
+
+def insert_ready(count: int, priority: int, deferred: bool) -> None:
+    """Insert ``count`` READY tasks in one statement, due now or a year away."""
+    when = "now() + interval '1 year'" if deferred else "now()"
+    scalar(
+        f"""
+        INSERT INTO {TABLE} (id, task_path, backend_name, queue_name, priority, status,
+            args, kwargs, errors, worker_ids, attempts, enqueued_at, run_after, available_at)
+        SELECT gen_random_uuid(), 'tests.tasks.noop', 'default', 'default', %s, 'READY',
+            '[]', '{{}}', '[]', '[]', 0, now(), {when}, {when}
+        FROM generate_series(1, %s)
+        """,
+        [priority, count],
+    )
+
+
 def explain_claim(batch: int, queue_names: list[str] | None) -> str:
     """The claim's plan as run (EXPLAIN ANALYZE runs it: it claims ``batch`` tasks)."""
     from django.db import connection
@@ -235,6 +282,8 @@ def main() -> int:
                 key = "snapshot" if snapshot else "plain"
                 count = args.snapshot_tasks if snapshot and args.snapshot_tasks else args.tasks
                 figures[key] = drain_phase(count, args.batch, snapshot, server.url)
+        if "backlog" in phases:
+            figures["backlog"] = backlog_phase(args.tasks, args.batch)
         if "deferred" in phases and args.deferred:
             figures["deferred"] = deferred_phase(args.deferred, args.batch)
         print(json.dumps(figures, indent=2))
