@@ -106,6 +106,7 @@ STRUCTURAL = {
     "self.tasks",
     "self.workers",
     "self.paused",  # the paused-queue table's quoted name
+    "self.not_in_paused",  # "NOT IN (SELECT queue_name FROM <paused> ... = %s ...)"
     "self.dialect.tasks",
     "CHANNEL",
     "COLUMNS",

@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import TaskRecord
+from django_sqltasks.models import PausedQueue, TaskRecord
 from django_sqltasks.sql import dialect_for
 
 # ANALYZE TABLE commits implicitly on MySQL: flush the table after each test instead of
@@ -73,6 +73,24 @@ def test_claim_uses_the_ready_index(queue_names: list[str] | None) -> None:
     # One queue: the per-queue index; several or all: the one that keeps the order.
     expected = "sqltasks_ready_idx" if queue_names == ["default"] else "sqltasks_ready_all_idx"
     assert expected in plan, plan
+
+
+@pytest.mark.parametrize("queue_names", [["default"], None])
+def test_the_claim_reads_due_rows_in_order_without_sorting_them(
+    queue_names: list[str] | None,
+) -> None:
+    """With many due rows and a paused queue, the claim still walks its index in order and
+    stops at its limit: the paused-queue check must not turn it into a sort of every due row
+    (it did, as an anti-join: 610 ms a claim beside 1,000,000 due tasks)."""
+    PausedQueue.objects.create(backend_name="default", queue_name="slow")
+    fill(ready=20_000, finished=0)
+    plan = explain(
+        *dialect_for(connection).claim_sql(
+            backend_name="default", queue_names=queue_names, worker_id="w", limit=50
+        )
+    )
+    sorted_all = {"postgresql": "Sort", "sqlite": "TEMP B-TREE", "mysql": "filesort"}
+    assert sorted_all[connection.vendor] not in plan, plan
 
 
 def test_rescue_uses_the_running_index() -> None:

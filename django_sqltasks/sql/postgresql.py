@@ -117,6 +117,16 @@ class PostgreSQLDialect(Dialect):
     def ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
         return "now() - make_interval(secs => %s)", [float(seconds)]
 
+    @property
+    def not_in_paused(self) -> str:
+        # A per-row lookup in the paused table's unique index, kept a filter of the claim's
+        # ordered index scan: OFFSET 0 stops the planner from turning it into an anti-join,
+        # and an uncorrelated array (<> ALL) made it estimate one due row and sort them all.
+        return (
+            f"NOT IN (SELECT p.queue_name FROM {self.paused} p WHERE p.backend_name = %s "
+            f"AND p.queue_name = {self.tasks}.queue_name OFFSET 0)"
+        )
+
     text_param = "%s::text"
 
     def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
@@ -212,7 +222,7 @@ class PostgreSQLDialect(Dialect):
         worker_id: str,
         limit: int,
     ) -> tuple[str, list[Any]]:
-        queue_sql, queue_params = self.queue_filter(queue_names)
+        queue_sql, queue_params = self.queue_filter(queue_names, backend_name)
         # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
         # concurrent workers take the next rows instead of waiting on these. The rows come
         # back as one JSON document: one value to decode instead of fourteen per row.

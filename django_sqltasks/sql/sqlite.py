@@ -64,7 +64,7 @@ class SQLiteDialect(Dialect):
         worker_id: str,
         limit: int,
     ) -> tuple[str, list[Any]]:
-        queue_sql, queue_params = self.queue_filter(queue_names)
+        queue_sql, queue_params = self.queue_filter(queue_names, backend_name)
         at = self.encode_datetime(timezone.now())  # one machine: its clock is the database's
         return (
             f"""
