@@ -39,6 +39,11 @@ MAX_WORKER_ID_LENGTH = 64
 WRITES_WAIT = 30.0  # seconds a stopping worker waits for its outcomes to be written
 
 
+def default_worker_id() -> str:
+    """The host name (up to 40 characters), a dash, and 12 random characters."""
+    return f"{socket.gethostname()[:40]}-{get_random_string(12)}"
+
+
 class Worker:
     """Run tasks of one backend's queues until stopped, or until no task is left (``burst``)."""
 
@@ -79,7 +84,7 @@ class Worker:
         # Tasks claimed beyond the free slots, started as slots free up: a finished task's slot
         # is filled at once instead of after the next claim's round trip.
         self.prefetch = concurrency // 4 if prefetch is None else prefetch
-        self.worker_id = worker_id or f"{socket.gethostname()[:40]}-{get_random_string(12)}"
+        self.worker_id = worker_id or default_worker_id()
         self.shutdown_timeout = shutdown_timeout
         config = task_backend.config
         self.lease = Lease(

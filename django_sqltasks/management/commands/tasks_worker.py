@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import socket
 import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils.crypto import get_random_string
 
 from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
 from django_sqltasks.management import logs, startup
@@ -32,7 +30,7 @@ from django_sqltasks.management.help import HelpFormatter, package_version
 from django_sqltasks.worker import Worker
 from django_sqltasks.worker.health import toucher
 from django_sqltasks.worker.link import SupervisorLink, die_with_parent
-from django_sqltasks.worker.runner import check_database
+from django_sqltasks.worker.runner import check_database, default_worker_id
 from django_sqltasks.worker.supervisor import Supervisor
 
 DEFAULT_CONCURRENCY = 10
@@ -304,7 +302,7 @@ class Command(BaseCommand):
                 )
         if options["max_memory_per_child"] is not None and sys.platform != "linux":
             raise CommandError("--max-memory-per-child: needs Linux (it reads /proc)")
-        base = options["worker_id"] or f"{socket.gethostname()[:40]}-{get_random_string(12)}"
+        base = options["worker_id"] or default_worker_id()
         if len(base) > MAX_SUPERVISOR_ID_LENGTH:
             raise CommandError(
                 f"--worker-id: must be at most {MAX_SUPERVISOR_ID_LENGTH} characters with "
