@@ -50,11 +50,16 @@ def run_worker() -> Callable[..., Worker]:
     return run
 
 
+WORKER_APPLICATION_NAME = "sqltasks-test-worker"
+
+
 def worker_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     env["SQLTASKS_TEST_DB_NAME"] = str(connection.settings_dict["NAME"])
+    # libpq names the worker's PostgreSQL sessions, so a test can end just those.
+    env["PGAPPNAME"] = WORKER_APPLICATION_NAME
     env.update(extra)
     return env
 

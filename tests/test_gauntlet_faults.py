@@ -23,7 +23,7 @@ from django_sqltasks.database import run_with_retries
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker import Worker
 from tests import gauntlet_tasks
-from tests.conftest import ROOT, WorkerProcess, wait_for, worker_env
+from tests.conftest import ROOT, WORKER_APPLICATION_NAME, WorkerProcess, wait_for, worker_env
 from tests.gauntlet_postgres import PrivatePostgres, find_bindir
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -128,14 +128,15 @@ def test_workers_ride_out_a_postgres_restart(
 @postgres_only
 @pytest.mark.worker_process
 def test_killed_listen_connection_comes_back(worker_process: StartWorker) -> None:
-    """pg-boss's test: kill every connection, LISTEN included; enqueues still wake the worker."""
+    """pg-boss's test: kill every worker connection, LISTEN included; enqueues still wake it."""
     worker = worker_process("--concurrency", "2", env={"SQLTASKS_POLL_INTERVAL": "30"})
     wait_for(lambda: WorkerRecord.objects.exists())
     time.sleep(1.0)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "WHERE datname = current_database() AND application_name = %s",
+            [WORKER_APPLICATION_NAME],
         )
     time.sleep(3.0)  # the listener reconnects after its delay; the worker polls every 30 s
     started = time.monotonic()

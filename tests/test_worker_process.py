@@ -15,7 +15,7 @@ from django.db import connection
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from tests import tasks
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WORKER_APPLICATION_NAME, WorkerProcess, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
 
@@ -168,7 +168,8 @@ def test_worker_survives_its_connections_being_killed(
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                "WHERE datname = current_database() AND application_name = %s",
+                [WORKER_APPLICATION_NAME],
             )
         time.sleep(0.3)
     wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=90)
