@@ -147,6 +147,17 @@ class TaskRecord(models.Model):
         _("subject id"), max_length=255, null=True, blank=True
     )
 
+    # The limit this task counts against (@task(concurrency_limit=..., rate_limit=...)):
+    # a TaskLimit's key. NULL: no limit of its task; the worker's main claim takes only these.
+    limit_key = models.CharField(  # noqa: DJ001 - NULL: no limit
+        _("limit key"),
+        max_length=255,
+        null=True,
+        blank=True,
+        db_default=None,  # the enqueue's raw INSERT leaves it out for unlimited tasks
+        help_text=_("The concurrency or rate limit this task waits on and counts against."),
+    )
+
     objects = TaskRecordQuerySet.as_manager()
 
     class Meta:
@@ -170,18 +181,26 @@ class TaskRecord(models.Model):
         ]
         indexes = [
             # Serves the claim query (sql.*.claim): due rows of a backend's queues, best first.
+            # Tasks under a limit are left out: the limited claim reads them by limit key.
             PartialIndex(
                 fields=["backend_name", "queue_name", "-priority", "available_at"],
                 name="sqltasks_ready_idx",
-                where=models.Q(status=TaskResultStatus.READY),
-                fallback=["status"],
+                where=models.Q(status=TaskResultStatus.READY, limit_key__isnull=True),
+                fallback=["status", "limit_key"],
             ),
             # Serves the claim of a worker on several queues or on all ('*'): the order comes
             # from the index, so the claim need not sort every ready row of those queues.
             PartialIndex(
                 fields=["backend_name", "-priority", "available_at"],
                 name="sqltasks_ready_all_idx",
-                where=models.Q(status=TaskResultStatus.READY),
+                where=models.Q(status=TaskResultStatus.READY, limit_key__isnull=True),
+                fallback=["status", "limit_key"],
+            ),
+            # Serves the limited claim (sql.*.claim_limited): one limit's due rows, best first.
+            PartialIndex(
+                fields=["backend_name", "limit_key", "-priority", "available_at"],
+                name="sqltasks_ready_limited_idx",
+                where=models.Q(status=TaskResultStatus.READY, limit_key__isnull=False),
                 fallback=["status"],
             ),
             # Serves the rescue of tasks whose worker stopped heartbeating.
@@ -314,3 +333,39 @@ class PausedQueue(models.Model):
 
     def __str__(self) -> str:
         return f"{self.backend_name}: {self.queue_name}"
+
+
+class TaskLimit(models.Model):
+    """A concurrency or rate limit shared by every worker: of a task (``@task(concurrency_limit=
+    ..., rate_limit=...)``, per key if it has one) or of a queue (``OPTIONS["QUEUE_LIMITS"]``).
+
+    Its row is the lock the limited claim takes, so that two workers never both fill its last
+    slot; the tasks RUNNING under it are counted, not stored, so a rescued task gives its slot
+    back with no bookkeeping.
+    """
+
+    backend_name = models.CharField(_("backend"), max_length=64)
+    # "task:<path>", "task:<path>#<key>" or "queue:<name>".
+    key = models.CharField(_("key"), max_length=255)
+    concurrency = models.PositiveIntegerField(
+        _("concurrency limit"), null=True, blank=True, help_text=_("At most this many RUNNING.")
+    )
+    rate = models.PositiveIntegerField(
+        _("rate limit"), null=True, blank=True, help_text=_("At most this many starts a period.")
+    )
+    period = models.FloatField(_("period (seconds)"), null=True, blank=True)
+    window_start = models.DateTimeField(_("window start"), null=True, blank=True)
+    window_used = models.PositiveIntegerField(_("starts in window"), default=0, db_default=0)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("limit")
+        verbose_name_plural = _("limits")
+        ordering = ["backend_name", "key"]
+        default_permissions = ("view",)
+        constraints = [
+            models.UniqueConstraint(fields=["backend_name", "key"], name="sqltasks_limit_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.backend_name}: {self.key}"

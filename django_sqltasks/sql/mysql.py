@@ -283,7 +283,8 @@ class MySQLDialect(Dialect):
         return (
             f"""
             SELECT {COLUMNS}, {now} FROM {self.tasks}
-            WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= {now}
+            WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s{queue_sql}
+                AND available_at <= {now}
             ORDER BY priority DESC, available_at
             LIMIT %s
             FOR UPDATE SKIP LOCKED

@@ -230,7 +230,8 @@ class PostgreSQLDialect(Dialect):
             f"""
             WITH picked AS (
                 SELECT id FROM {self.tasks}
-                WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= now()
+                WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s{queue_sql}
+                AND available_at <= now()
                 ORDER BY priority DESC, available_at
                 LIMIT %s
                 FOR UPDATE SKIP LOCKED

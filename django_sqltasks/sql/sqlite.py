@@ -74,7 +74,8 @@ class SQLiteDialect(Dialect):
                 started_at = COALESCE(started_at, %s), last_attempted_at = %s
             WHERE id IN (
                 SELECT id FROM {self.tasks}
-                WHERE status = 'READY' AND backend_name = %s{queue_sql} AND available_at <= %s
+                WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s{queue_sql}
+                AND available_at <= %s
                 ORDER BY priority DESC, available_at
                 LIMIT %s
             )
