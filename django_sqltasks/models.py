@@ -158,6 +158,20 @@ class TaskRecord(models.Model):
         help_text=_("The concurrency or rate limit this task waits on and counts against."),
     )
 
+    # What the running attempt last reported (context.set_progress / set_metadata): a JSON
+    # object naming its attempt, written at most once per heartbeat. NULL: nothing reported.
+    progress = models.JSONField(
+        _("progress"),
+        null=True,
+        blank=True,
+        db_default=None,  # the enqueue's raw INSERT leaves it out
+        help_text=_("The progress, note and metadata the task's latest attempt reported."),
+    )
+    # The W3C traceparent of the enqueue's span (OPTIONS["TRACING"]); NULL: not traced.
+    trace_parent = models.CharField(  # noqa: DJ001 - NULL: not traced
+        _("trace parent"), max_length=64, null=True, blank=True, db_default=None
+    )
+
     objects = TaskRecordQuerySet.as_manager()
 
     class Meta:
