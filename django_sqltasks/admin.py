@@ -13,12 +13,13 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from . import (
     admin_overview,  # noqa: F401  (registers the queue overview)
+    admin_progress,
     admin_workers,  # noqa: F401  (registers the worker and schedule admins)
     control,
     error_text,
@@ -84,6 +85,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
             },
         ),
         (_("Call"), {"fields": ("args_display", "kwargs_display")}),
+        (_("Progress"), {"fields": ("progress_display", "metadata_display")}),
         (_("Outcome"), {"fields": ("return_value_display", "errors_display")}),
         (_("Attempts"), {"fields": ("attempts", "rescues", "snoozes", "worker_ids", "owner")}),
         (
@@ -112,6 +114,8 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
         "kwargs_display",
         "return_value_display",
         "errors_display",
+        "progress_display",
+        "metadata_display",
         "attempts",
         "rescues",
         "snoozes",
@@ -132,7 +136,16 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: TaskRecord) -> str:
-        return status_badge_html(obj.status, obj.get_status_display())
+        badge = status_badge_html(obj.status, obj.get_status_display())
+        return format_html("{}{}", badge, admin_progress.progress_list_html(obj))
+
+    @admin.display(description=_("progress"))
+    def progress_display(self, obj: TaskRecord) -> str:
+        return admin_progress.progress_detail_html(obj)
+
+    @admin.display(description=_("metadata"))
+    def metadata_display(self, obj: TaskRecord) -> str:
+        return admin_progress.metadata_html(obj)
 
     @admin.display(description=_("queue"), ordering="queue_name")
     def queue(self, obj: TaskRecord) -> str:

@@ -32,7 +32,7 @@ from .compat import (
 from .exceptions import PayloadTooLarge
 from .ids import new_task_id
 from .options import BackendOptions, OptionError
-from .results import result_from_row, undecodable_row
+from .results import SQLTaskResult, result_from_row, undecodable_row
 from .serialization import check_arguments, dumps, text_problem
 from .sql import NewTask, dialect_for
 from .subject import subject_of_task
@@ -144,7 +144,7 @@ class SQLTaskBackend(BaseTaskBackend):
         check_arguments(args, kwargs)
         now = timezone.now()
         task_id = new_task_id()
-        result: TaskResult = TaskResult(
+        result: TaskResult = SQLTaskResult(
             task=task,
             id=str(task_id),
             status=TaskResultStatus.READY,
@@ -157,6 +157,7 @@ class SQLTaskBackend(BaseTaskBackend):
             backend=self.alias,
             errors=[],
             worker_ids=[],
+            subject=subject_of_task(task),
         )
         row = NewTask(
             id=task_id,

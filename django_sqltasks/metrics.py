@@ -69,6 +69,7 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(QueueCollector(using, refresh_interval))
+        self.registry.register(ProgressCollector())
 
     def connect(self) -> None:
         """Count from the Django Tasks signals of this process."""
@@ -235,6 +236,52 @@ class QueueCollector:
                 "InnoDB undo records not yet purged.",
                 {"": health.history_length},
             )
+
+
+class ProgressCollector:
+    """What this process's running tasks report (``context.set_progress``), read from the
+    workers' memory at each scrape: no query."""
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from .worker.reporter import live_writers
+
+        writes = CounterMetricFamily(
+            "sqltasks_progress_writes",
+            "Progress reports written to the task table, or not (the write failed).",
+            labels=["result"],
+        )
+        reporting = GaugeMetricFamily(
+            "sqltasks_tasks_reporting_progress",
+            "Running attempts of this process that have reported progress.",
+            labels=list(LABELS),
+        )
+        least = GaugeMetricFamily(
+            "sqltasks_task_progress_min",
+            "The least progress (0 to 1) among those attempts: the one furthest behind.",
+            labels=list(LABELS),
+        )
+        written = failed = 0
+        by_task: dict[tuple[str, str, str], list[float]] = {}
+        for writer in live_writers():
+            done, lost = writer.counts()
+            written, failed = written + done, failed + lost
+            for report in writer.running():
+                values = by_task.setdefault(report.labels, [])
+                progress = report.snapshot().progress
+                if progress is not None:
+                    values.append(progress)
+        writes.add_metric(["written"], written)
+        writes.add_metric(["failed"], failed)
+        for labels, values in sorted(by_task.items()):
+            reporting.add_metric(list(labels), len(values))
+            if values:
+                least.add_metric(list(labels), min(values))
+        yield from (writes, reporting, least)
 
 
 def serve(port: int, using: str, addr: str = DEFAULT_ADDR) -> tuple[Metrics, Any]:

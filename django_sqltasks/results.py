@@ -11,21 +11,55 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from django.utils.module_loading import import_string
 
 from .compat import Task, TaskError, TaskResult, TaskResultStatus
 from .exceptions import TaskBackendMismatch, TaskNotFound
+from .progress_report import current_report
+from .subject import Subject
 from .task import SQLTask
 
 # Levels of a stored value kept when a row is read; deeper parts are replaced by CUT_MARKER.
 # Above serialization.MAX_DEPTH, so no value enqueue accepted is ever cut.
 MAX_READ_DEPTH = 100
 CUT_MARKER = f"<cut by django-sqltasks: nested deeper than {MAX_READ_DEPTH} levels>"
+
+
+# What a SQLTaskResult adds to Django's TaskResult, copied by refresh() with Django's own.
+EXTRA_ATTRS = ("progress", "progress_note", "metadata", "progress_updated_at", "subject")
+
+
+# django-stubs declare TaskResult without frozen=True, which it is at runtime.
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SQLTaskResult(TaskResult):  # type: ignore[misc]
+    """Django's ``TaskResult`` with what this backend also stores: the latest attempt's
+    progress report and the task's subject."""
+
+    progress: float | None = None  # 0 to 1, as the latest attempt last reported it
+    progress_note: str = ""
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    progress_updated_at: datetime | None = None
+    subject: Subject | None = None  # the model row it was enqueued about
+
+    def refresh(self) -> None:
+        """Reload the task's state from the database, this backend's attributes included."""
+        self._copy(self.task.get_backend().get_result(self.id))
+
+    async def arefresh(self) -> None:
+        """Async ``refresh``."""
+        self._copy(await self.task.get_backend().aget_result(self.id))
+
+    def _copy(self, fresh: TaskResult) -> None:
+        names = [f.name for f in dataclasses.fields(TaskResult) if f.name not in ("task", "id")]
+        for name in (*names, *EXTRA_ATTRS):
+            if hasattr(fresh, name):
+                object.__setattr__(self, name, getattr(fresh, name))
 
 
 def resolve_task(task_path: str, *, backend: str | None = None) -> Task:
@@ -232,7 +266,10 @@ def result_from_row(row: dict[str, Any], task: Task | None = None) -> TaskResult
 
 
 def _result(row: dict[str, Any], task: Task, values: dict[str, Any]) -> TaskResult:
-    result: TaskResult = TaskResult(
+    worker_ids = list(row["worker_ids"])
+    report = current_report(row.get("progress"), len(worker_ids))
+    subject_type, subject_id = row.get("subject_type"), row.get("subject_id")
+    result: TaskResult = SQLTaskResult(
         task=task,
         id=str(row["id"]),
         status=TaskResultStatus(row["status"]),
@@ -244,7 +281,16 @@ def _result(row: dict[str, Any], task: Task, values: dict[str, Any]) -> TaskResu
         kwargs=values["kwargs"],
         backend=row["backend_name"],
         errors=errors_from_json(row["errors"]),
-        worker_ids=list(row["worker_ids"]),
+        worker_ids=worker_ids,
+        progress=None if report is None else report.progress,
+        progress_note="" if report is None else report.note,
+        metadata=MappingProxyType({}) if report is None else report.metadata,
+        progress_updated_at=None if report is None else report.updated_at,
+        subject=(
+            None
+            if subject_type is None or subject_id is None
+            else Subject(type=subject_type, id=subject_id)
+        ),
     )
     return result
 

@@ -29,11 +29,12 @@ from ..compat import (
     task_finished,
     task_started,
 )
-from ..exceptions import TaskTimeout
+from ..exceptions import Snooze, TaskTimeout
 from ..signals import Receivers
 from ..sql import ClaimedRow, Outcome, dialect_for
 from ..worker import attempt as attempts
 from ..worker.completer import send
+from ..worker.reporter import log_failure, store
 
 DEFAULT_MAX_TASKS = 1000  # attempts one run_tasks() makes before it decides tasks loop for ever
 # How far due rows are moved back for the claim. The claim compares available_at with the
@@ -192,7 +193,8 @@ class Runner:
             outcome, value = attempts.success(row.id, raw, self.backend.config.max_payload_bytes)
         except BaseException as e:  # a task's SystemExit fails it only, as in the worker
             exc = attempts.from_task_frame(e)
-            outcome = self._failed(attempt, exc)
+            outcome, exc = self._failed(attempt, exc)
+        self._store_report(attempt)
         self._write(outcome)
         attempts.apply(attempt.result, outcome, value)
         if outcome.status != TaskResultStatus.READY:
@@ -217,12 +219,32 @@ class Runner:
                 raise TaskTimeout(f"The task ran longer than its timeout of {timeout}s.")
         return value
 
-    def _failed(self, attempt: attempts.Attempt, exc: BaseException) -> Outcome:
+    def _failed(
+        self, attempt: attempts.Attempt, exc: BaseException
+    ) -> tuple[Outcome, BaseException]:
+        """The outcome of an attempt that raised ``exc``, and the error it records."""
         number, policy = attempt.row.attempts, attempt.policy
-        if policy.should_retry(number, exc):
+        if isinstance(exc, Snooze):
+            snoozes, most = attempt.row.snoozes, self.backend.config.max_snoozes
+            if snoozes < most:  # back to READY, due by the test's clock (see advance())
+                due = timezone.now() + timedelta(seconds=exc.seconds)
+                return attempts.snooze(attempt.row.id, due), exc
+            exc = attempts.snooze_limit_reached(exc, snoozes, most)
+        elif policy.should_retry(number, exc):
             delay = timedelta(seconds=policy.delay(number))
-            return attempts.retry(attempt.row.id, exc, timezone.now() + delay)
-        return attempts.failure(attempt.row.id, exc)
+            return attempts.retry(attempt.row.id, exc, timezone.now() + delay), exc
+        return attempts.failure(attempt.row.id, exc), exc
+
+    def _store_report(self, attempt: attempts.Attempt) -> None:
+        """Write what the attempt reported (``context.set_progress``), in a savepoint: a failed
+        write must not break the test's transaction."""
+        if attempt.report is None:
+            return
+        try:
+            with transaction.atomic(using=self.backend.database):
+                store(self.backend.database, self.worker_id, attempt.report)
+        except Exception as e:
+            log_failure(attempt.report, e)
 
     def _write(self, outcome: Outcome) -> None:
         with self.connection.cursor() as cursor:

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from ..compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-from ..exceptions import CorruptTask, InvalidReturnValue, InvalidTaskArguments, PayloadTooLarge
+from ..exceptions import (
+    CorruptTask,
+    InvalidReturnValue,
+    InvalidTaskArguments,
+    PayloadTooLarge,
+    SnoozeLimitReached,
+)
+from ..progress_report import AttemptReport, ReportSink, SQLTaskContext
 from ..results import errors_from_json, rebind_task, resolve_task
 from ..serialization import check_json, dumps
 from ..sql import ClaimedRow, Outcome
@@ -51,6 +58,8 @@ class Attempt:
     result: TaskResult
     policy: Policy
     settled: bool = field(default=False)
+    # What the task reports through its context (takes_context=True tasks only).
+    report: AttemptReport | None = None
 
     def settle(self) -> bool:
         """Return True to the first caller only: the task ending, or its timeout firing."""
@@ -60,10 +69,23 @@ class Attempt:
             self.settled = True
             return True
 
-    def call_args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def call_args(
+        self, reports: ReportSink | None = None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The function's arguments; a context first for ``takes_context`` tasks, whose
+        reports go to ``reports``."""
         args: tuple[Any, ...] = tuple(self.result.args)
         if self.task.takes_context:
-            args = (TaskContext(task_result=self.result), *args)
+            row = self.row
+            self.report = AttemptReport(
+                row.id,
+                len(row.worker_ids),
+                reports,
+                claims=row.attempts,
+                labels=(row.backend_name, row.queue_name, row.task_path),
+            )
+            context: TaskContext = SQLTaskContext(task_result=self.result, report=self.report)
+            args = (context, *args)
         return args, self.result.kwargs
 
 
@@ -174,6 +196,17 @@ def failure(attempt_id: Any, exc: BaseException) -> Outcome:
         error_class=storable_class_path(f"{kind.__module__}.{kind.__qualname__}"),
         error_traceback=storable_traceback(text),
     )
+
+
+def snooze_limit_reached(snooze: BaseException, snoozes: int, most: int) -> SnoozeLimitReached:
+    """The error of a task that raised ``snooze`` after ``snoozes`` snoozes, MAX_SNOOZES
+    being ``most``: it fails, with the Snooze as its cause."""
+    over = SnoozeLimitReached(
+        f"The task raised Snooze after snoozing {snoozes} time(s) (MAX_SNOOZES is {most}), so "
+        "it failed; it is not retried."
+    )
+    over.__cause__, over.__traceback__ = snooze, snooze.__traceback__
+    return over
 
 
 def retry(attempt_id: Any, exc: BaseException, available_at: datetime) -> Outcome:

@@ -21,13 +21,14 @@ from typing import Any
 from django.utils import timezone
 
 from ..compat import TaskResultStatus, logs_task_finished, task_finished
-from ..exceptions import Snooze, SnoozeLimitReached, TaskCancelled, TaskTimeout
+from ..exceptions import Snooze, TaskCancelled, TaskTimeout
 from ..results import resolve_task
 from ..signals import Receivers
 from ..sql import ClaimedRow, Outcome
 from . import attempt as attempts
 from .completer import Completer, send
 from .link import SupervisorLink
+from .reporter import FINAL_WAIT, Reporter, end_report
 from .threads import SignalThread, TaskThreads
 
 logger = logging.getLogger("django_sqltasks")
@@ -60,6 +61,7 @@ class Executor:
         completer: Completer,
         done: Callable[[uuid.UUID], None],
         supervisor: SupervisorLink | None = None,
+        reporter: Reporter | None = None,
     ) -> None:
         # Set once here, read from any thread.
         self._config = backend.config
@@ -75,6 +77,7 @@ class Executor:
         # stop them (by replacing this process); without, a timeout only frees the slot.
         self._supervisor = supervisor
         self._pid = os.getpid()  # a task that forks returns twice: in the child, it exits
+        self._reporter = reporter  # writes what tasks report through their context
         # Owned by the loop thread.
         self._async_starting: list[tuple[ClaimedRow, Receivers]] = []  # start this turn
         self._jobs: set[asyncio.Task[None]] = set()  # async tasks, and batches starting
@@ -151,8 +154,11 @@ class Executor:
 
     async def _run_async(self, attempt: attempts.Attempt) -> None:
         try:
-            args, kwargs = attempt.call_args()
-            value = await self._call_async(attempt, args, kwargs)
+            args, kwargs = attempt.call_args(self._reporter)
+            try:
+                value = await self._call_async(attempt, args, kwargs)
+            finally:
+                await self._end_report(attempt)
             outcome, value = attempts.success(attempt.row.id, value, self._max_result_bytes)
         except asyncio.CancelledError as e:
             if attempt.row.id in self._cancel_requested:
@@ -188,6 +194,19 @@ class Executor:
                 await job
             raise TaskTimeout(f"The task ran longer than its timeout of {timeout}s.")
         return job.result()
+
+    async def _end_report(self, attempt: attempts.Attempt) -> None:
+        """Write the ended attempt's last report before its outcome (waits FINAL_WAIT at most)."""
+        if self._reporter is None or attempt.report is None:
+            return
+        future = self._reporter.finish(attempt.report)
+        if future is not None:
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(future), FINAL_WAIT)
+            except TimeoutError:
+                logger.warning(
+                    "The last progress report of task id=%s is not written yet", attempt.row.id
+                )
 
     def cancel_running(self, task_id: uuid.UUID) -> bool:
         """Cancel a running async task at a user's request; False if none runs here."""
@@ -227,12 +246,14 @@ class Executor:
                     self._loop.call_later, timeout, self._sync_timed_out, attempt
                 )
             try:
-                args, kwargs = attempt.call_args()
+                args, kwargs = attempt.call_args(self._reporter)
                 returned = attempt.task.func(*args, **kwargs)
                 _exit_if_forked(self._pid, 0)
+                end_report(self._reporter, attempt.report)
                 outcome, value = attempts.success(row.id, returned, self._max_result_bytes)
             except BaseException as e:  # a task's SystemExit or KeyboardInterrupt fails it only
                 _exit_if_forked(self._pid, 1)
+                end_report(self._reporter, attempt.report)
                 late = timeout is not None and not attempt.settle()
                 if not late:
                     self._failed(attempt, e)
@@ -314,12 +335,7 @@ class Executor:
         if isinstance(exc, Snooze):
             if self._snoozed(attempt, exc):
                 return
-            over = SnoozeLimitReached(
-                f"The task raised Snooze after snoozing {attempt.row.snoozes} time(s) "
-                f"(MAX_SNOOZES is {self._config.max_snoozes}), so it failed; it is not retried."
-            )
-            over.__cause__, over.__traceback__ = exc, exc.__traceback__
-            exc = over
+            exc = attempts.snooze_limit_reached(exc, attempt.row.snoozes, self._config.max_snoozes)
         if policy.should_retry(number, exc):
             delay = policy.delay(number)
             logger.warning(

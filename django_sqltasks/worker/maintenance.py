@@ -17,6 +17,7 @@ from django.utils import timezone
 from ..database import run_with_retries
 from .lease import Lease
 from .progress import Progress
+from .reporter import Reporter
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -40,6 +41,7 @@ class Maintenance:
         stopped: threading.Event,
         on_cancel_requested: Callable[[list[uuid.UUID]], None],
         on_beat: Callable[[bool], None] | None = None,
+        reporter: Reporter | None = None,
     ) -> None:
         from ..pruning import Retention  # imports the models: not at module import
 
@@ -57,6 +59,7 @@ class Maintenance:
         # probe's file, the supervisor's pipe); called on the heartbeat thread.
         self._on_beat = on_beat
         self._threads: list[threading.Thread] = []
+        self._reporter = reporter  # running tasks' progress, written at each heartbeat
 
     def start(self) -> None:
         """Start the threads (the lease was just taken: a renewal for ``on_beat``)."""
@@ -101,6 +104,8 @@ class Maintenance:
             self._report(False)
             return
         self._report(self._guarded("Heartbeat", self._renew) is not None)
+        if self._reporter is not None:
+            self._reporter.flush_soon()
         requested = self._guarded("Reading cancel requests", self.lease.cancel_requests)
         if requested:
             self._on_cancel_requested(requested)

@@ -31,6 +31,7 @@ from .link import SupervisorLink
 from .maintenance import Maintenance
 from .producer import Producer, Slots
 from .progress import Progress
+from .reporter import Reporter
 from .threads import SignalThread, TaskThreads
 
 logger = logging.getLogger("django_sqltasks")
@@ -132,6 +133,7 @@ class Worker:
             burst=burst,
             max_tasks=max_tasks,
         )
+        self._reporter = Reporter(database=self.database, worker_id=self.worker_id, db=self._db)
         self._maintenance = Maintenance(
             backend=task_backend,
             lease=self.lease,
@@ -140,6 +142,7 @@ class Worker:
             stopped=self._stopped,
             on_cancel_requested=self._producer.on_cancel_requested,
             on_beat=on_beat,
+            reporter=self._reporter,
         )
         self._supervisor = supervisor  # None unless run by tasks_worker --processes
         # Owned by the loop thread.
@@ -220,6 +223,7 @@ class Worker:
             completer=self._completer,
             done=self._producer.task_done,
             supervisor=self._supervisor,
+            reporter=self._reporter,
         )
         self._producer.attach(loop, self._executor)
         self._install_signal_handlers()
