@@ -31,6 +31,7 @@ from .compat import (
 )
 from .exceptions import PayloadTooLarge
 from .ids import new_task_id
+from .limits import limit_key
 from .options import BackendOptions, OptionError
 from .results import SQLTaskResult, result_from_row, undecodable_row
 from .serialization import check_arguments, dumps, text_problem
@@ -172,6 +173,7 @@ class SQLTaskBackend(BaseTaskBackend):
             args_json=dumps(result.args),
             kwargs_json=dumps(result.kwargs),
             dedupe_key=dedupe_key(task, result.args, result.kwargs),
+            limit_key=limit_key(task, result.args, result.kwargs),
         )
         limit = self.config.max_payload_bytes
         if limit is not None:

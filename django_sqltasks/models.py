@@ -172,6 +172,16 @@ class TaskRecord(models.Model):
         _("trace parent"), max_length=64, null=True, blank=True, db_default=None
     )
 
+    # The workflow (chain or group) this task is a step of; NULL: none. No index: a workflow
+    # reads its tasks by their ids, which its plan holds, so enqueues without one pay nothing.
+    workflow_id = models.UUIDField(
+        _("workflow"),
+        null=True,
+        blank=True,
+        db_default=None,  # the enqueue's raw INSERT leaves it out
+        help_text=_("The chain or group this task is a step of."),
+    )
+
     objects = TaskRecordQuerySet.as_manager()
 
     class Meta:
@@ -353,9 +363,10 @@ class TaskLimit(models.Model):
     """A concurrency or rate limit shared by every worker: of a task (``@task(concurrency_limit=
     ..., rate_limit=...)``, per key if it has one) or of a queue (``OPTIONS["QUEUE_LIMITS"]``).
 
-    Its row is the lock the limited claim takes, so that two workers never both fill its last
-    slot; the tasks RUNNING under it are counted, not stored, so a rescued task gives its slot
-    back with no bookkeeping.
+    Workers create these rows for the limit keys they find on READY tasks, with the limits of
+    their own code and settings (shown here as last written). A row is the lock the limited
+    claim takes, so that two workers never both fill its last slot; the tasks RUNNING under it
+    are counted, not stored, so a rescued task gives its slot back with no bookkeeping.
     """
 
     backend_name = models.CharField(_("backend"), max_length=64)
@@ -368,8 +379,9 @@ class TaskLimit(models.Model):
         _("rate limit"), null=True, blank=True, help_text=_("At most this many starts a period.")
     )
     period = models.FloatField(_("period (seconds)"), null=True, blank=True)
-    window_start = models.DateTimeField(_("window start"), null=True, blank=True)
-    window_used = models.PositiveIntegerField(_("starts in window"), default=0, db_default=0)
+    # The database-clock times (epoch seconds) of the starts within the last period, oldest
+    # first: the rate limit's sliding window.
+    starts = models.JSONField(_("recent starts"), default=list, blank=True)
     updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
 
     class Meta:
@@ -383,3 +395,44 @@ class TaskLimit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.backend_name}: {self.key}"
+
+
+class WorkflowRecord(models.Model):
+    """A chain or group of tasks: its plan, each step's state, and its outcome.
+
+    Every change to a workflow starts with an UPDATE of its row (``revision``): that row lock
+    is what makes two workers finishing its last two steps at once fire its callback once.
+    """
+
+    id = models.UUIDField(primary_key=True, default=new_task_id, editable=False)
+    backend_name = models.CharField(_("backend"), max_length=64)
+    status = models.CharField(
+        _("status"),
+        max_length=10,
+        choices=TaskResultStatus.choices,
+        default=TaskResultStatus.RUNNING,
+    )
+    # The tree of steps (see workflow_plan.py), with each node's state and result.
+    plan = models.JSONField(_("plan"))
+    revision = models.PositiveIntegerField(_("revision"), default=0)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workflow")
+        verbose_name_plural = _("workflows")
+        ordering = ["-id"]
+        default_permissions = ("view",)
+        indexes = [
+            # Serves the worker's sweep of running workflows (workflow_store.reconcile).
+            PartialIndex(
+                fields=["backend_name", "updated_at"],
+                name="sqltasks_workflow_running_idx",
+                where=models.Q(status=TaskResultStatus.RUNNING),
+                fallback=["status"],
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"workflow {self.id}"

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .limits import Limit, parse_queue_limits
 from .periodic import (
     Schedule,
     ScheduleError,
@@ -72,6 +73,8 @@ class BackendOptions:
     task_modules: tuple[str, ...] | None = None
     # The zone cron schedules are read in; None: settings.TIME_ZONE with USE_TZ, else UTC.
     time_zone: str | None = None
+    # Concurrency and rate limits of whole queues, shared by every worker.
+    queue_limits: Mapping[str, Limit] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
@@ -93,6 +96,12 @@ class BackendOptions:
                 where, values.get("periodic"), zone or default_time_zone()
             )
         except ScheduleError as e:
+            raise OptionError(str(e)) from e
+        try:
+            values["queue_limits"] = parse_queue_limits(
+                values.get("queue_limits"), f"{where}['QUEUE_LIMITS']"
+            )
+        except ValueError as e:
             raise OptionError(str(e)) from e
         if values.get("task_modules") is not None:
             values["task_modules"] = _module_prefixes(alias, values["task_modules"])

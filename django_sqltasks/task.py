@@ -11,14 +11,17 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
 from .compat import InvalidTask, Task
+from .limits import validate_task_limits
 from .serialization import dumps, text_problem
 
 if TYPE_CHECKING:
     from .options import BackendOptions
     from .subject import Subject
+    from .workflows import Signature
 
 MAX_DEDUPE_KEY_LENGTH = 255  # TaskRecord.dedupe_key
 
@@ -38,9 +41,25 @@ class SQLTask(Task):
     # True: one live task per (task, arguments); a callable: one per key it returns;
     # "subject": one per subject (see using(subject=...)).
     dedupe: bool | str | Callable[..., str] = False
+    # At most this many RUNNING at once, across every worker (per concurrency_key if set).
+    concurrency_limit: int | None = None
+    # What the concurrency is counted per: a callable of the task's arguments returning a str,
+    # or "subject" (see using(subject=...)). Needs concurrency_limit.
+    concurrency_key: str | Callable[..., str] | None = None
+    # At most N starts in any period, across every worker: "N/s", "N/m" or "N/h".
+    rate_limit: str | None = None
     # The model row this task's enqueues are about; set by using(subject=obj), never by @task.
     # Left out of equality and hashing: the backend validates a task once, whatever its subject.
     subject: Subject | None = field(default=None, compare=False)
+    # True: the task runs in a transaction on the backend's database, and its outcome is
+    # stored in that same transaction (docs/workflows.md#atomic-tasks). Sync functions only.
+    atomic: bool = False
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """Return this task with these arguments, as a step of a chain or group."""
+        from .workflows import Signature
+
+        return Signature(self, args, kwargs)
 
     def using(self, *, subject: Any = ..., **changes: Any) -> SQLTask:
         """Django's ``Task.using()``, plus ``subject``: a saved model instance the enqueued
@@ -128,6 +147,15 @@ def validate_options(task: Task) -> None:
             raise InvalidTask(
                 f"subject is set per enqueue with .using(subject=obj), not by @task: {subject!r}."
             )
+    validate_task_limits(task)
+    atomic = getattr(task, "atomic", False)
+    if not isinstance(atomic, bool):
+        raise InvalidTask(f"atomic must be True or False, not {atomic!r}.")
+    if atomic and iscoroutinefunction(task.func):
+        raise InvalidTask(
+            f"atomic=True needs a sync function: {task.module_path} is async, and a database "
+            "transaction cannot span its awaits."
+        )
     dedupe = getattr(task, "dedupe", False)
     if not isinstance(dedupe, bool) and not callable(dedupe) and dedupe != "subject":
         raise InvalidTask(f"dedupe must be True, False, 'subject' or a callable, not {dedupe!r}.")

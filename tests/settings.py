@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -78,6 +79,8 @@ TASKS = {
             "LEASE_TIMEOUT": float(os.environ.get("SQLTASKS_LEASE_TIMEOUT", "30")),
             "HEARTBEAT_INTERVAL": float(os.environ.get("SQLTASKS_HEARTBEAT_INTERVAL", "5")),
             "POLL_INTERVAL": float(os.environ.get("SQLTASKS_POLL_INTERVAL", "0.05")),
+            # Worker subprocesses of the limit tests limit a queue.
+            "QUEUE_LIMITS": json.loads(os.environ.get("SQLTASKS_QUEUE_LIMITS", "{}")),
             # Worker subprocesses of the periodic tests run a one-second schedule.
             "PERIODIC": (
                 {"tick": {"task": "tests.tasks.tick", "every": 1}}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .base import ClaimedRow, Dialect, NewTask, Outcome, TableHealth
+from .base import ANY_LIMIT, UNLIMITED, ClaimedRow, Dialect, NewTask, Outcome, Scope, TableHealth
 
 _dialects: dict[tuple[str, str], Dialect] = {}
 
@@ -68,10 +68,13 @@ def unsupported_version(alias: str) -> str | None:
 
 
 __all__ = [
+    "ANY_LIMIT",
+    "UNLIMITED",
     "ClaimedRow",
     "Dialect",
     "NewTask",
     "Outcome",
+    "Scope",
     "TableHealth",
     "dialect_for",
     "names_missing_table",

@@ -36,6 +36,7 @@ RETURNED_COLUMNS = (
     "worker_ids",
     "attempts",
     "snoozes",
+    "workflow_id",
 )
 # The JSON columns a claim reads, and the type each must decode to.
 JSON_SHAPES: dict[str, type] = {"args": list, "kwargs": dict, "errors": list, "worker_ids": list}
@@ -49,6 +50,15 @@ OUTCOME_COLUMNS = (
     "available_at",
     "snoozed",
 )
+# available_at of a workflow step whose turn has not come: READY, but never due by a clock;
+# the outcome of the step before it makes it due (workflow_store).
+PARKED = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def parked_at() -> datetime:
+    """PARKED as Django reads and writes datetimes here: naive without USE_TZ."""
+    return PARKED if settings.USE_TZ else PARKED.replace(tzinfo=None)
+
 CORRUPT_TASK = "django_sqltasks.exceptions.CorruptTask"
 OUTCOME_NOT_STORED = "django_sqltasks.exceptions.OutcomeNotStored"
 MAX_REASON = 10_000  # characters of a salvage reason kept
@@ -80,6 +90,7 @@ INSERT_COLUMNS = (
     "run_after",
     "available_at",
     "dedupe_key",
+    "limit_key",
 )
 
 
@@ -99,6 +110,23 @@ class NewTask:
     args_json: str = ""  # args and kwargs encoded once, by the backend
     kwargs_json: str = ""
     dedupe_key: str | None = None
+    limit_key: str | None = None
+
+
+ANY_LIMIT = "*any*"  # Scope.limit_key: limited or not (the testing runner's in-process claim)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which READY tasks a claim may take besides their queues: those of no limit (the main
+    claim), those of one limit key, or (``ANY_LIMIT``) all; never those of ``exclude_queues``
+    (the limited queues, which the limited claim takes)."""
+
+    limit_key: str | None = None
+    exclude_queues: tuple[str, ...] = ()
+
+
+UNLIMITED = Scope()
 
 
 @dataclass(slots=True)
@@ -120,6 +148,7 @@ class ClaimedRow:
     worker_ids: list[str]
     attempts: int
     snoozes: int = 0  # how many times it snoozed before this attempt
+    workflow_id: uuid.UUID | None = None  # the workflow it is a step of, if any
     # Why the stored row cannot be run (JSON that does not parse or has the wrong shape).
     corrupt: str | None = None
 
@@ -137,6 +166,9 @@ class Outcome:
     available_at: datetime | None = None  # for a retry (status READY): when to run again
     # 1 for a snooze (status READY): the attempt is given back and a snooze counted instead.
     snoozed: int = 0
+    # The workflow of a task that is one of its steps: its final outcome moves it on, in the
+    # transaction that stores it. Not a column of the outcome's write.
+    workflow_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +385,7 @@ class Dialect:
             worker_ids,
             attempts,
             snoozes,
+            workflow_id,
         ) = values  # fmt: skip  (RETURNED_COLUMNS, in order)
         # A row damaged outside this package must fail alone, not break the whole claim.
         problems: list[str] = []
@@ -374,6 +407,7 @@ class Dialect:
             worker_ids=json_column("worker_ids", worker_ids),
             attempts=attempts,
             snoozes=snoozes,
+            workflow_id=None if workflow_id is None else self.decode_id(workflow_id),
             corrupt="; ".join(problems) or None,
         )
 
@@ -405,6 +439,7 @@ class Dialect:
             self.encode_datetime(task.run_after),
             self.encode_datetime(task.run_after or task.enqueued_at),
             task.dedupe_key,
+            task.limit_key,
         ]
 
     # Statements --------------------------------------------------------------------------
@@ -429,7 +464,7 @@ class Dialect:
 
     def insert_sql(self, count: int) -> str:
         j = self.json_placeholder
-        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, %s, %s)"
+        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, %s, %s, %s)"
         return f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
             [row] * count
         )
@@ -447,7 +482,7 @@ class Dialect:
         """Insert ``tasks`` in one statement, on the caller's connection and transaction."""
         cursor.execute(*self.insert_statement(tasks, notify))
 
-    bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 15 per row
+    bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 16 per row
 
     def insert_deduplicated(self, cursor: CursorWrapper, task: NewTask, notify: bool) -> bool:
         """Insert ``task`` unless a live task has its dedupe key; return whether it did."""
@@ -478,6 +513,7 @@ class Dialect:
         queue_names: list[str] | None,
         worker_id: str,
         limit: int,
+        scope: Scope = UNLIMITED,
     ) -> tuple[str, list[Any]]:
         """The statement that claims (or, on MySQL, locks) up to ``limit`` due tasks: those
         whose ``available_at`` has come by the database's clock."""
@@ -491,6 +527,7 @@ class Dialect:
         queue_names: list[str] | None,
         worker_id: str,
         limit: int,
+        scope: Scope = UNLIMITED,
     ) -> list[ClaimedRow]:
         """Mark up to ``limit`` due tasks RUNNING for ``worker_id`` and return them."""
         cursor.execute(
@@ -499,9 +536,32 @@ class Dialect:
                 queue_names=queue_names,
                 worker_id=worker_id,
                 limit=limit,
+                scope=scope,
             )
         )
         return self.fetch_claimed(cursor)
+
+    def ready_where(
+        self, backend_name: str, queue_names: list[str] | None, scope: Scope
+    ) -> tuple[str, list[Any]]:
+        """The claim's conditions besides the due time: READY, of this backend, in the
+        ``scope``'s limit key and queues, not paused. Each form is served by a ready index."""
+        queue_sql, queue_params = self.queue_filter(queue_names, backend_name)
+        if scope.exclude_queues:
+            marks = ", ".join(["%s"] * len(scope.exclude_queues))
+            queue_sql += f" AND queue_name NOT IN ({marks})"
+            queue_params = [*queue_params, *scope.exclude_queues]
+        limit_params: list[Any] = []
+        if scope.limit_key is ANY_LIMIT:
+            limit_sql = ""
+        elif scope.limit_key is None:
+            limit_sql = " AND limit_key IS NULL"
+        else:
+            limit_sql, limit_params = " AND limit_key = %s", [scope.limit_key]
+        return (
+            f"status = 'READY'{limit_sql} AND backend_name = %s{queue_sql}",
+            [*limit_params, backend_name, *queue_params],
+        )
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
@@ -723,14 +783,44 @@ class Dialect:
         """SQL for "not one of this backend's paused queues" (after a column name)."""
         return f"NOT IN (SELECT queue_name FROM {self.paused} WHERE backend_name = %s)"
 
+    def limit_keys(
+        self, cursor: CursorWrapper, backend_name: str, after: str, count: int
+    ) -> list[str]:
+        """Up to ``count`` distinct limit keys of READY tasks, in order, after ``after``: a
+        loose scan of the limited ready index, one probe a key, however many tasks each has."""
+        first = (
+            f"SELECT limit_key FROM {self.tasks} WHERE status = 'READY' AND backend_name = %s "
+            "AND limit_key > {after} ORDER BY limit_key LIMIT 1"
+        )
+        cursor.execute(
+            f"""
+            WITH RECURSIVE found(k, n) AS (
+                SELECT ({first.format(after="%s")}), 1
+                UNION ALL
+                SELECT ({first.format(after="found.k")}), n + 1
+                FROM found WHERE found.k IS NOT NULL AND n < %s
+            )
+            SELECT k FROM found WHERE k IS NOT NULL
+            """,
+            [backend_name, after, backend_name, count],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
     def make_due(self, cursor: CursorWrapper, *, backend_name: str, task_id: uuid.UUID) -> bool:
         """Make a deferred READY task due now, by the database's clock; False if it is not
-        READY, is due already (it keeps its place), or does not exist."""
+        READY, is due already (it keeps its place), is a workflow step waiting for its turn
+        (PARKED), or does not exist."""
         now, now_params = self.now_sql()
         cursor.execute(
             f"UPDATE {self.tasks} SET available_at = {now} WHERE id = %s AND backend_name = %s "
-            f"AND status = 'READY' AND available_at > {now}",
-            [*now_params, self.encode_id(task_id), backend_name, *now_params],
+            f"AND status = 'READY' AND available_at > {now} AND available_at < %s",
+            [
+                *now_params,
+                self.encode_id(task_id),
+                backend_name,
+                *now_params,
+                self.encode_datetime(parked_at()),
+            ],
         )
         return cursor.rowcount > 0
 

@@ -19,10 +19,12 @@ from .base import (
     CORRUPT_TASK,
     OUTCOME_COLUMNS,
     RETURNED_COLUMNS,
+    UNLIMITED,
     ClaimedRow,
     Dialect,
     NewTask,
     Outcome,
+    Scope,
     TableHealth,
     driver_error,
 )
@@ -191,6 +193,7 @@ class MySQLDialect(Dialect):
         queue_names: list[str] | None,
         worker_id: str,
         limit: int,
+        scope: Scope = UNLIMITED,
     ) -> list[ClaimedRow]:
         # The selected rows stay locked until this transaction commits: keep it to these two
         # statements.
@@ -201,6 +204,7 @@ class MySQLDialect(Dialect):
                     queue_names=queue_names,
                     worker_id=worker_id,
                     limit=limit,
+                    scope=scope,
                 )
             )
             selected = cursor.fetchall()
@@ -277,19 +281,19 @@ class MySQLDialect(Dialect):
         queue_names: list[str] | None,
         worker_id: str,
         limit: int,
+        scope: Scope = UNLIMITED,
     ) -> tuple[str, list[Any]]:
-        queue_sql, queue_params = self.queue_filter(queue_names, backend_name)
+        where, where_params = self.ready_where(backend_name, queue_names, scope)
         now, now_params = self.now_sql()
         return (
             f"""
             SELECT {COLUMNS}, {now} FROM {self.tasks}
-            WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s{queue_sql}
-                AND available_at <= {now}
+            WHERE {where} AND available_at <= {now}
             ORDER BY priority DESC, available_at
             LIMIT %s
             FOR UPDATE SKIP LOCKED
             """,
-            [*now_params, backend_name, *queue_params, *now_params, limit],
+            [*now_params, *where_params, *now_params, limit],
         )
 
     def complete(

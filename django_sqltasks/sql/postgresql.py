@@ -15,10 +15,12 @@ from .base import (
     INSERT_COLUMNS,
     JSON_SHAPES,
     RETURNED_COLUMNS,
+    UNLIMITED,
     ClaimedRow,
     Dialect,
     NewTask,
     Outcome,
+    Scope,
     TableHealth,
     driver_error,
 )
@@ -39,7 +41,8 @@ TRANSIENT_SQLSTATES = CONTENTION_SQLSTATES | {"53300", "57P01", "57P02", "57P03"
 # with every other new task, with their types.
 INSERT_RECORD = (
     "id uuid, task_path varchar, backend_name varchar, queue_name varchar, priority smallint, "
-    "args jsonb, kwargs jsonb, enqueued_at timestamptz, run_after timestamptz, dedupe_key varchar"
+    "args jsonb, kwargs jsonb, enqueued_at timestamptz, run_after timestamptz, dedupe_key varchar, "
+    "limit_key varchar"
 )
 
 
@@ -150,7 +153,7 @@ class PostgreSQLDialect(Dialect):
                 f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) "
                 "SELECT id, task_path, backend_name, queue_name, priority, 'READY', args, "
                 "kwargs, '[]', '[]', 0, enqueued_at, run_after, "
-                "COALESCE(run_after, enqueued_at), dedupe_key "
+                "COALESCE(run_after, enqueued_at), dedupe_key, limit_key "
                 f"FROM jsonb_to_recordset(%s::jsonb) AS v({INSERT_RECORD})"
             )
             params = [
@@ -167,6 +170,7 @@ class PostgreSQLDialect(Dialect):
                             "enqueued_at": task.enqueued_at,
                             "run_after": task.run_after,
                             "dedupe_key": task.dedupe_key,
+                            "limit_key": task.limit_key,
                         }
                         for task in tasks
                     ]
@@ -221,8 +225,9 @@ class PostgreSQLDialect(Dialect):
         queue_names: list[str] | None,
         worker_id: str,
         limit: int,
+        scope: Scope = UNLIMITED,
     ) -> tuple[str, list[Any]]:
-        queue_sql, queue_params = self.queue_filter(queue_names, backend_name)
+        where, where_params = self.ready_where(backend_name, queue_names, scope)
         # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
         # concurrent workers take the next rows instead of waiting on these. The rows come
         # back as one JSON document: one value to decode instead of fourteen per row.
@@ -230,8 +235,7 @@ class PostgreSQLDialect(Dialect):
             f"""
             WITH picked AS (
                 SELECT id FROM {self.tasks}
-                WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s{queue_sql}
-                AND available_at <= now()
+                WHERE {where} AND available_at <= now()
                 ORDER BY priority DESC, available_at
                 LIMIT %s
                 FOR UPDATE SKIP LOCKED
@@ -245,7 +249,7 @@ class PostgreSQLDialect(Dialect):
             )
             SELECT json_agg(json_build_array({COLUMNS}))::text FROM claimed
             """,
-            [backend_name, *queue_params, limit, worker_id, worker_id],
+            [*where_params, limit, worker_id, worker_id],
         )
 
     def fetch_claimed(self, cursor: CursorWrapper) -> list[ClaimedRow]:

@@ -13,8 +13,10 @@ from django.utils import timezone
 from .base import (
     OUTCOME_COLUMNS,
     RETURNED_COLUMNS,
+    UNLIMITED,
     Dialect,
     Outcome,
+    Scope,
 )
 
 RETURNING = ", ".join(RETURNED_COLUMNS)
@@ -63,8 +65,9 @@ class SQLiteDialect(Dialect):
         queue_names: list[str] | None,
         worker_id: str,
         limit: int,
+        scope: Scope = UNLIMITED,
     ) -> tuple[str, list[Any]]:
-        queue_sql, queue_params = self.queue_filter(queue_names, backend_name)
+        where, where_params = self.ready_where(backend_name, queue_names, scope)
         at = self.encode_datetime(timezone.now())  # one machine: its clock is the database's
         return (
             f"""
@@ -74,14 +77,13 @@ class SQLiteDialect(Dialect):
                 started_at = COALESCE(started_at, %s), last_attempted_at = %s
             WHERE id IN (
                 SELECT id FROM {self.tasks}
-                WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s{queue_sql}
-                AND available_at <= %s
+                WHERE {where} AND available_at <= %s
                 ORDER BY priority DESC, available_at
                 LIMIT %s
             )
             RETURNING {RETURNING}
             """,
-            [worker_id, worker_id, at, at, backend_name, *queue_params, at, limit],
+            [worker_id, worker_id, at, at, *where_params, at, limit],
         )
 
     def complete(

@@ -14,6 +14,7 @@ import contextlib
 import time
 import uuid
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -31,7 +32,7 @@ from ..compat import (
 )
 from ..exceptions import Snooze, TaskTimeout
 from ..signals import Receivers
-from ..sql import ClaimedRow, Outcome, dialect_for
+from ..sql import ANY_LIMIT, ClaimedRow, Outcome, Scope, dialect_for
 from ..worker import attempt as attempts
 from ..worker.completer import send
 from ..worker.reporter import log_failure, store
@@ -64,12 +65,14 @@ def backend_for(alias: str) -> Any:
 
 def _ready(backend: Any, queues: list[str] | None) -> Any:
     from ..models import TaskRecord
+    from ..sql.base import parked_at
 
     return (
         TaskRecord.objects.using(backend.database)
         .for_backend(backend.alias)
         .in_queues(queues)
         .ready()
+        .filter(available_at__lt=parked_at())  # a workflow's step waits for its turn, not a clock
     )
 
 
@@ -166,6 +169,8 @@ class Runner:
                     queue_names=self.queues,
                     worker_id=self.worker_id,
                     limit=1,
+                    # One task at a time in the test's process: within any concurrency limit.
+                    scope=Scope(limit_key=ANY_LIMIT),
                 )
             self._unshift(now)
         return rows[0] if rows else None
@@ -183,7 +188,9 @@ class Runner:
         try:
             attempt = attempts.prepare(row, self.backend.config)
         except Exception as e:  # TaskNotFound, CorruptTask: recorded as the worker does
-            self._write(attempts.failure(row.id, e))
+            failure = attempts.failure(row.id, e)
+            failure.workflow_id = row.workflow_id
+            self._write(failure)
             return self.backend.get_result(str(row.id))
         send(Receivers(task_started, self.sender), attempt)
         exc: BaseException | None = None
@@ -194,6 +201,7 @@ class Runner:
         except BaseException as e:  # a task's SystemExit fails it only, as in the worker
             exc = attempts.from_task_frame(e)
             outcome, exc = self._failed(attempt, exc)
+        outcome.workflow_id = row.workflow_id  # a workflow's step moves it on when it ends
         self._store_report(attempt)
         self._write(outcome)
         attempts.apply(attempt.result, outcome, value)
@@ -248,7 +256,15 @@ class Runner:
 
     def _write(self, outcome: Outcome) -> None:
         with self.connection.cursor() as cursor:
-            dialect_for(self.connection).complete(cursor, self.worker_id, [outcome])
+            write = partial(
+                dialect_for(self.connection).complete, cursor, self.worker_id, [outcome]
+            )
+            if outcome.workflow_id is None:
+                write()
+            else:
+                from ..workflow_store import complete
+
+                complete(self.connection.alias, self.worker_id, [outcome], write)
 
     def _send_finished(self, attempt: attempts.Attempt, exc: BaseException | None) -> None:
         receivers = Receivers(task_finished, self.sender)

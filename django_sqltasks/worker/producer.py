@@ -21,9 +21,10 @@ from ..compat import task_started
 from ..database import run_with_retries
 from ..exceptions import TaskCancelled
 from ..signals import Receivers
-from ..sql import ClaimedRow, Dialect, dialect_for
+from ..sql import ClaimedRow, Dialect, Scope, dialect_for
 from .completer import Completer
 from .executor import Executor
+from .limited import limited_claim_for
 from .progress import Progress
 
 logger = logging.getLogger("django_sqltasks")
@@ -171,6 +172,8 @@ class Producer:
         self.stopping = False
         # Owned by the database thread.
         self._claim_uncertain = False  # a claim failed without telling us what it took
+        self._limited = limited_claim_for(backend, worker_id, queue_names)
+        self._main_scope = Scope(exclude_queues=self._limited.excluded)
 
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
         """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
@@ -211,7 +214,11 @@ class Producer:
                     # Done only if no outcome was written since this claim began: a retry
                     # written meanwhile is READY again and must be claimed.
                     if self._completer.wait_idle(0) and self._completer.written == written_before:
-                        return
+                        if not await self.db_call(self._limited_waiting):
+                            return
+                        # Due tasks wait on a limit other workers fill: poll for a free slot.
+                        await self.sleep(self.poll_interval)
+                        continue
                     await asyncio.to_thread(self._completer.wait_idle, 30)
                     continue
                 # Poll soon after finding work, then back off to the poll interval.
@@ -361,17 +368,30 @@ class Producer:
             if count:
                 logger.warning("Requeued %d task(s) from a failed claim", count)
         self._claim_uncertain = True
-        rows = self.cursor_call(
-            lambda d, c: d.claim(
-                c,
-                backend_name=self.backend_name,
-                queue_names=self.queue_names,
-                worker_id=self.worker_id,
-                limit=limit,
+        limited = self._limited
+        rows: list[ClaimedRow] = []
+        if limited.active:
+            # Limited tasks first: the main claim would otherwise fill every free slot of a
+            # busy worker, and they would wait for it to run dry.
+            rows = self.cursor_call(lambda d, c: limited.claim(d, c, limit))
+        if len(rows) < limit:
+            rows += self.cursor_call(
+                lambda d, c: d.claim(
+                    c,
+                    backend_name=self.backend_name,
+                    queue_names=self.queue_names,
+                    worker_id=self.worker_id,
+                    limit=limit - len(rows),
+                    scope=self._main_scope,
+                )
             )
-        )
+        if len(rows) < limit and not limited.active:
+            self.cursor_call(lambda d, c: limited.scan(d, c))
         self._claim_uncertain = False
         return rows
+
+    def _limited_waiting(self) -> bool:
+        return self.cursor_call(self._limited.waiting)
 
     def requeue_owned(self, reason: str, *, keep_known: bool = False) -> int:
         """Put this worker's RUNNING tasks back to READY; with ``keep_known``, only those it

@@ -1,0 +1,279 @@
+"""The limited claim: tasks under a concurrency or rate limit, taken while their limits allow.
+
+The main claim never takes a task with a limit key, nor one in a limited queue. This claim
+takes them in one transaction per round: it locks the ``TaskLimit`` rows of the limits it
+fills (``SKIP LOCKED``: a limit another worker is filling is left to it this round), counts
+the tasks RUNNING under each, reads each rate limit's recent starts, claims what is left
+room for, and records the starts. Two workers can thus never both take a limit's last slot,
+and a task rescued from a dead worker is no longer RUNNING, so its slot is free again.
+
+Everything here runs on the worker's database thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.backends.utils import CursorWrapper
+
+from ..limits import Limit, queue_key, rate_key, record_starts, room, task_limit, task_path_of
+from ..results import resolve_task
+from ..sql import ClaimedRow, Dialect, Scope
+
+logger = logging.getLogger("django_sqltasks.worker")
+
+DISCOVER_EVERY = 0.5  # seconds between two scans for the limit keys of READY tasks
+KEYS_A_SCAN = 500  # keys read by one scan; the next scan goes on after the last
+GROUPS_A_ROUND = 50  # limit keys tried by one claim round; the next round starts after them
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Tasks one claim statement takes: of ``limit_key`` (None: no task limit) in ``queues``
+    (None: every queue of the worker but ``exclude``), under the limits ``gates`` name."""
+
+    limit_key: str | None
+    queues: tuple[str, ...] | None
+    exclude: tuple[str, ...]
+    gates: tuple[str, ...]
+
+
+class Gate:
+    """One locked ``TaskLimit`` row within a claim round."""
+
+    def __init__(self, key: str, limit: Limit, starts: list[float], running: Callable[[], int]):
+        self.key = key
+        self.limit = limit
+        self.starts = starts
+        self._running = running
+        self._counted: int | None = None
+        self.taken = 0
+
+    def room(self, now: float) -> int | None:
+        return room(self.limit, self.running, self.starts + [now] * self.taken, now)
+
+    def running(self) -> int:
+        if self._counted is None:
+            self._counted = self._running()
+        return self._counted + self.taken
+
+
+class LimitedClaim:
+    """Finds the limit keys of READY tasks and claims those tasks within their limits."""
+
+    def __init__(
+        self,
+        *,
+        backend_name: str,
+        database: str,
+        worker_id: str,
+        queue_names: list[str] | None,
+        queue_limits: dict[str, Limit],
+    ) -> None:
+        # Set once here; everything below is owned by the database thread.
+        self.backend_name = backend_name
+        self.database = database
+        self.worker_id = worker_id
+        self.queue_names = queue_names
+        served = set(queue_limits) if queue_names is None else set(queue_limits) & set(queue_names)
+        self.queue_limits = {q: queue_limits[q] for q in sorted(served)}
+        # The limited queues the main claim must leave alone.
+        self.excluded = tuple(self.queue_limits)
+        self._keys: list[str] = []  # limit keys of READY tasks, as of the last scans
+        self._scan_after = ""  # where the next scan goes on from
+        self._next_scan = 0.0  # monotonic time of the next scan
+        self._offset = 0  # where the next round starts among the groups
+        self._task_limits: dict[str, Limit] = {}  # limits by task path, as this code has them
+
+    @property
+    def active(self) -> bool:
+        """Whether a round may find anything (queue limits, or limit keys seen)."""
+        return bool(self.queue_limits or self._keys)
+
+    def scan(self, dialect: Dialect, cursor: CursorWrapper, force: bool = False) -> None:
+        """Refresh the limit keys of READY tasks, at most every ``DISCOVER_EVERY`` seconds."""
+        now = time.monotonic()
+        if not force and now < self._next_scan:
+            return
+        self._next_scan = now + DISCOVER_EVERY
+        found = dialect.limit_keys(cursor, self.backend_name, self._scan_after, KEYS_A_SCAN)
+        if self._scan_after:
+            # Going on from the last key: keep the keys before it, replace those after.
+            kept = [k for k in self._keys if k <= self._scan_after]
+            self._keys = kept + found
+        else:
+            self._keys = found
+        self._scan_after = found[-1] if len(found) == KEYS_A_SCAN else ""
+
+    def claim(self, dialect: Dialect, cursor: CursorWrapper, room: int) -> list[ClaimedRow]:
+        """Claim up to ``room`` limited tasks that their limits let start now."""
+        self.scan(dialect, cursor)
+        groups = self._groups()
+        if not groups or room <= 0:
+            return []
+        start = self._offset % len(groups)
+        groups = (groups[start:] + groups[:start])[:GROUPS_A_ROUND]
+        self._offset = start + len(groups)
+        rows: list[ClaimedRow] = []
+        with transaction.atomic(using=self.database):
+            now = dialect.db_now(cursor)
+            gates = self._lock([k for g in groups for k in g.gates], dialect, now)
+            epoch = now.timestamp()
+            for group in groups:
+                if len(rows) >= room:
+                    break
+                held = [gates.get(k) for k in group.gates]
+                if any(g is None for g in held):
+                    continue  # another worker is filling one of its limits
+                allowed = [r for g in held if g is not None and (r := g.room(epoch)) is not None]
+                take = min([room - len(rows), *allowed])
+                if take <= 0:
+                    continue
+                got = dialect.claim(
+                    cursor,
+                    backend_name=self.backend_name,
+                    queue_names=list(group.queues)
+                    if group.queues is not None
+                    else self.queue_names,
+                    worker_id=self.worker_id,
+                    limit=take,
+                    scope=Scope(limit_key=group.limit_key, exclude_queues=group.exclude),
+                )
+                for gate in held:
+                    assert gate is not None
+                    gate.taken += len(got)
+                rows.extend(got)
+            self._save(gates, now)
+        return rows
+
+    def waiting(self, dialect: Dialect, cursor: CursorWrapper) -> bool:
+        """Whether limited tasks of this worker's queues are due (a burst worker waits for
+        them: their limits will let them start)."""
+        from django.db.models import Q
+
+        from ..models import TaskRecord
+
+        if not self.active:
+            return False
+        due = TaskRecord.objects.using(self.database).due(dialect.db_now(cursor))
+        due = due.for_backend(self.backend_name).in_queues(self.queue_names)
+        return due.filter(Q(limit_key__isnull=False) | Q(queue_name__in=self.excluded)).exists()
+
+    # Groups and limits --------------------------------------------------------------------
+
+    def _groups(self) -> list[Group]:
+        groups: list[Group] = []
+        for queue in self.queue_limits:
+            gates = (queue_key(queue),)
+            groups.append(Group(None, (queue,), (), gates))
+            groups.extend(
+                Group(key, (queue,), (), gates + self._gates_of(key)) for key in self._keys
+            )
+        groups.extend(Group(key, None, self.excluded, self._gates_of(key)) for key in self._keys)
+        return [g for g in groups if g.gates or g.limit_key is not None]
+
+    def _gates_of(self, key: str) -> tuple[str, ...]:
+        """The limits a task of ``key`` counts against: its key's concurrency and its task's
+        rate (one row when the key is the task's own)."""
+        limit = self._task_limit(key)
+        gates = []
+        if limit.concurrency is not None:
+            gates.append(key)
+        if limit.rate is not None and rate_key(key) not in gates:
+            gates.append(rate_key(key))
+        return tuple(gates)
+
+    def _task_limit(self, key: str) -> Limit:
+        path = task_path_of(key)
+        if path is None:
+            return Limit()
+        limit = self._task_limits.get(path)
+        if limit is None:
+            try:
+                limit = task_limit(resolve_task(path, backend=self.backend_name))
+            except Exception:
+                # It cannot be imported here: claimed without a limit, it fails alone with
+                # the reason when it runs.
+                limit = Limit()
+            self._task_limits[path] = limit
+        return limit
+
+    def _limit_of(self, key: str) -> Limit:
+        if key.startswith("queue:"):
+            return self.queue_limits[key[len("queue:") :]]
+        limit = self._task_limit(key)
+        if "#" in key:  # a key's own row counts concurrency; the rate is on the task's row
+            return Limit(concurrency=limit.concurrency)
+        if limit.concurrency is not None and rate_key(key) == key:
+            return limit
+        return Limit(rate=limit.rate, period=limit.period)
+
+    def _lock(self, keys: Sequence[str], dialect: Dialect, now: datetime) -> dict[str, Gate]:
+        """Lock the ``TaskLimit`` rows of ``keys`` (made if missing), skipping rows another
+        worker holds; return a gate for each row locked."""
+        from ..models import TaskLimit, TaskRecord
+
+        unique = sorted(set(keys))
+        rows = TaskLimit.objects.using(self.database).filter(
+            backend_name=self.backend_name, key__in=unique
+        )
+        missing = set(unique) - set(rows.values_list("key", flat=True))
+        if missing:
+            TaskLimit.objects.using(self.database).bulk_create(
+                [TaskLimit(backend_name=self.backend_name, key=k) for k in sorted(missing)],
+                ignore_conflicts=True,
+            )
+        if dialect.single_writer:
+            # One writer at a time: write first, so that the transaction holds the lock
+            # from its first statement instead of failing to upgrade a read later.
+            rows.update(updated_at=now)
+        locked = rows.select_for_update(skip_locked=True).values_list("key", "starts")
+        running = TaskRecord.objects.using(self.database).filter(
+            backend_name=self.backend_name, status="RUNNING"
+        )
+        gates: dict[str, Gate] = {}
+        for key, starts in locked:
+            if key.startswith("queue:"):
+                counted = running.filter(queue_name=key[len("queue:") :])
+            else:
+                counted = running.filter(limit_key=key)
+            gates[key] = Gate(
+                key,
+                self._limit_of(key),
+                [t for t in (starts or []) if isinstance(t, (int, float))],
+                counted.count,
+            )
+        return gates
+
+    def _save(self, gates: dict[str, Gate], now: datetime) -> None:
+        """Write each locked limit's new starts, and its limits as this worker has them."""
+        from ..models import TaskLimit
+
+        epoch = now.timestamp()
+        for gate in gates.values():
+            limit = gate.limit
+            TaskLimit.objects.using(self.database).filter(
+                backend_name=self.backend_name, key=gate.key
+            ).update(
+                concurrency=limit.concurrency,
+                rate=limit.rate,
+                period=limit.period,
+                starts=record_starts(limit, gate.starts, epoch, gate.taken),
+                updated_at=now,
+            )
+
+
+def limited_claim_for(backend: Any, worker_id: str, queue_names: list[str] | None) -> LimitedClaim:
+    return LimitedClaim(
+        backend_name=backend.alias,
+        database=backend.database,
+        worker_id=worker_id,
+        queue_names=queue_names,
+        queue_limits=dict(backend.config.queue_limits),
+    )

@@ -1,0 +1,310 @@
+"""Concurrency and rate limits: enforced in the claim, shared by every worker, free to leave
+unused; on every database."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_sqltasks.compat import InvalidTask, TaskResultStatus, task
+from django_sqltasks.limits import Limit, parse_rate
+from django_sqltasks.models import TaskLimit, TaskRecord
+from django_sqltasks.options import BackendOptions, OptionError
+from django_sqltasks.sql import ClaimedRow, dialect_for
+from django_sqltasks.worker.limited import LimitedClaim
+from tests import tasks_limits
+from tests.conftest import WorkerProcess, wait_for
+from tests.tasks_limits import intervals, most_at_once
+
+pytestmark = pytest.mark.django_db
+
+
+def limited_claim(
+    worker_id: str = "w1", queue_limits: dict[str, Limit] | None = None
+) -> LimitedClaim:
+    return LimitedClaim(
+        backend_name="default",
+        database="default",
+        worker_id=worker_id,
+        queue_names=None,
+        queue_limits=queue_limits or {},
+    )
+
+
+def claim(limited: LimitedClaim, room: int = 100) -> list[ClaimedRow]:
+    with connection.cursor() as cursor:
+        limited.scan(dialect_for(connection), cursor, force=True)
+        return limited.claim(dialect_for(connection), cursor, room)
+
+
+def main_claim(room: int = 100, exclude: tuple[str, ...] = ()) -> list[ClaimedRow]:
+    from django_sqltasks.sql import Scope
+
+    with connection.cursor() as cursor:
+        return dialect_for(connection).claim(
+            cursor,
+            backend_name="default",
+            queue_names=None,
+            worker_id="main",
+            limit=room,
+            scope=Scope(exclude_queues=exclude),
+        )
+
+
+def finish(rows: list[ClaimedRow]) -> None:
+    TaskRecord.objects.filter(id__in=[r.id for r in rows]).update(
+        status=TaskResultStatus.SUCCESSFUL, owner=None, finished_at=timezone.now()
+    )
+
+
+def make_due() -> None:
+    """Move every READY row a minute back: due by any database's clock."""
+    TaskRecord.objects.filter(status="READY").update(
+        available_at=timezone.now() - timedelta(minutes=1)
+    )
+
+
+# Options ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrency_limit": 0}, "concurrency_limit must be a whole number of at least 1"),
+        ({"concurrency_limit": True}, "concurrency_limit must be a whole number"),
+        ({"concurrency_limit": 2.5}, "concurrency_limit must be a whole number"),
+        ({"rate_limit": "5"}, "rate_limit must be a string like '10/s'"),
+        ({"rate_limit": "5/d"}, "rate_limit must be a string like '10/s'"),
+        ({"rate_limit": 5}, "rate_limit must be a string like '10/s'"),
+        ({"rate_limit": "0/s"}, "rate_limit must allow 1 to 100,000 starts a period"),
+        ({"concurrency_key": str}, "concurrency_key needs concurrency_limit"),
+        ({"concurrency_limit": 1, "concurrency_key": "x"}, "concurrency_key must be a callable"),
+    ],
+)
+def test_bad_limit_options_are_refused_naming_the_option(
+    options: dict[str, object], message: str
+) -> None:
+    def decorate_and_enqueue() -> None:
+        task(**options)(tasks_limits.undecorated).enqueue()  # type: ignore[call-overload]
+
+    with pytest.raises(InvalidTask, match=re.escape(message)):
+        decorate_and_enqueue()
+
+
+def test_rates_read_per_second_minute_and_hour() -> None:
+    assert parse_rate("10/s", "r") == (10, 1.0)
+    assert parse_rate(" 100 / m ", "r") == (100, 60.0)
+    assert parse_rate("1000/h", "r") == (1000, 3600.0)
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ("x", "QUEUE_LIMITS'] must be a dict"),
+        ({"q": 5}, "QUEUE_LIMITS']['q'] must be a dict like"),
+        ({"q": {}}, "sets no limit"),
+        ({"q": {"concurrency": 0}}, "['concurrency'] must be a whole number of at least 1"),
+        ({"q": {"rate": "1/week"}}, "['rate'] must be a string like"),
+        ({"q": {"burst": 3}}, "unknown keys ['burst']"),
+    ],
+)
+def test_bad_queue_limits_are_refused_naming_the_entry(limits: object, message: str) -> None:
+    with pytest.raises(OptionError) as raised:
+        BackendOptions.parse("default", {"QUEUE_LIMITS": limits})
+    assert message in str(raised.value)
+    assert "TASKS['default']['OPTIONS']['QUEUE_LIMITS']" in str(raised.value)
+
+
+# Keys -------------------------------------------------------------------------------------
+
+
+def test_enqueue_stores_the_limit_key(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    results = [
+        tasks_limits.two_at_once.enqueue(log, "a"),
+        tasks_limits.one_per_customer.enqueue(log, "acme", "b"),
+        tasks_limits.three_a_second.enqueue(log, "c"),
+        tasks_limits.unlimited.enqueue(log, "d"),
+    ]
+    keys = {str(k): v for k, v in TaskRecord.objects.values_list("id", "limit_key")}
+    assert [keys[r.id] for r in results] == [
+        "task:tests.tasks_limits.two_at_once",
+        "task:tests.tasks_limits.one_per_customer#acme",
+        "task:tests.tasks_limits.three_a_second",
+        None,
+    ]
+
+
+def test_a_long_or_bad_concurrency_key_is_hashed_or_refused(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    result = tasks_limits.one_per_customer.enqueue(log, "x" * 1000, "a")
+    key = TaskRecord.objects.get(id=result.id).limit_key
+    assert key is not None and len(key) <= 255 and "#sha256:" in key
+    with pytest.raises(InvalidTask, match="must return a non-empty str"):
+        tasks_limits.one_per_customer.enqueue(log, "", "a")
+    with pytest.raises(InvalidTask, match="must return a non-empty str, not 5"):
+        tasks_limits.one_per_customer.enqueue(log, 5, "a")
+    assert TaskRecord.objects.count() == 1
+
+
+# The claim --------------------------------------------------------------------------------
+
+
+def test_the_main_claim_leaves_limited_tasks_and_takes_those_behind_them(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    limited = [tasks_limits.two_at_once.using(priority=10).enqueue(log, f"l{i}") for i in range(5)]
+    free = [tasks_limits.unlimited.enqueue(log, f"u{i}") for i in range(3)]
+    make_due()
+    rows = main_claim()
+    assert {str(r.id) for r in rows} == {r.id for r in free}
+    got = claim(limited_claim())
+    assert len(got) == 2
+    assert {str(r.id) for r in got} <= {r.id for r in limited}
+
+
+def test_a_concurrency_limit_counts_running_tasks_of_every_worker(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    for i in range(5):
+        tasks_limits.two_at_once.enqueue(log, f"l{i}")
+    make_due()
+    first = claim(limited_claim("w1"))
+    assert len(first) == 2
+    assert claim(limited_claim("w2")) == []  # another worker: the limit is full
+    finish(first[:1])
+    second = claim(limited_claim("w2"))
+    assert len(second) == 1
+    # A task rescued from a dead worker is READY again: its slot is free without bookkeeping.
+    TaskRecord.objects.filter(id=second[0].id).update(status="READY", owner=None)
+    assert len(claim(limited_claim("w3"))) == 1
+    limit = TaskLimit.objects.get(key="task:tests.tasks_limits.two_at_once")
+    assert limit.concurrency == 2
+
+
+def test_a_concurrency_key_limits_each_key_apart(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    for customer in ("acme", "acme", "globex", "globex", "initech"):
+        tasks_limits.one_per_customer.enqueue(log, customer, "x")
+    make_due()
+    got = claim(limited_claim())
+    assert sorted(r.kwargs.get("customer") or r.args[1] for r in got) == [
+        "acme",
+        "globex",
+        "initech",
+    ]
+    assert claim(limited_claim()) == []
+
+
+@pytest.mark.django_db(transaction=True)  # PostgreSQL's now() is the transaction's start
+def test_a_rate_limit_counts_starts_in_a_sliding_window(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    for i in range(7):
+        tasks_limits.three_a_second.enqueue(log, f"r{i}")
+    make_due()
+    worker = limited_claim()
+    first = claim(worker)
+    assert len(first) == 3
+    finish(first)  # finished or not, starts count against a rate
+    assert claim(worker) == []
+    time.sleep(1.1)
+    assert len(claim(worker)) == 3
+
+
+def test_a_task_with_both_limits_obeys_the_tighter(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    for i in range(3):
+        tasks_limits.one_and_hundred_an_hour.enqueue(log, f"b{i}")
+    make_due()
+    got = claim(limited_claim())
+    assert len(got) == 1
+    finish(got)
+    assert len(claim(limited_claim())) == 1
+    limit = TaskLimit.objects.get(key="task:tests.tasks_limits.one_and_hundred_an_hour")
+    assert (limit.concurrency, limit.rate, limit.period, len(limit.starts)) == (1, 100, 3600, 2)
+
+
+def test_a_queue_limit_holds_its_queue_and_not_the_others(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    capped = [tasks_limits.in_other_queue.enqueue(log, f"q{i}") for i in range(4)]
+    free = [tasks_limits.unlimited.enqueue(log, f"u{i}") for i in range(2)]
+    make_due()
+    worker = limited_claim(queue_limits={"other": Limit(concurrency=2)})
+    assert {str(r.id) for r in main_claim(exclude=worker.excluded)} == {r.id for r in free}
+    got = claim(worker)
+    assert len(got) == 2 and {str(r.id) for r in got} <= {r.id for r in capped}
+    assert claim(worker) == []
+
+
+def test_a_limited_task_in_a_limited_queue_obeys_both(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    for i in range(4):
+        tasks_limits.two_at_once.using(queue_name="other").enqueue(log, f"l{i}")
+    make_due()
+    worker = limited_claim(queue_limits={"other": Limit(concurrency=1)})
+    assert len(claim(worker)) == 1
+    assert claim(worker) == []
+
+
+def test_nothing_is_scanned_for_or_locked_when_no_limit_is_used(tmp_path: Path) -> None:
+    tasks_limits.unlimited.enqueue(str(tmp_path / "log"), "u")
+    worker = limited_claim()
+    with connection.cursor() as cursor:
+        worker.scan(dialect_for(connection), cursor, force=True)
+    assert not worker.active
+    assert not TaskLimit.objects.exists()
+
+
+# Worker processes -------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker_process
+def test_four_worker_processes_never_overshoot_a_concurrency_limit(
+    worker_process: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    log = tmp_path / "log"
+    count = 24
+    for i in range(count):
+        tasks_limits.two_at_once.enqueue(str(log), f"t{i}", 0.1)
+    for i in range(12):
+        tasks_limits.one_per_customer.enqueue(str(log), f"c{i % 3}", f"k{i}", 0.1)
+    workers = [worker_process("--concurrency", "4", "--burst") for _ in range(4)]
+    wait_for(lambda: TaskRecord.objects.succeeded().count() == count + 12, timeout=120)
+    for worker in workers:
+        worker.stop()
+    spans = intervals(log)
+    plain = [s for s in spans if s[2].startswith("t")]
+    assert len({s[2] for s in plain}) == count, "a task ran twice or not at all"
+    assert most_at_once(plain) <= 2, "the concurrency limit was overshot"
+    for customer in ("c0", "c1", "c2"):
+        assert most_at_once([s for s in spans if s[2].startswith(customer + ":")]) == 1
+    # Other keys ran side by side: the limit is per key.
+    assert most_at_once([s for s in spans if ":" in s[2]]) > 1
+    assert TaskRecord.objects.exclude(status="SUCCESSFUL").count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker_process
+def test_worker_processes_share_a_queue_limit(
+    worker_process: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    log = tmp_path / "log"
+    for i in range(12):
+        tasks_limits.in_other_queue.enqueue(str(log), f"q{i}", 0.1)
+    for i in range(20):
+        tasks_limits.unlimited.enqueue(str(log), f"u{i}")
+    env = {"SQLTASKS_QUEUE_LIMITS": json.dumps({"other": {"concurrency": 2}})}
+    workers = [worker_process("--concurrency", "4", "--queue", "*", env=env) for _ in range(3)]
+    wait_for(lambda: TaskRecord.objects.succeeded().count() == 32, timeout=120)
+    for worker in workers:
+        worker.stop()
+    spans = intervals(log)
+    assert most_at_once([s for s in spans if s[2].startswith("q")]) <= 2
+    assert TaskRecord.objects.exclude(status="SUCCESSFUL").count() == 0
