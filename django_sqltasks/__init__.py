@@ -2,6 +2,7 @@
 
 from .backend import SQLTaskBackend
 from .exceptions import Snooze
+from .workflows import chain, group, signature
 
-__all__ = ["SQLTaskBackend", "Snooze"]
+__all__ = ["SQLTaskBackend", "Snooze", "chain", "group", "signature"]
 __version__ = "0.1.0"

@@ -128,6 +128,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
         "last_attempted_at",
         "finished_at",
         "duration_display",
+        "workflow_display",
     )
 
     @admin.display(description=_("task"), ordering="task_path")
@@ -203,8 +204,16 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
             ),
         )
 
+    @admin.display(description=_("workflow"))
+    def workflow_display(self, obj: TaskRecord) -> str:
+        from .admin_workflow import workflow_html
+
+        return workflow_html(obj, obj._state.db or "default")
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is not None and obj.workflow_id is not None:
+            fieldsets.insert(1, (_("Workflow"), {"fields": ("workflow_display",)}))
         if obj is not None and obj.status == TaskResultStatus.FAILED:
             # Why it failed is what a failed task's page is opened for: put it first.
             fieldsets.sort(key=lambda fieldset: fieldset[0] != _("Outcome"))

@@ -82,3 +82,11 @@ class SnoozeLimitReached(Exception):
 
 class UnknownQueue(ValueError):
     """A queue name is not one of the backend's QUEUES; the message lists the known ones."""
+
+
+class WorkflowStepSkipped(Exception):
+    """A workflow step never ran: a step before it failed; the message names that step."""
+
+
+class InvalidWorkflow(InvalidTask):
+    """A chain or group cannot be enqueued as built; the message says which step and why."""

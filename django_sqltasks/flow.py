@@ -13,6 +13,7 @@ from .compat import TaskResultDoesNotExist, TaskResultStatus
 from .exceptions import UnknownQueue
 from .models import PausedQueue, TaskRecord
 from .sql import dialect_for
+from .sql.base import parked_at
 
 
 def check_queue(alias: str, known: Collection[str], queue_name: object) -> str:
@@ -71,15 +72,17 @@ def run_now(using: str, alias: str, result_id: str, announce: bool) -> bool:
                 queue = TaskRecord.objects.using(using).get(pk=task_id).queue_name
                 dialect.announce(cursor, [queue])
             return True
-    status = (
+    row = (
         TaskRecord.objects.using(using)
         .filter(pk=task_id, backend_name=alias)
-        .values_list("status", flat=True)
+        .values_list("status", "available_at")
         .first()
     )
-    if status is None:
+    if row is None:
         raise TaskResultDoesNotExist(result_id)
-    return status == TaskResultStatus.READY  # due already
+    status, available_at = row
+    # Due already; a workflow step waiting for the steps before it is not made due.
+    return status == TaskResultStatus.READY and available_at < parked_at()
 
 
 def paused(using: str, alias: str) -> list[str]:

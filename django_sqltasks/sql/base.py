@@ -59,6 +59,7 @@ def parked_at() -> datetime:
     """PARKED as Django reads and writes datetimes here: naive without USE_TZ."""
     return PARKED if settings.USE_TZ else PARKED.replace(tzinfo=None)
 
+
 CORRUPT_TASK = "django_sqltasks.exceptions.CorruptTask"
 OUTCOME_NOT_STORED = "django_sqltasks.exceptions.OutcomeNotStored"
 MAX_REASON = 10_000  # characters of a salvage reason kept

@@ -24,6 +24,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
+from functools import partial
 from typing import Any, TypeVar
 
 from django.db import connections
@@ -145,6 +146,29 @@ class Completer:
                 batches.append(self._writing)
             return {o.id for b in batches for o in b.outcomes if o.id not in b.settled}
 
+    def store_here(self, outcome: Outcome) -> bool:
+        """Write ``outcome`` on the calling thread's connection, in its open transaction (an
+        ``atomic=True`` task's); return whether the task was still this worker's."""
+        connection = connections[self._database]
+        with connection.cursor() as cursor:
+            return bool(self._complete(dialect_for(connection), cursor, [outcome]))
+
+    def stored_elsewhere(self, outcome: Outcome, context: Any) -> None:
+        """Report ``outcome``, committed by ``store_here``'s transaction, as a written one."""
+        batch = Batch()
+        batch.outcomes.append(outcome)
+        batch.contexts.append(context)
+        batch.written.add(outcome.id)
+        batch.settled.add(outcome.id)
+        with self._lock:
+            self._written += 1
+        self._signals.post(self._send_finished, batch)
+
+    @property
+    def database(self) -> str:
+        """The database alias outcomes are written to."""
+        return self._database
+
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until every submitted outcome has been settled; False on timeout."""
         return self._idle.wait(timeout)
@@ -227,7 +251,7 @@ class Completer:
         if not outcomes:
             return
         try:
-            batch.written |= self._call(lambda d, c: d.complete(c, self._worker_id, outcomes))
+            batch.written |= self._call(lambda d, c: self._complete(d, c, outcomes))
         except Exception as e:
             self._away_unless_judging(e, judging)
             if len(outcomes) == 1:
@@ -243,6 +267,17 @@ class Completer:
                 self._store(batch, [outcome], judging=judging)
         else:
             batch.settled.update(o.id for o in outcomes)
+
+    def _complete(
+        self, dialect: Dialect, cursor: CursorWrapper, outcomes: list[Outcome]
+    ) -> set[uuid.UUID]:
+        """Write ``outcomes``; a workflow step's also moves its workflow on, in one transaction."""
+        write = partial(dialect.complete, cursor, self._worker_id, outcomes)
+        if all(o.workflow_id is None for o in outcomes):
+            return write()
+        from ..workflow_store import complete
+
+        return complete(self._database, self._worker_id, outcomes, write)
 
     def _salvage(self, batch: Batch, outcome: Outcome, reason: str) -> None:
         """Mark ``outcome``'s task FAILED with an OutcomeNotStored error saying ``reason``."""

@@ -247,6 +247,9 @@ class Executor:
                 )
             try:
                 args, kwargs = attempt.call_args(self._reporter)
+                if getattr(attempt.task, "atomic", False):
+                    late = self._run_atomic(attempt, args, kwargs)
+                    return
                 returned = attempt.task.func(*args, **kwargs)
                 _exit_if_forked(self._pid, 0)
                 end_report(self._reporter, attempt.report)
@@ -269,6 +272,18 @@ class Executor:
                 self._threads.drop_stand_in()  # its stand-in thread is no longer needed
             else:
                 self._done(row.id)
+
+    def _run_atomic(
+        self, attempt: attempts.Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> bool:
+        """Run an ``atomic=True`` task in a transaction that also stores its success, so that
+        its database writes and its outcome commit together or not at all; return whether it
+        ended after its timeout (then, as when the task is no longer this worker's, the
+        transaction is rolled back). A task that raises is rolled back and fails as usual."""
+        from .atomic import run_atomic
+
+        _exit = partial(_exit_if_forked, self._pid, 0)
+        return run_atomic(self._completer, attempt, args, kwargs, self._max_result_bytes, _exit)
 
     def _sync_timed_out(self, attempt: attempts.Attempt) -> None:
         """A sync task ran past its timeout (on the loop): fail it and free its slot.
@@ -297,7 +312,9 @@ class Executor:
             return attempts.prepare(row, self._config)
         except Exception as e:
             logger.error("Task id=%s path=%s cannot run: %s", row.id, row.task_path, e)
-            self._completer.submit(attempts.failure(row.id, e), None)
+            outcome = attempts.failure(row.id, e)
+            outcome.workflow_id = row.workflow_id
+            self._completer.submit(outcome, None)
             return None
 
     def _succeeded(self, attempt: attempts.Attempt, outcome: Outcome, value: Any) -> None:
@@ -309,6 +326,7 @@ class Executor:
                 attempt.row.attempts,
                 extra={"action": "task_successful", "task_id": attempt.result.id},
             )
+        outcome.workflow_id = attempt.row.workflow_id
         self._completer.submit(outcome, (attempt, None, value))
 
     def _snoozed(self, attempt: attempts.Attempt, snooze: Snooze) -> bool:
@@ -363,6 +381,7 @@ class Executor:
                     extra={"action": "task_failed", "task_id": attempt.result.id},
                 )
             outcome = attempts.failure(attempt.row.id, exc)
+            outcome.workflow_id = attempt.row.workflow_id
         self._completer.submit(outcome, (attempt, exc, None))
 
 

@@ -109,8 +109,14 @@ class Maintenance:
         requested = self._guarded("Reading cancel requests", self.lease.cancel_requests)
         if requested:
             self._on_cancel_requested(requested)
+        self._guarded("Moving workflows on", self._sweep_workflows)
         if self.retention is not None and self.retention.due():
             self._guarded("Pruning", self.retention.run)
+
+    def _sweep_workflows(self) -> int:
+        from ..workflow_store import reconcile  # imports the models: not at module import
+
+        return reconcile(self.database, self.backend.alias)
 
     def _renew(self) -> bool:
         self.lease.heartbeat()

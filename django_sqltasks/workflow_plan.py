@@ -1,0 +1,210 @@
+"""A workflow's plan: the tree of its steps, each node's state, and how one step's outcome
+moves it on. Pure functions on JSON-ready dicts; ``workflow_store`` reads and writes them.
+
+Nodes:
+
+- a task: ``{"kind": "task", "id", "path", "queue", "args", "kwargs"}``: ``args`` and
+  ``kwargs`` are the step's own; a step after another gets that step's result first;
+- a chain: ``{"kind": "chain", "steps": [...]}``, run one after another;
+- a group: ``{"kind": "group", "members": [...], "then": task or None, "on_failure"}``, whose
+  members run at once and whose ``then`` gets the list of their results.
+
+Every node also has ``state`` (WAITING, RUNNING, SUCCESSFUL or FAILED), and once finished a
+``result`` (its return value; a group's is the list of its members', or its callback's) or an
+``error`` naming the task whose failure ended it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+Node = dict[str, Any]
+
+WAITING = "WAITING"
+RUNNING = "RUNNING"
+SUCCESSFUL = "SUCCESSFUL"
+FAILED = "FAILED"
+FINISHED = (SUCCESSFUL, FAILED)
+ON_FAILURE = ("skip", "run")  # what a group's callback does when members failed
+
+
+@dataclass(slots=True)
+class Release:
+    """A step whose turn has come: its task row is made due with these arguments."""
+
+    task_id: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Moves:
+    """What one outcome changes beyond the plan itself."""
+
+    releases: list[Release] = field(default_factory=list)
+    # Steps that will never run, with the text of the error they are failed with.
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    finished: bool = False  # the whole workflow is over (see the root's state)
+
+
+def leaves(node: Node) -> Iterator[Node]:
+    """The task nodes under ``node``, in plan order (a group's callback last)."""
+    kind = node["kind"]
+    if kind == "task":
+        yield node
+    elif kind == "chain":
+        for step in node["steps"]:
+            yield from leaves(step)
+    else:
+        for member in node["members"]:
+            yield from leaves(member)
+        if node["then"] is not None:
+            yield from leaves(node["then"])
+
+
+def children(node: Node) -> list[Node]:
+    """The nodes directly under ``node``."""
+    if node["kind"] == "chain":
+        return list(node["steps"])
+    if node["kind"] == "group":
+        return [*node["members"], *([node["then"]] if node["then"] is not None else [])]
+    return []
+
+
+def start(node: Node, prefix: list[Any], extra: dict[str, Any] | None = None) -> list[Release]:
+    """Mark ``node`` RUNNING and return the steps that run first, ``prefix`` before their own
+    arguments and ``extra`` among their keyword arguments."""
+    node["state"] = RUNNING
+    kind = node["kind"]
+    if kind == "task":
+        return [Release(node["id"], [*prefix, *node["args"]], {**node["kwargs"], **(extra or {})})]
+    if kind == "chain":
+        return start(node["steps"][0], prefix, extra)
+    return [release for member in node["members"] for release in start(member, prefix, extra)]
+
+
+def finish(root: Node, task_id: str, succeeded: bool, value: Any, error_class: str | None) -> Moves:
+    """Record that the task ``task_id`` ended, and move its parents on; a task not in the plan,
+    or known to have ended already, changes nothing."""
+    moves = Moves()
+    path = _path_to(root, task_id)
+    if path is None or path[-1]["state"] in FINISHED:
+        return moves
+    leaf = path[-1]
+    if succeeded:
+        _settle(leaf, SUCCESSFUL, result=value)
+    else:
+        error = {"task_id": task_id, "path": leaf["path"], "error": error_class or ""}
+        _settle(leaf, FAILED, error=error)
+    for parent, child in zip(reversed(path[:-1]), reversed(path[1:]), strict=True):
+        if not _moved(parent, child, moves):
+            return moves
+    moves.finished = True
+    return moves
+
+
+def failed_step(root: Node) -> dict[str, str] | None:
+    """The task whose failure ended the workflow (or a part of it), if one did."""
+    for node in leaves(root):
+        if node["state"] == FAILED and node.get("error", {}).get("task_id") == node["id"]:
+            return dict(node["error"])
+    return None
+
+
+def skip_message(error: dict[str, str]) -> str:
+    """The error text of a step that will never run because of ``error``."""
+    return (
+        f"This workflow step never ran: step {error['path']} (task {error['task_id']}) failed "
+        f"with {error['error'] or 'an error'} before its turn came."
+    )
+
+
+def cancel(root: Node) -> list[str]:
+    """Mark every unfinished node FAILED (a cancelled workflow); return its unfinished tasks."""
+    ids = [leaf["id"] for leaf in leaves(root) if leaf["state"] not in FINISHED]
+    _fail_unfinished(root, {"task_id": "", "path": "", "error": "cancelled"})
+    return ids
+
+
+# Internals -------------------------------------------------------------------------------
+
+
+def _path_to(node: Node, task_id: str) -> list[Node] | None:
+    if node["kind"] == "task":
+        return [node] if node["id"] == task_id else None
+    for child in children(node):
+        path = _path_to(child, task_id)
+        if path is not None:
+            return [node, *path]
+    return None
+
+
+def _settle(
+    node: Node, state: str, *, result: Any = None, error: dict[str, str] | None = None
+) -> None:
+    node["state"] = state
+    if state == SUCCESSFUL:
+        node["result"] = result
+    else:
+        node["error"] = error
+
+
+def _skip(node: Node, error: dict[str, str], moves: Moves) -> None:
+    """Fail every task under ``node`` that has not started: it never will."""
+    for leaf in leaves(node):
+        if leaf["state"] == WAITING:
+            moves.skipped.append((leaf["id"], skip_message(error)))
+    _fail_unfinished(node, error)
+
+
+def _fail_unfinished(node: Node, error: dict[str, str]) -> None:
+    for child in children(node):
+        _fail_unfinished(child, error)
+    if node["state"] not in FINISHED:
+        _settle(node, FAILED, error=error)
+
+
+def _moved(parent: Node, child: Node, moves: Moves) -> bool:
+    """Move ``parent`` on now that ``child`` has ended; return whether ``parent`` ended too."""
+    if parent["kind"] == "chain":
+        steps = parent["steps"]
+        index = next(i for i, step in enumerate(steps) if step is child)
+        if child["state"] == FAILED:
+            for later in steps[index + 1 :]:
+                _skip(later, child["error"], moves)
+            _settle(parent, FAILED, error=child["error"])
+            return True
+        if index + 1 < len(steps):
+            moves.releases.extend(start(steps[index + 1], [child["result"]]))
+            return False
+        _settle(parent, SUCCESSFUL, result=child["result"])
+        return True
+    if child is parent["then"]:
+        _settle(parent, child["state"], result=child.get("result"), error=child.get("error"))
+        return True
+    members = parent["members"]
+    if any(member["state"] not in FINISHED for member in members):
+        return False
+    results = [m.get("result") if m["state"] == SUCCESSFUL else None for m in members]
+    failures = [{"index": i, **m["error"]} for i, m in enumerate(members) if m["state"] == FAILED]
+    callback = parent["then"]
+    if callback is None:
+        if failures:
+            _settle(parent, FAILED, error=_first_error(failures))
+        else:
+            _settle(parent, SUCCESSFUL, result=results)
+        return True
+    if failures and parent["on_failure"] == "skip":
+        _skip(callback, _first_error(failures), moves)
+        _settle(parent, FAILED, error=_first_error(failures))
+        return True
+    extra = {"failures": failures} if parent["on_failure"] == "run" else None
+    moves.releases.extend(start(callback, [results], extra))
+    return False
+
+
+def _first_error(failures: list[dict[str, Any]]) -> dict[str, str]:
+    first = failures[0]
+    return {"task_id": first["task_id"], "path": first["path"], "error": first["error"]}
