@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from . import (
+    admin_limits,  # noqa: F401  (registers the limits list)
     admin_overview,  # noqa: F401  (registers the queue overview)
     admin_progress,
     admin_workers,  # noqa: F401  (registers the worker and schedule admins)
@@ -87,7 +88,10 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
         (_("Call"), {"fields": ("args_display", "kwargs_display")}),
         (_("Progress"), {"fields": ("progress_display", "metadata_display")}),
         (_("Outcome"), {"fields": ("return_value_display", "errors_display")}),
-        (_("Attempts"), {"fields": ("attempts", "rescues", "snoozes", "worker_ids", "owner")}),
+        (
+            _("Attempts"),
+            {"fields": ("attempts", "rescues", "snoozes", "worker_ids", "owner", "limit_key")},
+        ),
         (
             _("Times"),
             {
@@ -119,6 +123,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
         "attempts",
         "rescues",
         "snoozes",
+        "limit_key",
         "worker_ids",
         "owner",
         "enqueued_at",

@@ -141,7 +141,8 @@ def check_unserved_queues(
             continue  # not migrated yet: nothing is waiting
         for queue in snapshot.queues:
             age = queue.oldest_age(snapshot.now)
-            if queue.served or age is None or age < STUCK_AFTER:
+            if queue.paused or queue.served or age is None or age < STUCK_AFTER:
+                # A paused queue waits on purpose: the overview and the metrics show it.
                 continue
             yield checks.Warning(
                 f"Queue {queue.queue!r} of backend {queue.backend!r} has {queue.due} due task(s), "

@@ -173,6 +173,11 @@ class QueueCollector:
         workers = GaugeMetricFamily(
             "sqltasks_workers", "Live workers, by backend.", labels=["backend"]
         )
+        paused = GaugeMetricFamily(
+            "sqltasks_queue_paused",
+            "1 while a queue is paused (its READY tasks are not claimed), else 0.",
+            labels=["backend", "queue"],
+        )
         snapshot = self.snapshot()
         if snapshot is None:
             return
@@ -181,8 +186,11 @@ class QueueCollector:
                 ("due", q.due),
                 ("scheduled", q.scheduled),
                 ("running", q.running),
+                # Due, but waiting on a task's concurrency or rate limit (counted in "due").
+                ("limited", q.limited),
             ):
                 depth.add_metric([q.backend, q.queue, state], value)
+            paused.add_metric([q.backend, q.queue], 1.0 if q.paused else 0.0)
             age = q.oldest_age(snapshot.now)
             oldest.add_metric([q.backend, q.queue], age.total_seconds() if age else 0.0)
         per_backend: dict[str, int] = {}
@@ -190,7 +198,7 @@ class QueueCollector:
             per_backend[w.backend] = per_backend.get(w.backend, 0) + 1
         for backend, count in sorted(per_backend.items()):
             workers.add_metric([backend], count)
-        yield from (depth, oldest, workers)
+        yield from (depth, oldest, workers, paused)
         yield from self._upkeep(snapshot, GaugeMetricFamily)
 
     def _upkeep(self, snapshot: Any, family: Any) -> Iterator[Any]:

@@ -38,6 +38,7 @@ class QueueStats:
     oldest_due: datetime | None = None  # the earliest available_at of a due task
     served: bool = False  # a live worker of the backend takes this queue
     paused: bool = False  # no worker claims its tasks until it is resumed
+    limited: int = 0  # of the due tasks, those under a task's concurrency or rate limit
 
     def oldest_age(self, now: datetime) -> timedelta | None:
         """How long the oldest due task has waited to be claimed."""
@@ -101,6 +102,9 @@ def take(
     for backend_name, queue_name, n, oldest in due.values_list(*by_queue, "n", "oldest"):
         item = entry(backend_name, queue_name)
         item.due, item.oldest_due = n, oldest
+    limited = tasks.due(now).filter(limit_key__isnull=False).values(*by_queue)
+    for backend_name, queue_name, n in limited.annotate(n=Count("pk")).values_list(*by_queue, "n"):
+        entry(backend_name, queue_name).limited = n
     scheduled = tasks.scheduled(now).values(*by_queue).annotate(n=Count("pk"))
     for backend_name, queue_name, n in scheduled.values_list(*by_queue, "n"):
         entry(backend_name, queue_name).scheduled = n

@@ -308,3 +308,52 @@ def test_worker_processes_share_a_queue_limit(
     spans = intervals(log)
     assert most_at_once([s for s in spans if s[2].startswith("q")]) <= 2
     assert TaskRecord.objects.exclude(status="SUCCESSFUL").count() == 0
+
+
+# What operators see -----------------------------------------------------------------------
+
+
+def test_overview_metrics_and_admin_show_limited_and_paused(tmp_path: Path) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_sqltasks import overview
+    from django_sqltasks.compat import task_backends
+    from tests.factories import superuser_client
+
+    log = str(tmp_path / "log")
+    for i in range(3):
+        tasks_limits.two_at_once.enqueue(log, f"l{i}")
+    tasks_limits.unlimited.enqueue(log, "u")
+    make_due()
+    task_backends["default"].pause_queue("slow")
+    claim(limited_claim())
+    snapshot = overview.take()
+    default = next(q for q in snapshot.queues if q.queue == "default")
+    slow = next(q for q in snapshot.queues if q.queue == "slow")
+    assert (default.due, default.limited, default.running, slow.paused) == (2, 1, 2, True)
+    out = StringIO()
+    call_command("tasks_status", "--plain", stdout=out)
+    rows = {r.split()[1]: r.split() for r in out.getvalue().splitlines() if "default " in r}
+    assert rows["slow"][-2:] == ["PAUSED", "0"] and rows["default"][-1] == "1"
+    page = superuser_client().get("/admin/django_sqltasks/tasklimit/")
+    assert page.status_code == 200
+    assert b"task:tests.tasks_limits.two_at_once" in page.content
+
+
+def test_metrics_expose_paused_queues_and_limited_tasks(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from django_sqltasks.compat import task_backends
+    from django_sqltasks.metrics import QueueCollector
+
+    tasks_limits.two_at_once.enqueue(str(tmp_path / "log"), "l")
+    make_due()
+    task_backends["default"].pause_queue("slow")
+    registry = CollectorRegistry()
+    registry.register(QueueCollector("default"))
+    text = generate_latest(registry).decode()
+    assert 'sqltasks_queue_depth{backend="default",queue="default",state="limited"} 1.0' in text
+    assert 'sqltasks_queue_paused{backend="default",queue="slow"} 1.0' in text

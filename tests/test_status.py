@@ -56,7 +56,7 @@ def test_status_command_plain(queues: None) -> None:
     text = out.getvalue()
     assert "Queues" in text and "Workers" in text
     lines = {line.split()[1]: line.split() for line in text.splitlines() if "default " in line}
-    assert lines["orphan"][-1] == "NO"
+    assert lines["orphan"][-3:] == ["NO", "no", "0"]  # served, paused, limited
     assert lines["default"][2:5] == ["2", "1", "0"]
     assert "w1" in text
 

@@ -23,6 +23,8 @@ QUEUE_COLUMNS = (
     "failed 1h",
     "oldest due",
     "served",
+    "paused",
+    "limited",
 )
 WORKER_COLUMNS = ("worker", "host", "pid", "queues", "running", "last heartbeat")
 
@@ -80,6 +82,8 @@ class Command(BaseCommand):
                     str(q.failed),
                     overview.short_age(q.oldest_age(snapshot.now)),
                     "yes" if q.served else "NO",
+                    "PAUSED" if q.paused else "no",
+                    str(q.limited),
                 )
                 for q in snapshot.queues
                 if q.backend in names
