@@ -25,7 +25,7 @@ from .compat import InvalidTask, Task
 from .serialization import text_problem
 
 MAX_KEY_LENGTH = 255  # TaskRecord.limit_key, TaskLimit.key
-MAX_RATE = 100_000  # starts a period: the sliding window keeps one timestamp per start
+MAX_RATE = 10_000  # starts a period: the sliding window keeps one timestamp per start
 PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 RATE_PATTERN = re.compile(r"^\s*(\d+)\s*/\s*([smh])\s*$")
 

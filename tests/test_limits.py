@@ -84,7 +84,7 @@ def make_due() -> None:
         ({"rate_limit": "5"}, "rate_limit must be a string like '10/s'"),
         ({"rate_limit": "5/d"}, "rate_limit must be a string like '10/s'"),
         ({"rate_limit": 5}, "rate_limit must be a string like '10/s'"),
-        ({"rate_limit": "0/s"}, "rate_limit must allow 1 to 100,000 starts a period"),
+        ({"rate_limit": "0/s"}, "rate_limit must allow 1 to 10,000 starts a period"),
         ({"concurrency_key": str}, "concurrency_key needs concurrency_limit"),
         ({"concurrency_limit": 1, "concurrency_key": "x"}, "concurrency_key must be a callable"),
     ],
