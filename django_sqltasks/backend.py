@@ -16,7 +16,7 @@ from django.core import checks
 from django.db import DatabaseError, ProgrammingError, connections, router, transaction
 from django.utils import timezone
 
-from . import installation, packet
+from . import installation, otel, packet
 from .compat import (
     TASK_MAX_PRIORITY,
     TASK_MIN_PRIORITY,
@@ -75,6 +75,11 @@ class SQLTaskBackend(BaseTaskBackend):
         # max_allowed_packet per database, for aenqueue's check on the event loop (which may
         # not query); the sync paths read it once per connection instead.
         self._packet_limits: dict[str, int | None] = {}
+        # OPTIONS["TRACING"]: spans around enqueues, and runs (read by the worker); None: off,
+        # and no method of this instance is wrapped.
+        self.tracing = otel.tracing_for(alias, self.config.tracing)
+        if self.tracing is not None:
+            self.tracing.instrument(self)
 
     @property
     def database(self) -> str:

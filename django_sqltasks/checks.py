@@ -60,6 +60,16 @@ def check_backend(backend: SQLTaskBackend) -> Iterable[checks.CheckMessage]:
             hint="Name the database whose transactions the enqueue should wait for, or use True.",
             id="django_sqltasks.E006",
         )
+    if backend.config.tracing:
+        from . import otel
+
+        if not otel.available():
+            yield checks.Error(
+                f"{name}['OPTIONS']['TRACING'] is True, but the OpenTelemetry API is not "
+                "installed: no span is made.",
+                hint="pip install 'django-sqltasks[otel]' (and the OpenTelemetry SDK to export).",
+                id="django_sqltasks.E012",
+            )
     yield from _check_periodic(backend, name)
 
 

@@ -58,6 +58,7 @@ class BackendOptions:
     poll_interval: float = DEFAULT_POLL_INTERVAL
     max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES
     notify: bool = True
+    tracing: bool = False  # OpenTelemetry spans for enqueues and runs (the otel extra)
     enqueue_on_commit: bool | str = False
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     max_rescues: int | None = DEFAULT_MAX_RESCUES  # None: put back in the queue every time
@@ -128,6 +129,8 @@ class BackendOptions:
             )
         if not isinstance(self.notify, bool):
             raise OptionError(f"{where}['NOTIFY'] must be True or False, not {self.notify!r}.")
+        if not isinstance(self.tracing, bool):
+            raise OptionError(f"{where}['TRACING'] must be True or False, not {self.tracing!r}.")
         if not isinstance(self.enqueue_on_commit, (bool, str)) or self.enqueue_on_commit == "":
             raise OptionError(
                 f"{where}['ENQUEUE_ON_COMMIT'] must be True, False or a database alias, not "

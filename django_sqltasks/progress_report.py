@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -34,6 +34,7 @@ from .storable import escape
 MAX_NOTE_CHARS = 200  # characters of a progress note
 MAX_METADATA_BYTES = 8_192  # of the metadata dict, encoded as JSON
 MAX_METADATA_KEYS = 64
+NO_METADATA: Mapping[str, Any] = MappingProxyType({})  # read-only, so one is shared by all
 
 
 class ReportSink(Protocol):
@@ -107,7 +108,7 @@ class ProgressReport:
     attempt: int
     progress: float | None = None
     note: str = ""
-    metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    metadata: Mapping[str, Any] = NO_METADATA
     updated_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:

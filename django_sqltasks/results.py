@@ -14,14 +14,13 @@ import sys
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from functools import lru_cache
-from types import MappingProxyType
 from typing import Any
 
 from django.utils.module_loading import import_string
 
 from .compat import Task, TaskError, TaskResult, TaskResultStatus
 from .exceptions import TaskBackendMismatch, TaskNotFound
-from .progress_report import current_report
+from .progress_report import NO_METADATA, current_report
 from .subject import Subject
 from .task import SQLTask
 
@@ -43,7 +42,7 @@ class SQLTaskResult(TaskResult):  # type: ignore[misc]
 
     progress: float | None = None  # 0 to 1, as the latest attempt last reported it
     progress_note: str = ""
-    metadata: Mapping[str, Any] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    metadata: Mapping[str, Any] = NO_METADATA
     progress_updated_at: datetime | None = None
     subject: Subject | None = None  # the model row it was enqueued about
 
@@ -284,7 +283,7 @@ def _result(row: dict[str, Any], task: Task, values: dict[str, Any]) -> TaskResu
         worker_ids=worker_ids,
         progress=None if report is None else report.progress,
         progress_note="" if report is None else report.note,
-        metadata=MappingProxyType({}) if report is None else report.metadata,
+        metadata=NO_METADATA if report is None else report.metadata,
         progress_updated_at=None if report is None else report.updated_at,
         subject=(
             None

@@ -5,6 +5,7 @@ database, through a real worker."""
 from __future__ import annotations
 
 import math
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,38 @@ def test_a_damaged_stored_report_reads_as_none() -> None:
     assert ProgressReport.from_json({"attempt": "x"}) is None
     assert ProgressReport.from_json("not json") is None
     assert ProgressReport.from_json([1, 2]) is None
+
+
+@pytest.mark.worker_process
+def test_reports_are_written_by_the_processes_of_a_supervisor(
+    worker_process: Callable[..., Any], tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    waiting = tasks_progress.report_then_wait.enqueue(str(release))
+    steps = tasks_progress.report_steps.enqueue(10)
+    supervisor = worker_process(
+        "--processes",
+        "2",
+        "-c",
+        "2",
+        env={"SQLTASKS_LEASE_TIMEOUT": "3", "SQLTASKS_HEARTBEAT_INTERVAL": "0.25"},
+    )
+    try:
+        # Written by the child's heartbeat while the task runs, then at its end.
+        wait_for(lambda: TaskRecord.objects.get(pk=waiting.id).progress, timeout=30)
+        release.touch()
+        wait_for(
+            lambda: (
+                TaskRecord.objects.filter(
+                    pk__in=[waiting.id, steps.id], status="SUCCESSFUL"
+                ).count()
+                == 2
+            ),
+            timeout=30,
+        )
+    finally:
+        supervisor.signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=30) == 0, supervisor.output
+    backend = task_backends["default"]
+    assert backend.get_result(waiting.id).progress_note == "done waiting"
+    assert backend.get_result(steps.id).progress == 1.0

@@ -37,6 +37,7 @@ RETURNED_COLUMNS = (
     "attempts",
     "snoozes",
     "workflow_id",
+    "trace_parent",
 )
 # The JSON columns a claim reads, and the type each must decode to.
 JSON_SHAPES: dict[str, type] = {"args": list, "kwargs": dict, "errors": list, "worker_ids": list}
@@ -92,6 +93,7 @@ INSERT_COLUMNS = (
     "available_at",
     "dedupe_key",
     "limit_key",
+    "trace_parent",
 )
 
 
@@ -112,6 +114,7 @@ class NewTask:
     kwargs_json: str = ""
     dedupe_key: str | None = None
     limit_key: str | None = None
+    trace_parent: str | None = None  # the enqueue span's W3C traceparent (OPTIONS["TRACING"])
 
 
 ANY_LIMIT = "*any*"  # Scope.limit_key: limited or not (the testing runner's in-process claim)
@@ -152,6 +155,7 @@ class ClaimedRow:
     workflow_id: uuid.UUID | None = None  # the workflow it is a step of, if any
     # Why the stored row cannot be run (JSON that does not parse or has the wrong shape).
     corrupt: str | None = None
+    trace_parent: str | None = None  # the enqueue span's W3C traceparent, if it was traced
 
 
 @dataclass(slots=True)
@@ -387,6 +391,7 @@ class Dialect:
             attempts,
             snoozes,
             workflow_id,
+            trace_parent,
         ) = values  # fmt: skip  (RETURNED_COLUMNS, in order)
         # A row damaged outside this package must fail alone, not break the whole claim.
         problems: list[str] = []
@@ -410,6 +415,7 @@ class Dialect:
             snoozes=snoozes,
             workflow_id=None if workflow_id is None else self.decode_id(workflow_id),
             corrupt="; ".join(problems) or None,
+            trace_parent=trace_parent,
         )
 
     def _decode_datetime(self, value: Any, *, problems: list[str]) -> datetime | None:
@@ -441,6 +447,7 @@ class Dialect:
             self.encode_datetime(task.run_after or task.enqueued_at),
             task.dedupe_key,
             task.limit_key,
+            task.trace_parent,
         ]
 
     # Statements --------------------------------------------------------------------------
@@ -465,7 +472,7 @@ class Dialect:
 
     def insert_sql(self, count: int) -> str:
         j = self.json_placeholder
-        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, %s, %s, %s)"
+        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, %s, %s, %s, %s)"
         return f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
             [row] * count
         )
@@ -483,7 +490,7 @@ class Dialect:
         """Insert ``tasks`` in one statement, on the caller's connection and transaction."""
         cursor.execute(*self.insert_statement(tasks, notify))
 
-    bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 16 per row
+    bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 17 per row
 
     def insert_deduplicated(self, cursor: CursorWrapper, task: NewTask, notify: bool) -> bool:
         """Insert ``task`` unless a live task has its dedupe key; return whether it did."""

@@ -42,7 +42,7 @@ TRANSIENT_SQLSTATES = CONTENTION_SQLSTATES | {"53300", "57P01", "57P02", "57P03"
 INSERT_RECORD = (
     "id uuid, task_path varchar, backend_name varchar, queue_name varchar, priority smallint, "
     "args jsonb, kwargs jsonb, enqueued_at timestamptz, run_after timestamptz, dedupe_key varchar, "
-    "limit_key varchar"
+    "limit_key varchar, trace_parent varchar"
 )
 
 
@@ -153,7 +153,7 @@ class PostgreSQLDialect(Dialect):
                 f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) "
                 "SELECT id, task_path, backend_name, queue_name, priority, 'READY', args, "
                 "kwargs, '[]', '[]', 0, enqueued_at, run_after, "
-                "COALESCE(run_after, enqueued_at), dedupe_key, limit_key "
+                "COALESCE(run_after, enqueued_at), dedupe_key, limit_key, trace_parent "
                 f"FROM jsonb_to_recordset(%s::jsonb) AS v({INSERT_RECORD})"
             )
             params = [
@@ -171,6 +171,7 @@ class PostgreSQLDialect(Dialect):
                             "run_after": task.run_after,
                             "dedupe_key": task.dedupe_key,
                             "limit_key": task.limit_key,
+                            "trace_parent": task.trace_parent,
                         }
                         for task in tasks
                     ]

@@ -216,6 +216,15 @@ class Runner:
         worker would store (``TaskTimeout``, the result ignored). An async one is cancelled.
         """
         args, kwargs = attempt.call_args()
+        tracing = self.backend.tracing
+        if tracing is not None:  # a span for the run, as a worker makes
+            with tracing.run(attempt.row):
+                return self._call_func(attempt, args, kwargs)
+        return self._call_func(attempt, args, kwargs)
+
+    def _call_func(
+        self, attempt: attempts.Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         timeout = attempt.policy.timeout
         if attempts.is_async(attempt.task):
             return async_to_sync(_call_async)(attempt.task.func, args, kwargs, timeout)

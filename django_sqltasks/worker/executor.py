@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from ..compat import TaskResultStatus, logs_task_finished, task_finished
 from ..exceptions import Snooze, TaskCancelled, TaskTimeout
+from ..otel import Tracing
 from ..results import resolve_task
 from ..signals import Receivers
 from ..sql import ClaimedRow, Outcome
@@ -78,6 +79,7 @@ class Executor:
         self._supervisor = supervisor
         self._pid = os.getpid()  # a task that forks returns twice: in the child, it exits
         self._reporter = reporter  # writes what tasks report through their context
+        self._tracing: Tracing | None = backend.tracing  # OPTIONS["TRACING"]: a span per run
         # Owned by the loop thread.
         self._async_starting: list[tuple[ClaimedRow, Receivers]] = []  # start this turn
         self._jobs: set[asyncio.Task[None]] = set()  # async tasks, and batches starting
@@ -156,9 +158,14 @@ class Executor:
         try:
             args, kwargs = attempt.call_args(self._reporter)
             try:
-                value = await self._call_async(attempt, args, kwargs)
+                if self._tracing is None:
+                    value = await self._call_async(attempt, args, kwargs)
+                else:
+                    with self._tracing.run(attempt.row):
+                        value = await self._call_async(attempt, args, kwargs)
             finally:
-                await self._end_report(attempt)
+                if attempt.report is not None:
+                    await self._end_report(attempt)
             outcome, value = attempts.success(attempt.row.id, value, self._max_result_bytes)
         except asyncio.CancelledError as e:
             if attempt.row.id in self._cancel_requested:
@@ -248,15 +255,27 @@ class Executor:
             try:
                 args, kwargs = attempt.call_args(self._reporter)
                 if getattr(attempt.task, "atomic", False):
-                    late = self._run_atomic(attempt, args, kwargs)
+                    if self._tracing is None:
+                        late = self._run_atomic(attempt, args, kwargs)
+                    else:
+                        with self._tracing.run(row):
+                            late = self._run_atomic(attempt, args, kwargs)
+                    if attempt.report is not None:
+                        end_report(self._reporter, attempt.report)
                     return
-                returned = attempt.task.func(*args, **kwargs)
+                if self._tracing is None:
+                    returned = attempt.task.func(*args, **kwargs)
+                else:
+                    with self._tracing.run(row):
+                        returned = attempt.task.func(*args, **kwargs)
                 _exit_if_forked(self._pid, 0)
-                end_report(self._reporter, attempt.report)
+                if attempt.report is not None:
+                    end_report(self._reporter, attempt.report)
                 outcome, value = attempts.success(row.id, returned, self._max_result_bytes)
             except BaseException as e:  # a task's SystemExit or KeyboardInterrupt fails it only
                 _exit_if_forked(self._pid, 1)
-                end_report(self._reporter, attempt.report)
+                if attempt.report is not None:
+                    end_report(self._reporter, attempt.report)
                 late = timeout is not None and not attempt.settle()
                 if not late:
                     self._failed(attempt, e)
