@@ -30,7 +30,7 @@ from .exceptions import InvalidWorkflow
 from .ids import new_task_id
 from .models import FINISHED_STATUSES, TaskRecord, WorkflowRecord
 from .serialization import check_arguments, loads
-from .sql import Outcome, dialect_for
+from .sql import NewTask, Outcome, dialect_for
 from .sql.base import parked_at
 from .subject import subject_of_task
 
@@ -64,6 +64,7 @@ def create(
     workflow_id = new_task_id()
     now = timezone.now()
     records: dict[int, TaskRecord] = {}
+    rows: list[NewTask] = []
     results: list[TaskResult] = []
     for key, (task, own_args, own_kwargs) in tasks.items():
         if getattr(task, "dedupe", False):
@@ -90,6 +91,7 @@ def create(
             subject_type=None if subject is None else subject.type,
             subject_id=None if subject is None else subject.id,
         )
+        rows.append(row)
         results.append(result)
     for leaf in plan.leaves(root):
         leaf["id"] = str(records[leaf["id"]].id)
@@ -109,10 +111,15 @@ def create(
         if backend.config.notify:
             _announce(database, due)
     for result, record in zip(results, records.values(), strict=True):
-        object.__setattr__(result, "id", str(record.id))
         object.__setattr__(result, "args", record.args)
         object.__setattr__(result, "kwargs", record.kwargs)
-    backend._after_write([], results)
+    # Wakes this process's idle workers of the due steps' queues, and sends task_enqueued.
+    started = [
+        row
+        for row, record in zip(rows, records.values(), strict=True)
+        if record.available_at < parked_at()
+    ]
+    backend._after_write(started, results)
     return workflow
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
+from django.db import connections
 
 from django_sqltasks import chain, group
 from django_sqltasks.compat import InvalidTask, TaskResultStatus
@@ -288,3 +290,11 @@ def test_run_now_leaves_a_waiting_step_alone() -> None:
     backend = wf.add.get_backend()
     assert backend.run_now(workflow.task_ids[1]) is False  # type: ignore[attr-defined]
     assert TaskRecord.objects.get(pk=workflow.task_ids[1]).available_at == PARKED
+
+
+async def test_aenqueue_writes_a_workflow() -> None:
+    workflow = await chain(wf.add.s(1, 1), wf.double.s()).aenqueue()
+    assert workflow.status == TaskResultStatus.RUNNING
+    assert await TaskRecord.objects.filter(workflow_id=workflow.id).acount() == 2
+    # The thread that ran the writes keeps its connection; close it before teardown.
+    await sync_to_async(connections.close_all)()
