@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -35,6 +35,12 @@ MAX_NOTE_CHARS = 200  # characters of a progress note
 MAX_METADATA_BYTES = 8_192  # of the metadata dict, encoded as JSON
 MAX_METADATA_KEYS = 64
 NO_METADATA: Mapping[str, Any] = MappingProxyType({})  # read-only, so one is shared by all
+
+
+def no_metadata() -> Mapping[str, Any]:
+    """NO_METADATA, as a dataclass default: Python before 3.12 takes a mappingproxy for a
+    mutable default (it has no hash there)."""
+    return NO_METADATA
 
 
 class ReportSink(Protocol):
@@ -108,7 +114,7 @@ class ProgressReport:
     attempt: int
     progress: float | None = None
     note: str = ""
-    metadata: Mapping[str, Any] = NO_METADATA
+    metadata: Mapping[str, Any] = field(default_factory=no_metadata)
     updated_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from django.utils.module_loading import import_string
 
 from .compat import Task, TaskError, TaskResult, TaskResultStatus
 from .exceptions import TaskBackendMismatch, TaskNotFound
-from .progress_report import NO_METADATA, current_report
+from .progress_report import NO_METADATA, current_report, no_metadata
 from .subject import Subject
 from .task import SQLTask
 
@@ -42,7 +42,7 @@ class SQLTaskResult(TaskResult):  # type: ignore[misc]
 
     progress: float | None = None  # 0 to 1, as the latest attempt last reported it
     progress_note: str = ""
-    metadata: Mapping[str, Any] = NO_METADATA
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=no_metadata)
     progress_updated_at: datetime | None = None
     subject: Subject | None = None  # the model row it was enqueued about
 
