@@ -25,8 +25,10 @@ logger = logging.getLogger("django_sqltasks")
 
 FINAL_WAIT = 5.0  # seconds an ending attempt waits for its last report to be written
 
-# Every live writer of this process, for the metrics (read by a scrape's thread).
+# Every live writer of this process, for the metrics: added to by the thread that makes a
+# worker, read by a scrape's thread; behind the lock.
 _writers: weakref.WeakSet[Reporter] = weakref.WeakSet()
+_writers_lock = threading.Lock()
 
 
 class Reporter:
@@ -46,7 +48,8 @@ class Reporter:
         self._active: dict[uuid.UUID, AttemptReport] = {}  # running attempts that reported
         self.written = 0
         self.failed = 0
-        _writers.add(self)
+        with _writers_lock:
+            _writers.add(self)
 
     # Any thread ---------------------------------------------------------------------------
 
@@ -158,4 +161,5 @@ def end_report(reporter: Reporter | None, report: AttemptReport | None) -> None:
 
 def live_writers() -> list[Reporter]:
     """The progress writers of this process's workers."""
-    return list(_writers)
+    with _writers_lock:
+        return list(_writers)
