@@ -3,7 +3,7 @@ child of the enqueue's through the traceparent stored with the task; nothing wit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -37,24 +37,24 @@ def _provider() -> None:
         trace.set_tracer_provider(provider)
     if not getattr(provider, "_sqltasks_exporter", False):
         provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        provider._sqltasks_exporter = True  # type: ignore[attr-defined]
+        provider._sqltasks_exporter = True
 
 
 @pytest.fixture
-def spans(settings: Any) -> Iterator[Callable[[], list[Any]]]:
+def spans(settings: Any) -> Iterator[Callable[[], Sequence[Any]]]:
     set_backend_options(settings, TRACING=True)
     EXPORTER.clear()
     yield EXPORTER.get_finished_spans
     EXPORTER.clear()
 
 
-def by_name(spans: list[Any], prefix: str) -> list[Any]:
+def by_name(spans: Sequence[Any], prefix: str) -> list[Any]:
     return [s for s in spans if s.name.startswith(prefix)]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_run_s_span_is_a_child_of_the_enqueue_s(
-    spans: Callable[[], list[Any]], run_worker: Callable[..., Worker]
+    spans: Callable[[], Sequence[Any]], run_worker: Callable[..., Worker]
 ) -> None:
     tracer = trace.get_tracer("tests")
     with tracer.start_as_current_span("request") as request:
@@ -87,7 +87,7 @@ def test_the_run_s_span_is_a_child_of_the_enqueue_s(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_run_s_span_says_so_and_a_snooze_is_no_failure(
-    spans: Callable[[], list[Any]], run_worker: Callable[..., Worker]
+    spans: Callable[[], Sequence[Any]], run_worker: Callable[..., Worker]
 ) -> None:
     tasks.fail.enqueue()
     tasks_flow.snooze_an_hour.enqueue()
@@ -101,7 +101,7 @@ def test_a_failed_run_s_span_says_so_and_a_snooze_is_no_failure(
 
 
 @pytest.mark.django_db
-def test_enqueue_many_and_run_tasks(spans: Callable[[], list[Any]]) -> None:
+def test_enqueue_many_and_run_tasks(spans: Callable[[], Sequence[Any]]) -> None:
     backend = task_backends["default"]
     results = backend.enqueue_many(tasks.add, [((1, 2), {}), ((3, 4), {})])
     [batch] = by_name(spans(), "enqueue ")
@@ -115,7 +115,7 @@ def test_enqueue_many_and_run_tasks(spans: Callable[[], list[Any]]) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_aenqueue_opens_a_span(spans: Callable[[], list[Any]]) -> None:
+async def test_aenqueue_opens_a_span(spans: Callable[[], Sequence[Any]]) -> None:
     result = await tasks.add.aenqueue(1, 2)
     [span] = by_name(spans(), "enqueue ")
     row = await TaskRecord.objects.aget(pk=result.id)

@@ -158,13 +158,13 @@ def test_a_failing_write_neither_fails_the_task_nor_stops_the_worker(
 def test_values_are_checked_at_the_call() -> None:
     report = AttemptReport("id", 1, None)
     with pytest.raises(TypeError, match="progress must be a number from 0 to 1, not '1'"):
-        report.set_progress("1")  # type: ignore[arg-type]
+        report.set_progress("1")
     with pytest.raises(TypeError, match="progress must be a number"):
         report.set_progress(True)
     with pytest.raises(ValueError, match=r"not -0\.1"):
         report.set_progress(-0.1)
     with pytest.raises(TypeError, match="note must be a string"):
-        report.set_progress(0.1, 5)  # type: ignore[arg-type]
+        report.set_progress(0.1, 5)
     with pytest.raises(ValueError, match=f"at most {MAX_METADATA_BYTES:,} bytes"):
         report.set_metadata(blob="x" * MAX_METADATA_BYTES)
     with pytest.raises(ValueError, match="JSON object keys must be strings"):
@@ -172,7 +172,7 @@ def test_values_are_checked_at_the_call() -> None:
     with pytest.raises(ValueError, match="not JSON-serializable"):
         report.set_metadata(when=object())
     with pytest.raises(TypeError, match="metadata must be a dict"):
-        report.set_metadata([("a", 1)])  # type: ignore[arg-type]
+        report.set_metadata([("a", 1)])
     assert report.take() is None  # nothing was recorded
     report.set_progress(1)
     taken = report.take()

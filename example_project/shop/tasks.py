@@ -50,7 +50,14 @@ def render_invoice(order_id: int, seconds: float = 1.5) -> str:
     return f"invoice-{order_id}.pdf"
 
 
+SEARCH_SHARDS = ("orders", "products", "customers")
+
+
 @task(takes_context=True)
 def rebuild_search_index(context: TaskContext, reason: str) -> dict[str, object]:
-    """A task that receives its TaskContext: its own id and which attempt this is."""
+    """A task that receives its TaskContext: its own id, which attempt this is, and (with
+    django-sqltasks) set_progress and set_metadata, which the admin and get_result show."""
+    context.set_metadata(reason=reason, shards=len(SEARCH_SHARDS))
+    for done, shard in enumerate(SEARCH_SHARDS, start=1):
+        context.set_progress(done / len(SEARCH_SHARDS), f"indexed {shard}")
     return {"task_id": context.task_result.id, "attempt": context.attempt, "reason": reason}

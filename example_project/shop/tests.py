@@ -10,7 +10,13 @@ from django.test import TestCase
 
 from django_sqltasks.testing import capture_tasks, run_tasks
 
-from .tasks import PaymentDeclined, charge_card, fetch_exchange_rate, send_order_confirmation
+from .tasks import (
+    PaymentDeclined,
+    charge_card,
+    fetch_exchange_rate,
+    rebuild_search_index,
+    send_order_confirmation,
+)
 
 
 class OrderTaskTests(TestCase):
@@ -34,6 +40,12 @@ class OrderTaskTests(TestCase):
             result.errors[0].exception_class_path,
             f"{PaymentDeclined.__module__}.{PaymentDeclined.__qualname__}",
         )
+
+    def test_a_task_reports_its_progress(self) -> None:
+        rebuild_search_index.enqueue(reason="test")
+        [result] = run_tasks()
+        self.assertEqual((result.progress, result.progress_note), (1.0, "indexed customers"))
+        self.assertEqual(dict(result.metadata), {"reason": "test", "shards": 3})
 
     def test_an_async_task_runs_too(self) -> None:
         fetch_exchange_rate.enqueue("EUR")
