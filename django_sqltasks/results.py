@@ -31,20 +31,28 @@ CUT_MARKER = f"<cut by django-sqltasks: nested deeper than {MAX_READ_DEPTH} leve
 
 
 # What a SQLTaskResult adds to Django's TaskResult, copied by refresh() with Django's own.
-EXTRA_ATTRS = ("progress", "progress_note", "metadata", "progress_updated_at", "subject")
+EXTRA_ATTRS = (
+    "progress",
+    "progress_note",
+    "metadata",
+    "progress_updated_at",
+    "subject",
+    "workflow_id",
+)
 
 
 # django-stubs declare TaskResult without frozen=True, which it is at runtime.
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SQLTaskResult(TaskResult):  # type: ignore[misc]
     """Django's ``TaskResult`` with what this backend also stores: the latest attempt's
-    progress report and the task's subject."""
+    progress report, the task's subject, and the workflow it is a step of."""
 
     progress: float | None = None  # 0 to 1, as the latest attempt last reported it
     progress_note: str = ""
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=no_metadata)
     progress_updated_at: datetime | None = None
     subject: Subject | None = None  # the model row it was enqueued about
+    workflow_id: str | None = None  # the workflow it is a step of (see workflows.get_workflow)
 
     def refresh(self) -> None:
         """Reload the task's state from the database, this backend's attributes included."""
@@ -290,6 +298,7 @@ def _result(row: dict[str, Any], task: Task, values: dict[str, Any]) -> TaskResu
             if subject_type is None or subject_id is None
             else Subject(type=subject_type, id=subject_id)
         ),
+        workflow_id=None if row.get("workflow_id") is None else str(row["workflow_id"]),
     )
     return result
 

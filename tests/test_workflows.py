@@ -204,6 +204,7 @@ def test_the_sweep_moves_on_a_workflow_whose_step_ended_elsewhere() -> None:
 def test_a_member_result_names_its_workflow(run_worker: RunWorker) -> None:
     workflow = chain(wf.add.s(1, 1), wf.double.s()).enqueue()
     member = tasks.add.get_backend().get_result(workflow.task_ids[1])
+    assert member.workflow_id == workflow.id  # type: ignore[attr-defined]
     found = workflow_of(member)
     assert found is not None and found.id == workflow.id
     assert workflow_of(tasks.add.enqueue(1, 2)) is None
