@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db import connections, transaction
@@ -63,36 +63,7 @@ def create(
     check_arguments(args, kwargs)
     workflow_id = new_task_id()
     now = timezone.now()
-    records: dict[int, TaskRecord] = {}
-    rows: list[NewTask] = []
-    results: list[TaskResult] = []
-    for key, (task, own_args, own_kwargs) in tasks.items():
-        if getattr(task, "dedupe", False):
-            raise InvalidWorkflow(
-                f"{task.module_path} deduplicates (dedupe=...): a workflow step cannot, since "
-                "its row waits in the table for its turn. Enqueue it without the workflow."
-            )
-        row, result = backend._new_row(task, own_args, own_kwargs)
-        subject = subject_of_task(task)
-        records[key] = TaskRecord(
-            id=row.id,
-            task_path=row.task_path,
-            backend_name=row.backend_name,
-            queue_name=row.queue_name,
-            priority=row.priority,
-            status=TaskResultStatus.READY,
-            args=row.args,
-            kwargs=row.kwargs,
-            enqueued_at=row.enqueued_at,
-            run_after=row.run_after,
-            available_at=parked_at(),
-            limit_key=getattr(row, "limit_key", None),
-            workflow_id=workflow_id,
-            subject_type=None if subject is None else subject.type,
-            subject_id=None if subject is None else subject.id,
-        )
-        rows.append(row)
-        results.append(result)
+    records, rows, results = _task_rows(backend, tasks, workflow_id)
     for leaf in plan.leaves(root):
         leaf["id"] = str(records[leaf["id"]].id)
     by_id = {str(record.id): record for record in records.values()}
@@ -123,13 +94,52 @@ def create(
     return workflow
 
 
+def _task_rows(
+    backend: SQLTaskBackend,
+    tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]],
+    workflow_id: uuid.UUID,
+) -> tuple[dict[int, TaskRecord], list[NewTask], list[TaskResult]]:
+    """The parked rows of a new workflow's tasks, each checked as ``enqueue()`` checks it."""
+    records: dict[int, TaskRecord] = {}
+    rows: list[NewTask] = []
+    results: list[TaskResult] = []
+    for key, (task, own_args, own_kwargs) in tasks.items():
+        if getattr(task, "dedupe", False):
+            raise InvalidWorkflow(
+                f"{task.module_path} deduplicates (dedupe=...): a workflow step cannot, since "
+                "its row waits in the table for its turn. Enqueue it without the workflow."
+            )
+        row, result = backend._new_row(task, own_args, own_kwargs)
+        subject = subject_of_task(task)
+        records[key] = TaskRecord(
+            id=row.id,
+            task_path=row.task_path,
+            backend_name=row.backend_name,
+            queue_name=row.queue_name,
+            priority=row.priority,
+            status=TaskResultStatus.READY,
+            args=row.args,
+            kwargs=row.kwargs,
+            enqueued_at=row.enqueued_at,
+            run_after=row.run_after,
+            available_at=parked_at(),
+            limit_key=getattr(row, "limit_key", None),
+            workflow_id=workflow_id,
+            subject_type=None if subject is None else subject.type,
+            subject_id=None if subject is None else subject.id,
+        )
+        rows.append(row)
+        results.append(result)
+    return records, rows, results
+
+
 def complete(
-    database: str, worker_id: str, outcomes: Sequence[Outcome], write: Any
+    database: str, outcomes: Sequence[Outcome], write: Callable[[], set[uuid.UUID]]
 ) -> set[uuid.UUID]:
     """Store ``outcomes`` with ``write`` (the dialect's outcome statement) and move on the
     workflows of those that ended a step, all in one transaction; return the ids written."""
     with transaction.atomic(using=database):
-        written: set[uuid.UUID] = write()
+        written = write()
         advance(database, [o for o in outcomes if o.id in written and _ends_step(o)])
     return written
 

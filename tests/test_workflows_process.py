@@ -142,7 +142,7 @@ def store_outcome(
         with connection.cursor() as cursor:
             dialect = dialect_for(connection)
             write = partial(dialect.complete, cursor, worker_id, [outcome])
-            complete("default", worker_id, [outcome], write)
+            complete("default", [outcome], write)
     except BaseException as e:
         return e
     finally:

@@ -273,7 +273,7 @@ class Runner:
             else:
                 from ..workflow_store import complete
 
-                complete(self.connection.alias, self.worker_id, [outcome], write)
+                complete(self.connection.alias, [outcome], write)
 
     def _send_finished(self, attempt: attempts.Attempt, exc: BaseException | None) -> None:
         receivers = Receivers(task_finished, self.sender)

@@ -277,7 +277,7 @@ class Completer:
             return write()
         from ..workflow_store import complete
 
-        return complete(self._database, self._worker_id, outcomes, write)
+        return complete(self._database, outcomes, write)
 
     def _salvage(self, batch: Batch, outcome: Outcome, reason: str) -> None:
         """Mark ``outcome``'s task FAILED with an OutcomeNotStored error saying ``reason``."""
