@@ -16,13 +16,14 @@ from django.contrib.auth.models import Group
 from django.db import connections
 from django.utils import timezone
 
-from django_sqltasks import chain, group
+from django_sqltasks import chain, group, signature
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql import Outcome, dialect_for
 from django_sqltasks.sql.base import PARKED
-from django_sqltasks.workflow_store import complete
+from django_sqltasks.workflow_store import SKIPPED, complete
 from django_sqltasks.workflows import WorkflowResult, get_workflow
+from tests import tasks_processes
 from tests import tasks_workflows as wf
 from tests.conftest import WorkerProcess, wait_for
 
@@ -175,3 +176,24 @@ def test_two_workers_finishing_the_last_two_members_at_once_fire_one_callback() 
         # Both outcomes are in the plan: the second writer read the first's, under its lock.
         assert [m["state"] for m in workflow.plan["members"]] == ["SUCCESSFUL"] * 2
         assert workflow.plan["then"]["state"] == "RUNNING"
+
+
+def test_a_step_killed_past_its_timeout_ends_its_chain(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    """Under --processes, the supervisor fails a step past its timeout itself, outside any
+    worker's outcome write: the workers' sweep moves the chain on."""
+    marker = tmp_path / "marker"
+    stuck = signature(tasks_processes.sleep_past_timeout, str(marker), 30)
+    workflow = chain(stuck, wf.double.s()).enqueue()
+    fast = {"SQLTASKS_LEASE_TIMEOUT": "2", "SQLTASKS_HEARTBEAT_INTERVAL": "0.25"}
+    supervisor = worker_process("--processes", "1", "-c", "2", env=fast)
+    workflow = finish(workflow, supervisor)
+    assert workflow.status == TaskResultStatus.FAILED
+    timed_out, skipped = workflow.members
+    assert [e.exception_class_path for e in timed_out.errors] == [
+        "django_sqltasks.exceptions.TaskTimeout"
+    ]
+    assert [e.exception_class_path for e in skipped.errors] == [SKIPPED]
+    assert workflow.failed_step is not None
+    assert workflow.failed_step["error"] == "django_sqltasks.exceptions.TaskTimeout"

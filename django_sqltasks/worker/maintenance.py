@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -59,6 +60,8 @@ class Maintenance:
         # probe's file, the supervisor's pipe); called on the heartbeat thread.
         self._on_beat = on_beat
         self._threads: list[threading.Thread] = []
+        # Owned by the heartbeat thread: when the next sweep of workflows is due (monotonic).
+        self._next_sweep = 0.0
         self._reporter = reporter  # running tasks' progress, written at each heartbeat
 
     def start(self) -> None:
@@ -109,7 +112,11 @@ class Maintenance:
         requested = self._guarded("Reading cancel requests", self.lease.cancel_requests)
         if requested:
             self._on_cancel_requested(requested)
-        self._guarded("Moving workflows on", self._sweep_workflows)
+        if time.monotonic() >= self._next_sweep:
+            # Once a LEASE_TIMEOUT, the time scale of the rescues it catches up with: while
+            # workflows run, a sweep reads their plans.
+            self._next_sweep = time.monotonic() + self.lease.timeout
+            self._guarded("Moving workflows on", self._sweep_workflows)
         if self.retention is not None and self.retention.due():
             self._guarded("Pruning", self.retention.run)
 
