@@ -296,9 +296,9 @@ class Executor:
         self, attempt: attempts.Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> bool:
         """Run an ``atomic=True`` task in a transaction that also stores its success, so that
-        its database writes and its outcome commit together or not at all; return whether it
-        ended after its timeout (then, as when the task is no longer this worker's, the
-        transaction is rolled back). A task that raises is rolled back and fails as usual."""
+        its database writes and its outcome commit together or not at all; return whether its
+        timeout fired first (see ``atomic.run_atomic``). A task that raises is rolled back and
+        fails as usual."""
         from .atomic import run_atomic
 
         _exit = partial(_exit_if_forked, self._pid, 0)
