@@ -45,7 +45,7 @@ def boom(*args: Any) -> None:
     raise ValueError("boom")
 
 
-@task(max_attempts=3, retry_backoff=0)  # type: ignore[call-overload]
+@task(max_attempts=3, retry_backoff=0)
 def flaky(x: int, marker: str) -> int:
     """Fail the first attempt (a line in ``marker`` remembers it), then return ``x + 1``."""
     path = Path(marker)
@@ -72,7 +72,7 @@ def record_results(results: list[Any], marker: str) -> int:
     return len(results)
 
 
-@task(atomic=True)  # type: ignore[call-overload]
+@task(atomic=True)
 def atomic_step(previous: Any, name: str, marker: str, seconds: float = 0) -> str:
     """Create a row named ``name`` (a unique column: twice would fail), note the run in
     ``marker``, sleep: all but the note in the task's transaction."""
@@ -82,7 +82,7 @@ def atomic_step(previous: Any, name: str, marker: str, seconds: float = 0) -> st
     return name
 
 
-@task(atomic=True)  # type: ignore[call-overload]
+@task(atomic=True)
 def atomic_fail(name: str) -> None:
     Group.objects.create(name=name)
     raise ValueError("after writing")

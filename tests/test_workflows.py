@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
 from django.db import connections
+from django.utils import timezone
 
 from django_sqltasks import chain, group
 from django_sqltasks.compat import InvalidTask, TaskResultStatus
@@ -204,7 +206,7 @@ def test_the_sweep_moves_on_a_workflow_whose_step_ended_elsewhere() -> None:
 def test_a_member_result_names_its_workflow(run_worker: RunWorker) -> None:
     workflow = chain(wf.add.s(1, 1), wf.double.s()).enqueue()
     member = tasks.add.get_backend().get_result(workflow.task_ids[1])
-    assert member.workflow_id == workflow.id  # type: ignore[attr-defined]
+    assert member.workflow_id == workflow.id
     found = workflow_of(member)
     assert found is not None and found.id == workflow.id
     assert workflow_of(tasks.add.enqueue(1, 2)) is None
@@ -249,7 +251,7 @@ def test_an_atomic_chain_runs_each_step_once(run_worker: RunWorker, tmp_path: Pa
             ValueError,
             "on_failure must be 'skip' or 'run', not 'ignore'",
         ),
-        (lambda: signature("x"), TypeError, "needs a task"),  # type: ignore[arg-type]
+        (lambda: signature("x"), TypeError, "needs a task"),
     ],
 )
 def test_bad_workflows_are_refused_naming_the_rule(
@@ -270,9 +272,9 @@ def test_bad_steps_are_refused_at_enqueue_and_write_nothing() -> None:
 
 def test_an_async_task_cannot_be_atomic() -> None:
     with pytest.raises(InvalidTask, match="atomic=True needs a sync function"):
-        dataclasses.replace(tasks.async_add, atomic=True)
+        dataclasses.replace(tasks.async_add, atomic=True)  # type: ignore[call-arg]
     with pytest.raises(InvalidTask, match="atomic must be True or False, not 1"):
-        dataclasses.replace(tasks.add, atomic=1)
+        dataclasses.replace(tasks.add, atomic=1)  # type: ignore[call-arg]
 
 
 def test_run_tasks_runs_a_workflow_to_its_end() -> None:
@@ -289,7 +291,7 @@ def test_run_tasks_runs_a_workflow_to_its_end() -> None:
 def test_run_now_leaves_a_waiting_step_alone() -> None:
     workflow = chain(wf.add.s(1, 1), wf.double.s()).enqueue()
     backend = wf.add.get_backend()
-    assert backend.run_now(workflow.task_ids[1]) is False  # type: ignore[attr-defined]
+    assert backend.run_now(workflow.task_ids[1]) is False
     assert TaskRecord.objects.get(pk=workflow.task_ids[1]).available_at == PARKED
 
 
@@ -299,3 +301,15 @@ async def test_aenqueue_writes_a_workflow() -> None:
     assert await TaskRecord.objects.filter(workflow_id=workflow.id).acount() == 2
     # The thread that ran the writes keeps its connection; close it before teardown.
     await sync_to_async(connections.close_all)()
+
+
+def test_a_deferred_step_waits_for_its_run_after_once_its_turn_comes(
+    run_worker: RunWorker,
+) -> None:
+    later = timezone.now() + timedelta(hours=1)
+    workflow = chain(wf.add.s(1, 1), wf.double.using(run_after=later).s()).enqueue()
+    run_worker()  # runs the first step; the second is due in an hour
+    second = TaskRecord.objects.get(pk=workflow.task_ids[1])
+    assert second.status == READY
+    assert second.args == [2]
+    assert second.available_at == later

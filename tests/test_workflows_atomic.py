@@ -27,7 +27,7 @@ def claimed(name: str, marker: Path) -> attempts.Attempt:
         [row] = dialect_for(connection).claim(
             cursor, backend_name="default", queue_names=None, worker_id=WORKER, limit=1
         )
-    return attempts.prepare(row, task_backends["default"].config)  # type: ignore[attr-defined]
+    return attempts.prepare(row, task_backends["default"].config)
 
 
 @pytest.mark.parametrize("still_held", [True, False])
