@@ -43,6 +43,12 @@ def charge_card(order_id: int, amount_cents: int) -> dict[str, int]:
     return {"order_id": order_id, "charged_cents": amount_cents}
 
 
+@task(queue_name="emails")
+def email_receipt(charge: dict[str, int], email: str) -> dict[str, object]:
+    """The second step of a chain: gets charge_card's result first (see the demo)."""
+    return {"receipt_for": charge["order_id"], "amount_cents": charge["charged_cents"], "to": email}
+
+
 @task
 def render_invoice(order_id: int, seconds: float = 1.5) -> str:
     """A slow sync task: it holds one of the worker's slots while it sleeps."""

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from django.test import TestCase
 
+from django_sqltasks import chain, signature
 from django_sqltasks.testing import capture_tasks, run_tasks
 
 from .tasks import (
     PaymentDeclined,
     charge_card,
+    email_receipt,
     fetch_exchange_rate,
     rebuild_search_index,
     send_order_confirmation,
@@ -51,3 +53,21 @@ class OrderTaskTests(TestCase):
         fetch_exchange_rate.enqueue("EUR")
         [result] = run_tasks()
         self.assertEqual(result.return_value, 0.92)
+
+    def test_a_paid_order_gets_its_receipt_and_a_declined_one_none(self) -> None:
+        paid = chain(
+            signature(charge_card, order_id=4, amount_cents=40_00),
+            signature(email_receipt, email="ada@example.com"),
+        ).enqueue()
+        declined = chain(
+            signature(charge_card, order_id=5, amount_cents=400_00),
+            signature(email_receipt, email="ada@example.com"),
+        ).enqueue()
+        run_tasks()
+        paid.refresh()
+        declined.refresh()
+        self.assertEqual(
+            paid.return_value, {"receipt_for": 4, "amount_cents": 40_00, "to": "ada@example.com"}
+        )
+        self.assertEqual(declined.status, "FAILED")
+        self.assertEqual(declined.failed_step["path"], "shop.tasks.charge_card")

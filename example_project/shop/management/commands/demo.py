@@ -15,10 +15,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from django.utils import timezone
 
-from django_sqltasks import error_text
+from django_sqltasks import chain, error_text, signature
 from django_sqltasks.worker import Worker
 from shop.tasks import (
     charge_card,
+    email_receipt,
     fetch_exchange_rate,
     rebuild_search_index,
     render_invoice,
@@ -79,6 +80,11 @@ class Command(BaseCommand):
     def _enqueue(self) -> list[Enqueued]:
         ok, failed = TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED
         in_a_second = timezone.now() + timedelta(seconds=1)
+        # A chain: the receipt step runs once the charge succeeded, with the charge's result.
+        paid = chain(
+            signature(charge_card, order_id=4, amount_cents=40_00),
+            signature(email_receipt, email="ada@example.com"),
+        ).enqueue()
         return [
             Enqueued(
                 "send_order_confirmation (emails queue)",
@@ -97,6 +103,7 @@ class Command(BaseCommand):
                 ),
                 ok,
             ),
+            Enqueued("chain: charge_card, then email_receipt", paid.members[-1], ok),
             Enqueued(
                 "rebuild_search_index (priority 10, context)",
                 rebuild_search_index.using(priority=10).enqueue(reason="demo"),
