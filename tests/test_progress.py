@@ -219,3 +219,19 @@ def test_reports_are_written_by_the_processes_of_a_supervisor(
     backend = task_backends["default"]
     assert backend.get_result(waiting.id).progress_note == "done waiting"
     assert backend.get_result(steps.id).progress == 1.0
+
+
+def test_aget_result_reads_the_report_and_the_subject(run_worker: RunWorker) -> None:
+    from asgiref.sync import async_to_sync
+    from django.contrib.auth.models import User
+
+    from django_sqltasks.subject import Subject, with_subject
+
+    user = User.objects.create(username="ada")
+    result = with_subject(tasks_progress.report_steps, user).enqueue(2)
+    run_worker()
+    fresh = async_to_sync(task_backends["default"].aget_result)(result.id)  # native on PostgreSQL
+    assert isinstance(fresh, SQLTaskResult)
+    assert (fresh.progress, fresh.progress_note) == (1.0, "step 2 of 2")
+    assert dict(fresh.metadata) == {"steps": 2, "done": True}
+    assert fresh.subject == Subject(type="auth.user", id=str(user.pk))
