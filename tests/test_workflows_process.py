@@ -64,7 +64,7 @@ def test_sigkill_mid_chain_loses_no_step_and_runs_none_twice_but_the_killed_one(
 ) -> None:
     marker = tmp_path / "runs"
     names = [f"s{i}" for i in range(6)]
-    workflow = chain(*(wf.step.s(name, str(marker), 0.4) for name in names)).enqueue(None)
+    workflow = chain(*(wf.step.s(name, str(marker), 1.0) for name in names)).enqueue(None)
     victim = worker_process("--concurrency", "2", "--worker-id", "victim", env=LEASE)
     wait_for(lambda: "s2" in lines(marker))  # s2 is running: it sleeps after its line
     victim.kill()
