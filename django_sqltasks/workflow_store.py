@@ -203,6 +203,12 @@ def reconcile(database: str, backend_name: str) -> int:
             record = _lock(database, workflow_id)
             if record is not None:
                 _move(database, record, _ended_tasks(database, _open_ids(record.plan)))
+    if stale:
+        logger.warning(
+            "Moved on %d workflow(s) whose steps ended outside an outcome write",
+            len(stale),
+            extra={"action": "workflow_sweep", "count": len(stale)},
+        )
     return len(stale)
 
 
@@ -329,6 +335,15 @@ def _save(database: str, record: WorkflowRecord) -> None:
         status=root["state"] if finished else TaskResultStatus.RUNNING,
         finished_at=timezone.now() if finished else None,
     )
+    if finished:
+        failed = plan.failed_step(root)
+        logger.info(
+            "Workflow id=%s state=%s failed_step=%s",
+            record.pk,
+            root["state"],
+            "-" if failed is None else f"{failed['path']}:{failed['task_id']}",
+            extra={"action": "workflow_finished", "workflow_id": record.pk},
+        )
 
 
 def _announce(database: str, queues: Iterable[str]) -> None:
