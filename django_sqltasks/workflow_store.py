@@ -221,9 +221,12 @@ def cancel(database: str, workflow_id: str) -> bool:
             return False
         unfinished = TaskRecord.objects.using(database).filter(pk__in=plan.cancel(record.plan))
         reason = f"Cancelled with its workflow {workflow_id} before it started."
+        # SKIP LOCKED: a step a worker is claiming now is left to run, and nothing waits here.
         control.cancel(unfinished.filter(status=TaskResultStatus.READY), database, reason)
-        control.request_cancel(unfinished.filter(status=TaskResultStatus.RUNNING), database)
         _save(database, record)
+    # After the commit: a running step's row may be locked by a worker storing its outcome,
+    # which waits for the workflow's lock; asking it to stop under that lock would deadlock.
+    control.request_cancel(unfinished.filter(status=TaskResultStatus.RUNNING), database)
     return True
 
 
