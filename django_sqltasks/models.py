@@ -432,6 +432,12 @@ class WorkflowRecord(models.Model):
                 where=models.Q(status=TaskResultStatus.RUNNING),
                 fallback=["status"],
             ),
+            # Serves pruning: finished workflows of one outcome by age (pruning._prune_workflows).
+            # Not partial: SQLite would not take an IN predicate for the query's equality.
+            models.Index(
+                fields=["backend_name", "status", "finished_at"],
+                name="sqltasks_workflow_finished_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,4 +1,5 @@
-"""Delete old finished tasks in small batches, so no statement holds locks for long."""
+"""Delete old finished tasks (and workflows) in small batches, so no statement holds locks for
+long."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from .models import TaskRecord, TaskRecordQuerySet
+from .compat import TaskResultStatus
+from .models import TaskRecord, WorkflowRecord
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -25,6 +28,7 @@ class Pruned:
 
     successful: int = 0
     failed: int = 0
+    workflows: int = 0  # finished workflows (not counted in ``total``, which counts tasks)
 
     @property
     def total(self) -> int:
@@ -60,6 +64,10 @@ def prune(
     if failed_days is not None:
         old = tasks.failed().filter(finished_at__lte=now - timedelta(days=failed_days))
         pruned.failed = _delete(old, dry_run, batch_size, max_batches)
+    if queue is None:  # a workflow's steps may be in several queues
+        pruned.workflows = _prune_workflows(
+            using, backend, successful_days, failed_days, now, dry_run, batch_size, max_batches
+        )
     if pruned.total and not dry_run:
         logger.info(
             "Pruned finished tasks successful=%d failed=%d",
@@ -70,9 +78,33 @@ def prune(
     return pruned
 
 
-def _delete(
-    tasks: TaskRecordQuerySet, dry_run: bool, batch_size: int, max_batches: int | None
+def _prune_workflows(
+    using: str,
+    backend: str | None,
+    successful_days: float | None,
+    failed_days: float | None,
+    now: datetime,
+    dry_run: bool,
+    batch_size: int,
+    max_batches: int | None,
 ) -> int:
+    """Delete finished workflows as old as the tasks of their outcome that are deleted."""
+    workflows = WorkflowRecord.objects.using(using).order_by()
+    if backend is not None:
+        workflows = workflows.filter(backend_name=backend)
+    deleted = 0
+    for status, days in (
+        (TaskResultStatus.SUCCESSFUL, successful_days),
+        (TaskResultStatus.FAILED, failed_days),
+    ):
+        if days is not None:
+            cutoff = now - timedelta(days=days)
+            old = workflows.filter(status=status, finished_at__lte=cutoff)
+            deleted += _delete(old, dry_run, batch_size, max_batches)
+    return deleted
+
+
+def _delete(tasks: QuerySet[Any], dry_run: bool, batch_size: int, max_batches: int | None) -> int:
     if dry_run:
         return tasks.count()
     deleted = 0

@@ -101,3 +101,5 @@ class Command(BaseCommand):
             f"{options['days']:g} days ago, {pruned.failed} failed finished over "
             f"{options['failed_days']:g} days ago."
         )
+        if pruned.workflows:
+            self.stdout.write(f"{verb} {pruned.workflows} finished workflow(s) as old.")
