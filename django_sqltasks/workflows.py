@@ -267,7 +267,8 @@ def get_workflow(workflow_id: str, backend: str = "default") -> WorkflowResult:
 
 
 def workflow_of(result: TaskResult) -> WorkflowResult | None:
-    """Return the workflow whose step ``result`` is, or None if it is no workflow's step."""
+    """Return the workflow whose step ``result`` is, or None if it is no workflow's step (or
+    its workflow was pruned)."""
     from .compat import task_backends
     from .models import TaskRecord
 
@@ -278,4 +279,9 @@ def workflow_of(result: TaskResult) -> WorkflowResult | None:
         .values_list("workflow_id", flat=True)
         .first()
     )
-    return None if workflow_id is None else get_workflow(str(workflow_id), backend=result.backend)
+    if workflow_id is None:
+        return None
+    try:
+        return get_workflow(str(workflow_id), backend=result.backend)
+    except LookupError:
+        return None

@@ -10,8 +10,9 @@ from django.db import connection
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import WorkflowRecord
+from django_sqltasks.models import TaskRecord, WorkflowRecord
 from django_sqltasks.pruning import prune
+from django_sqltasks.workflows import workflow_of
 
 pytestmark = pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits on MySQL
 
@@ -40,6 +41,16 @@ def test_finished_workflows_go_as_old_as_the_tasks_of_their_outcome() -> None:
     left = set(WorkflowRecord.objects.values_list("pk", flat=True))
     assert left == {w.pk for w in [*kept, other_backend]}
     assert old_ok.pk not in left and old_failed.pk not in left
+
+
+def test_a_step_outliving_its_pruned_workflow_names_none() -> None:
+    from django_sqltasks import chain
+    from tests import tasks_workflows as wf
+
+    workflow_id = chain(wf.add.s(1, 1)).enqueue().id
+    WorkflowRecord.objects.filter(pk=workflow_id).delete()
+    member = TaskRecord.objects.get(workflow_id=workflow_id).task_result
+    assert workflow_of(member) is None
 
 
 def test_pruning_one_queue_leaves_workflows_alone() -> None:
