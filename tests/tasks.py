@@ -244,3 +244,13 @@ async def async_counted(seconds: float) -> None:
         await asyncio.sleep(seconds)
     finally:
         running_count.leave()
+
+
+@task
+def probe_latency(port: int) -> None:
+    """Send this task's start time to ``port`` (UDP): scripts/latency_profile.py's probe."""
+    import socket
+
+    started = time.time()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(f"{started:.6f}".encode(), ("127.0.0.1", port))
