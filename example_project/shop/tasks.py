@@ -9,9 +9,11 @@ import asyncio
 import time
 
 try:
-    from django.tasks import TaskContext, task
+    from django.tasks import task
 except ImportError:  # Django 5.2 with the django-tasks backport
-    from django_tasks import TaskContext, task
+    from django_tasks import task
+
+from django_sqltasks.progress_report import SQLTaskContext
 
 # Made-up rates, so the example needs no network.
 EXCHANGE_RATES = {"EUR": 0.92, "GBP": 0.79, "JPY": 151.4}
@@ -60,9 +62,9 @@ SEARCH_SHARDS = ("orders", "products", "customers")
 
 
 @task(takes_context=True)
-def rebuild_search_index(context: TaskContext, reason: str) -> dict[str, object]:
-    """A task that receives its TaskContext: its own id, which attempt this is, and (with
-    django-sqltasks) set_progress and set_metadata, which the admin and get_result show."""
+def rebuild_search_index(context: SQLTaskContext, reason: str) -> dict[str, object]:
+    """A task that receives its context: its own id, which attempt this is, and
+    set_progress and set_metadata, which the admin and get_result show."""
     context.set_metadata(reason=reason, shards=len(SEARCH_SHARDS))
     for done, shard in enumerate(SEARCH_SHARDS, start=1):
         context.set_progress(done / len(SEARCH_SHARDS), f"indexed {shard}")
