@@ -357,3 +357,22 @@ def test_metrics_expose_paused_queues_and_limited_tasks(tmp_path: Path) -> None:
     text = generate_latest(registry).decode()
     assert 'sqltasks_queue_depth{backend="default",queue="default",state="limited"} 1.0' in text
     assert 'sqltasks_queue_paused{backend="default",queue="slow"} 1.0' in text
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker_process
+def test_a_busy_worker_still_finds_limited_tasks(
+    worker_process: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    """Every claim of a worker with a long backlog is full: limited tasks are still found."""
+    from django_sqltasks.compat import task_backends
+    from tests import tasks
+
+    task_backends["default"].enqueue_many(tasks.sleep, [((0.005,), {})] * 3000)
+    worker = worker_process("--concurrency", "4", "--prefetch", "0")
+    wait_for(lambda: TaskRecord.objects.succeeded().exists())
+    limited = tasks_limits.two_at_once.enqueue(str(tmp_path / "log"), "l")
+    wait_for(lambda: TaskRecord.objects.get(id=limited.id).status == "SUCCESSFUL", timeout=60)
+    backlog = TaskRecord.objects.filter(status="READY", limit_key__isnull=True).count()
+    worker.stop()
+    assert backlog > 0, "the backlog ran dry first: the test proves nothing"

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -32,6 +33,7 @@ logger = logging.getLogger("django_sqltasks")
 T = TypeVar("T")
 
 GATHER_DELAY = 0.002  # seconds to let more slots free up before claiming a small batch
+SCAN_WHEN_BUSY = 1.0  # seconds between looks for limited tasks while every claim is full
 BUSY_POLL = 0.01  # seconds before polling again right after finding work; doubles when idle
 
 
@@ -169,9 +171,11 @@ class Producer:
         self._idle_sleep = poll_interval
         self._wake_pending = False  # a wake-up is on its way to the loop (read unlocked)
         self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
+        self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
         self.stopping = False
         # Owned by the database thread.
         self._claim_uncertain = False  # a claim failed without telling us what it took
+        # Its state is the database thread's; the loop reads its ``active`` as a hint.
         self._limited = limited_claim_for(backend, worker_id, queue_names)
         self._main_scope = Scope(exclude_queues=self._limited.excluded)
 
@@ -209,6 +213,14 @@ class Producer:
                 continue
             self._progress.succeeded("claiming")
             self._hold(rows)
+            if not self._limited.active and (
+                len(rows) < free or time.monotonic() >= self._next_scan
+            ):
+                # Look for limited tasks now and then (the scan keeps its own pace), once the
+                # claimed tasks have started: never on the way to a task's start. A busy worker
+                # looks too, so that limited tasks do not wait for its backlog to run dry.
+                self._next_scan = time.monotonic() + SCAN_WHEN_BUSY
+                await self.db_call(self._scan_limits)
             if len(rows) < free:
                 if self.burst and not rows and not self.slots.held:
                     # Done only if no outcome was written since this claim began: a retry
@@ -385,10 +397,11 @@ class Producer:
                     scope=self._main_scope,
                 )
             )
-        if len(rows) < limit and not limited.active:
-            self.cursor_call(lambda d, c: limited.scan(d, c))
         self._claim_uncertain = False
         return rows
+
+    def _scan_limits(self) -> None:
+        self.cursor_call(self._limited.scan)
 
     def _limited_waiting(self) -> bool:
         return self.cursor_call(self._limited.waiting)
