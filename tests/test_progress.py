@@ -235,3 +235,35 @@ def test_aget_result_reads_the_report_and_the_subject(run_worker: RunWorker) -> 
     assert (fresh.progress, fresh.progress_note) == (1.0, "step 2 of 2")
     assert dict(fresh.metadata) == {"steps": 2, "done": True}
     assert fresh.subject == Subject(type="auth.user", id=str(user.pk))
+
+
+def test_a_report_whose_write_failed_is_written_at_a_later_heartbeat(
+    settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import DatabaseError
+
+    from django_sqltasks.worker import reporter
+
+    set_backend_options(settings, HEARTBEAT_INTERVAL=0.2, LEASE_TIMEOUT=5)
+    real_store = reporter.store
+    failures: list[Any] = []
+
+    def flaky_store(database: str, worker_id: str, report: AttemptReport) -> bool:
+        if len(failures) < 2:
+            failures.append(report.task_id)
+            report.take()  # as a real write would, before the database refused it
+            report.untake()
+            raise DatabaseError("the database refused the write")
+        return real_store(database, worker_id, report)
+
+    monkeypatch.setattr(reporter, "store", flaky_store)
+    release = tmp_path / "release"
+    result = tasks_progress.report_then_wait.enqueue(str(release))
+    worker = Worker(queue_names=["*"], concurrency=2)
+    with worker_thread(worker):
+        wait_for(lambda: TaskRecord.objects.get(pk=result.id).progress)
+        assert len(failures) == 2  # two heartbeats' writes failed; the third one wrote it
+        assert worker._reporter.counts() == (1, 2)
+        release.touch()
+        wait_for(lambda: TaskRecord.objects.get(pk=result.id).status == "SUCCESSFUL")
+    assert task_backends["default"].get_result(result.id).progress_note == "done waiting"
