@@ -376,3 +376,24 @@ def test_a_busy_worker_still_finds_limited_tasks(
     backlog = TaskRecord.objects.filter(status="READY", limit_key__isnull=True).count()
     worker.stop()
     assert backlog > 0, "the backlog ran dry first: the test proves nothing"
+
+
+def test_limit_rows_untouched_for_hours_are_forgotten_and_made_again(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    tasks_limits.two_at_once.enqueue(log, "a")
+    make_due()
+    worker = limited_claim()
+    claim(worker)
+    key = "task:tests.tasks_limits.two_at_once"
+    TaskLimit.objects.create(backend_name="default", key="task:gone#old")
+    TaskLimit.objects.filter(key="task:gone#old").update(
+        updated_at=timezone.now() - timedelta(hours=3)
+    )
+    with connection.cursor() as cursor:
+        assert worker.forget_stale(dialect_for(connection), cursor) == 1
+    assert list(TaskLimit.objects.values_list("key", flat=True)) == [key]
+    TaskLimit.objects.all().delete()  # even a live limit's row: the next claim makes it again
+    tasks_limits.two_at_once.enqueue(log, "b")
+    make_due()
+    assert len(claim(worker)) == 1  # one of two slots is taken by "a"
+    assert TaskLimit.objects.filter(key=key).exists()

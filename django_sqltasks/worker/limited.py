@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -31,6 +31,11 @@ logger = logging.getLogger("django_sqltasks.worker")
 DISCOVER_EVERY = 0.5  # seconds between two scans for the limit keys of READY tasks
 KEYS_A_SCAN = 500  # keys read by one scan; the next scan goes on after the last
 GROUPS_A_ROUND = 50  # limit keys tried by one claim round; the next round starts after them
+# A limit row untouched this long holds nothing: no start within any period (an hour at most),
+# and its RUNNING tasks are counted, not stored. Workers delete such rows (one per key ever
+# seen, for per-customer keys) and make them again when a task needs one.
+STALE_AFTER = timedelta(hours=2)
+FORGET_EVERY = 600.0  # seconds between two deletions of stale limit rows by one worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,7 @@ class LimitedClaim:
         self._next_scan = 0.0  # monotonic time of the next scan
         self._offset = 0  # where the next round starts among the groups
         self._task_limits: dict[str, Limit] = {}  # limits by task path, as this code has them
+        self._next_forget = time.monotonic() + FORGET_EVERY
 
     @property
     def active(self) -> bool:
@@ -102,6 +108,9 @@ class LimitedClaim:
         if not force and now < self._next_scan:
             return
         self._next_scan = now + DISCOVER_EVERY
+        if now >= self._next_forget:
+            self._next_forget = now + FORGET_EVERY
+            self.forget_stale(dialect, cursor)
         found = dialect.limit_keys(cursor, self.backend_name, self._scan_after, KEYS_A_SCAN)
         if self._scan_after:
             # Going on from the last key: keep the keys before it, replace those after.
@@ -110,6 +119,18 @@ class LimitedClaim:
         else:
             self._keys = found
         self._scan_after = found[-1] if len(found) == KEYS_A_SCAN else ""
+
+    def forget_stale(self, dialect: Dialect, cursor: CursorWrapper) -> int:
+        """Delete this backend's limit rows that no claim has touched for ``STALE_AFTER``."""
+        from ..models import TaskLimit
+
+        cutoff = dialect.db_now(cursor) - STALE_AFTER
+        deleted, _ = (
+            TaskLimit.objects.using(self.database)
+            .filter(backend_name=self.backend_name, updated_at__lt=cutoff)
+            .delete()
+        )
+        return deleted
 
     def claim(self, dialect: Dialect, cursor: CursorWrapper, room: int) -> list[ClaimedRow]:
         """Claim up to ``room`` limited tasks that their limits let start now."""
