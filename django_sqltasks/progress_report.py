@@ -179,7 +179,6 @@ class AttemptReport:
         self._metadata: dict[str, Any] = {}
         self._updated_at: datetime | None = None
         self._unwritten = False  # changed since it was last taken for writing
-        self.reports = 0  # calls that changed the report (for the metrics)
 
     def set_progress(self, progress: float, note: str | None = None) -> None:
         value = check_progress(progress)
@@ -202,7 +201,6 @@ class AttemptReport:
     def _changed(self) -> None:
         """Mark the report changed (the lock is held) and tell the sink the first time."""
         self._updated_at = timezone.now()
-        self.reports += 1
         first = not self._unwritten
         self._unwritten = True
         if first and self.sink is not None:
