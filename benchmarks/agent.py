@@ -39,6 +39,23 @@ async def run_bounded(n: int, in_flight: int, one: Callable[[int], Awaitable[Non
     return time.perf_counter() - started
 
 
+async def run_gathered(n: int, in_flight: int, one: Callable[[int], Awaitable[None]]) -> float:
+    """Gather ``n`` coroutines, each waiting on an ``asyncio.Semaphore(in_flight)`` before it
+    calls ``one(i)``: a common idiom, in which calls arrive in waves as the semaphore frees."""
+    semaphore = asyncio.Semaphore(in_flight)
+
+    async def guarded(i: int) -> None:
+        async with semaphore:
+            await one(i)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(guarded(i) for i in range(n)))
+    return time.perf_counter() - started
+
+
+ARRIVALS = {"lanes": run_bounded, "semaphore": run_gathered}
+
+
 def _django_enqueuer() -> tuple[Callable[..., Awaitable[None]], dict[str, Any]]:
     import django
 
@@ -49,7 +66,7 @@ def _django_enqueuer() -> tuple[Callable[..., Awaitable[None]], dict[str, Any]]:
     return aenqueue, TASKS
 
 
-async def enqueue(task_name: str, n: int, in_flight: int) -> dict[str, Any]:
+async def enqueue(task_name: str, n: int, in_flight: int, arrival: str = "lanes") -> dict[str, Any]:
     from benchmarks.systems import current_system
 
     if current_system().enqueue_kind == "raw-sql":
@@ -59,7 +76,7 @@ async def enqueue(task_name: str, n: int, in_flight: int) -> dict[str, Any]:
     else:
         aenqueue, tasks = _django_enqueuer()
         task = tasks[task_name]
-        seconds = await run_bounded(n, in_flight, lambda i: aenqueue(task))
+        seconds = await ARRIVALS[arrival](n, in_flight, lambda i: aenqueue(task))
     return {"enqueued": n, "seconds": seconds, "ops": n / seconds}
 
 
@@ -169,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     enq.add_argument("--task", choices=["noop", "sleep", "probe"], default="noop")
     enq.add_argument("-n", type=int, required=True)
     enq.add_argument("--in-flight", type=int, default=200)
+    enq.add_argument("--arrival", choices=sorted(ARRIVALS), default="lanes")
     blk = sub.add_parser("bulk")
     blk.add_argument("-n", type=int, required=True)
     lat = sub.add_parser("latency")
@@ -176,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     lat.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "enqueue":
-        result = asyncio.run(enqueue(args.task, args.n, args.in_flight))
+        result = asyncio.run(enqueue(args.task, args.n, args.in_flight, args.arrival))
     elif args.command == "bulk":
         result = asyncio.run(bulk(args.n))
     else:

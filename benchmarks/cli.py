@@ -85,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repeat", type=_positive, default=3, help="interleaved repeats (3)")
     run.add_argument("--concurrency", type=_positive, default=200, help="worker concurrency (200)")
     run.add_argument("--in-flight", type=_positive, default=200, help="enqueues in flight (200)")
+    run.add_argument(
+        "--arrival",
+        choices=["lanes", "semaphore"],
+        default="lanes",
+        help="how enqueues arrive: --in-flight coroutines each looping over a shared counter "
+        "(lanes, the default), or one coroutine per task gathered behind an "
+        "asyncio.Semaphore(--in-flight) (semaphore)",
+    )
     run.add_argument("--probes", type=_positive, default=40, help="latency probes per run (40)")
     run.add_argument("--http-connections", type=_positive, default=50, help="HTTP clients (50)")
     run.add_argument("--http-requests", type=_positive, default=2000, help="HTTP requests (2000)")
@@ -206,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
         "repeat": plan.repeat,
         "concurrency": args.concurrency,
         "in_flight": args.in_flight,
+        "arrival": args.arrival,
         "probes": args.probes,
         "http_connections": args.http_connections,
         "http_requests": args.http_requests,
@@ -230,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
             admin=direct,
             concurrency=args.concurrency,
             in_flight=args.in_flight,
+            arrival=args.arrival,
             probes=args.probes,
             http_connections=args.http_connections,
             http_requests=args.http_requests,

@@ -28,8 +28,8 @@ METHOD = """\
   `runworker --concurrency`, `celery worker --pool threads --concurrency`). django-tasks-db's
   `db_worker` and RQ's `rqworker` have no such option and run one task at a time; RQ also forks a
   work-horse per job. As in django-vtasks' published comparison, RQ runs {rq_tasks} tasks.
-- **Same conditions for all:** the same machine, Python, services and logging level (WARNING for
-  every logger), `DEBUG = False`, persistent database connections (`CONN_MAX_AGE = 60`) in the
+- **Same conditions for all:** the same machine, Python, services and logging configuration,
+  `DEBUG = False`, persistent database connections (`CONN_MAX_AGE = 60`) in the
   worker and enqueuer processes. No system gets a tuning option the others do not get; the
   settings each one needs to run at all are listed below.
 - **Reset before every run:** Django's `flush` of the system's own database (`bench_*` on
@@ -39,7 +39,10 @@ METHOD = """\
   {in_flight} enqueues in flight, as concurrent async views would: `await task.aenqueue()` for the
   Django Tasks backends (django-sqltasks, django-vtasks, django-tasks-db, django-tasks-rq),
   `await sync_to_async(task.delay)()` for Celery, batched `INSERT ... SELECT unnest(...)` of
-  {in_flight} rows for the raw SQL row. Only the loop is timed, not process start-up.
+  {in_flight} rows for the raw SQL row. Only the loop is timed, not process start-up. By default
+  {in_flight} coroutines each loop over a shared counter (`--arrival lanes`); `--arrival
+  semaphore` gathers one coroutine per task behind an `asyncio.Semaphore({in_flight})`, a common
+  idiom in which calls arrive in waves; the run's `arrival` says which.
 - **Process ops/s:** N / (time from `Popen(worker)` to the N-th task finished). Worker start-up is
   included. The end is detected inside the worker: each task counts its own completion as its
   last statement, the same way for every system and with no signal receiver connected anywhere

@@ -146,6 +146,13 @@ def markdown(summary: dict[str, Any]) -> str:
     meta = summary["meta"]
     rtt = meta.get("rtt_through_proxy_ms") or meta.get("rtt_measured_ms") or {}
     command = f"Command: `{meta['command']}`. " if meta.get("command") else ""
+    method = ", ".join(
+        f"{name} `{meta[key]}`"
+        for name, key in (("counted by", "count"), ("logging", "logging"), ("arrival", "arrival"))
+        if meta.get(key)
+    )
+    if method:
+        command += f"Method: {method}. "
     parts = [
         f"### Profile `{meta['profile']}`: {meta['tasks']:,} tasks, {meta['repeat']} repeat(s), "
         f"requested added RTT {meta['rtt_requested_ms']:g} ms",

@@ -36,6 +36,7 @@ class RunContext:
     http_connections: int
     http_requests: int
     log_dir: Path
+    arrival: str = "lanes"  # how the enqueuer's coroutines arrive (benchmarks.agent.ARRIVALS)
     idle_seconds: float = 10.0  # how long an idle worker's CPU use is measured
 
     def log(self, system: System, what: str) -> Path:
@@ -79,6 +80,8 @@ def run_throughput(system: System, scenario: str, n: int, ctx: RunContext) -> di
         str(count),
         "--in-flight",
         str(ctx.in_flight),
+        "--arrival",
+        ctx.arrival,
     )
     listener = MarkerListener()
     env = django_env(system, ctx.endpoints)
