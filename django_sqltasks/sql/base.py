@@ -796,16 +796,17 @@ class Dialect:
     ) -> list[str]:
         """Up to ``count`` distinct limit keys of READY tasks, in order, after ``after``: a
         loose scan of the limited ready index, one probe a key, however many tasks each has."""
-        first = (
+        # The next key after a given one: one descent of the limited ready index.
+        sql = (
             f"SELECT limit_key FROM {self.tasks} WHERE status = 'READY' AND backend_name = %s "
-            "AND limit_key > {after} ORDER BY limit_key LIMIT 1"
+            "AND limit_key > "
         )
         cursor.execute(
             f"""
             WITH RECURSIVE found(k, n) AS (
-                SELECT ({first.format(after="%s")}), 1
+                SELECT ({sql}%s ORDER BY limit_key LIMIT 1), 1
                 UNION ALL
-                SELECT ({first.format(after="found.k")}), n + 1
+                SELECT ({sql}found.k ORDER BY limit_key LIMIT 1), n + 1
                 FROM found WHERE found.k IS NOT NULL AND n < %s
             )
             SELECT k FROM found WHERE k IS NOT NULL
