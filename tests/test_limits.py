@@ -93,7 +93,7 @@ def test_bad_limit_options_are_refused_naming_the_option(
     options: dict[str, object], message: str
 ) -> None:
     def decorate_and_enqueue() -> None:
-        task(**options)(tasks_limits.undecorated).enqueue()  # type: ignore[call-overload]
+        task(**options)(tasks_limits.undecorated).enqueue()
 
     with pytest.raises(InvalidTask, match=re.escape(message)):
         decorate_and_enqueue()
@@ -397,3 +397,29 @@ def test_limit_rows_untouched_for_hours_are_forgotten_and_made_again(tmp_path: P
     make_due()
     assert len(claim(worker)) == 1  # one of two slots is taken by "a"
     assert TaskLimit.objects.filter(key=key).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker_process
+def test_a_killed_workers_slot_comes_back_with_the_rescue(
+    worker_process: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    """SIGKILL the worker holding the only slot of a limit: the rescue frees it, the task and
+    the one queued behind it run on another worker, never side by side."""
+    log = tmp_path / "log"
+    lease = {"SQLTASKS_LEASE_TIMEOUT": "2", "SQLTASKS_HEARTBEAT_INTERVAL": "0.5"}
+    first = tasks_limits.one_per_customer.enqueue(str(log), "acme", "first", 1.0)
+    second = tasks_limits.one_per_customer.enqueue(str(log), "acme", "second", 0.0)
+    victim = worker_process("--concurrency", "2", "--worker-id", "victim", env=lease)
+    wait_for(lambda: log.exists() and "start acme:first" in log.read_text())
+    victim.kill()
+    victim.wait()
+    assert TaskRecord.objects.get(id=second.id).status == "READY"  # the limit held it back
+    rescuer = worker_process("--concurrency", "2", "--worker-id", "rescuer", env=lease)
+    wait_for(
+        lambda: TaskRecord.objects.filter(id__in=[first.id, second.id]).succeeded().count() == 2,
+        timeout=60,
+    )
+    rescuer.stop()
+    assert most_at_once(intervals(log)) == 1
+    assert TaskRecord.objects.get(id=first.id).worker_ids == ["victim", "rescuer"]
