@@ -109,23 +109,35 @@ def limit_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None
             )
         key = str(subject)
     else:
-        key = key_of(*args, **kwargs)
-        if not isinstance(key, str) or not key:
-            raise InvalidTask(
-                f"The concurrency_key callable of {task.module_path} must return a non-empty "
-                f"str, not {key!r}."
-            )
-        problem = text_problem(key)
-        if problem is not None:
-            raise InvalidTask(
-                f"The concurrency_key callable of {task.module_path} returned the key {key!r}, "
-                f"which {problem}."
-            )
+        key = key_of_call(task, "concurrency_key", key_of, args, kwargs)
     scoped = f"{base}#{key}"
     if len(scoped) > MAX_KEY_LENGTH:
         digest = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
         scoped = f"{base[: MAX_KEY_LENGTH - len(digest) - 1]}#{digest}"
     return scoped
+
+
+def key_of_call(
+    task: Task,
+    option: str,
+    make_key: Callable[..., object],
+    args: list[Any],
+    kwargs: dict[str, Any],
+) -> str:
+    """The key ``make_key`` (a task's dedupe or concurrency_key callable) returns for a call;
+    ``InvalidTask`` naming the option when it is not a non-empty, storable str."""
+    key = make_key(*args, **kwargs)
+    if not isinstance(key, str) or not key:
+        raise InvalidTask(
+            f"The {option} callable of {task.module_path} must return a non-empty str, not {key!r}."
+        )
+    problem = text_problem(key)
+    if problem is not None:
+        raise InvalidTask(
+            f"The {option} callable of {task.module_path} returned the key {key!r}, which "
+            f"{problem}."
+        )
+    return key
 
 
 def rate_key(key: str) -> str:

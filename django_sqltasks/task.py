@@ -15,8 +15,8 @@ from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
 from .compat import InvalidTask, Task
-from .limits import validate_task_limits
-from .serialization import dumps, text_problem
+from .limits import key_of_call, validate_task_limits
+from .serialization import dumps
 
 if TYPE_CHECKING:
     from .options import BackendOptions
@@ -181,18 +181,7 @@ def dedupe_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | Non
             )
         key = f"subject:{subject}"
     else:
-        key = dedupe(*args, **kwargs)
-        if not isinstance(key, str) or not key:
-            raise InvalidTask(
-                f"The dedupe callable of {task.module_path} must return a non-empty str, "
-                f"not {key!r}."
-            )
-        problem = text_problem(key)
-        if problem is not None:
-            raise InvalidTask(
-                f"The dedupe callable of {task.module_path} returned the key {key!r}, which "
-                f"{problem}."
-            )
+        key = key_of_call(task, "dedupe", dedupe, args, kwargs)
     scoped = f"{task.backend}:{task.module_path}:{key}"
     if len(scoped) > MAX_DEDUPE_KEY_LENGTH:
         scoped = "sha256:" + hashlib.sha256(scoped.encode()).hexdigest()
