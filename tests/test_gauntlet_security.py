@@ -140,6 +140,15 @@ STRUCTURAL = {
     "now",
     "since",
     "live_since",
+    # The claim's walk over priorities: the ready index's leading conditions (placeholders for
+    # the values), the table with that index's name (a constant) forced, the probe statements
+    # built from them, the recursive CTE that holds them, and fixed ORDER BY text.
+    "prefix",
+    "source",
+    "probe",
+    "earliest",
+    "priorities",
+    "order",
 }
 
 

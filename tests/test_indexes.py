@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import PausedQueue, TaskRecord
-from django_sqltasks.sql import dialect_for
+from django_sqltasks.sql import Scope, dialect_for
 
 # ANALYZE TABLE commits implicitly on MySQL: flush the table after each test instead of
 # relying on a rolled-back transaction.
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def analyze() -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ANALYZE {TaskRecord._meta.db_table}")
+        elif connection.vendor == "sqlite":
+            cursor.execute("ANALYZE")
+        else:
+            cursor.execute(f"ANALYZE TABLE {TaskRecord._meta.db_table}")
+            cursor.fetchall()
 
 
 def fill(ready: int, finished: int) -> None:
@@ -43,14 +56,7 @@ def fill(ready: int, finished: int) -> None:
         for i in range(ready)
     ]
     TaskRecord.objects.bulk_create(rows, batch_size=500)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ANALYZE {TaskRecord._meta.db_table}")
-        elif connection.vendor == "sqlite":
-            cursor.execute("ANALYZE")
-        else:
-            cursor.execute(f"ANALYZE TABLE {TaskRecord._meta.db_table}")
-            cursor.fetchall()
+    analyze()
 
 
 def explain(sql: str, params: list[object]) -> str:
@@ -101,3 +107,147 @@ def test_rescue_uses_the_running_index() -> None:
     table = TaskRecord._meta.db_table
     plan = explain(f"SELECT id FROM {table} WHERE status = 'RUNNING' AND owner = %s", ["gone"])
     assert "sqltasks_running_idx" in plan, plan
+
+
+def add_ready(*rows: tuple[str, int, int], limit_key: str | None = None) -> list[TaskRecord]:
+    """READY tasks of (queue, priority, seconds from now until due): negative means due."""
+    now = timezone.now()
+    return TaskRecord.objects.bulk_create(
+        [
+            TaskRecord(
+                task_path="tests.tasks.noop",
+                backend_name="default",
+                queue_name=queue,
+                priority=priority,
+                enqueued_at=now,
+                available_at=now + timedelta(seconds=seconds),
+                limit_key=limit_key,
+            )
+            for queue, priority, seconds in rows
+        ],
+        batch_size=500,
+    )
+
+
+@pytest.mark.parametrize(
+    ("queue_names", "limit_key"),
+    [(["default"], None), (["default", "other"], None), (None, None), (None, "key")],
+)
+@pytest.mark.parametrize("limit", [1, 2, 5, 50])
+def test_the_claim_takes_due_tasks_by_priority_past_deferred_ones(
+    queue_names: list[str] | None, limit_key: str | None, limit: int
+) -> None:
+    """Priorities whose tasks are all deferred, or partly, sit above and between the due
+    ones; a batch may end inside a priority or span several. Paused queues are skipped."""
+    PausedQueue.objects.create(backend_name="default", queue_name="slow")
+    hour = 3600
+    rows = add_ready(
+        ("default", 100, hour),
+        ("other", 100, hour),
+        ("default", 10, -3),
+        ("default", 10, hour),
+        ("other", 10, -2),
+        ("default", 10, 2 * hour),
+        ("slow", 10, -9),
+        ("default", 0, hour),
+        ("other", 0, hour),
+        ("default", -5, -1),
+        ("other", -5, -8),
+        ("default", -5, -7),
+        ("slow", -5, -9),
+        ("default", -5, hour),
+        ("other", -100, -1),
+        ("default", -100, -2),
+        ("default", -100, hour),
+        limit_key=limit_key,
+    )
+    add_ready(("default", 50, -1), limit_key=None if limit_key else "key")  # not in scope
+    analyze()
+    queues = queue_names or ["default", "other"]
+    expected = [
+        r.id
+        for r in sorted(rows, key=lambda r: (-r.priority, r.available_at))
+        if r.available_at <= timezone.now() and r.queue_name in queues
+    ]
+    dialect = dialect_for(connection)
+    claimed: list[object] = []
+    with connection.cursor() as cursor:
+        while batch := dialect.claim(
+            cursor,
+            backend_name="default",
+            queue_names=queue_names,
+            worker_id="w",
+            limit=limit,
+            scope=Scope(limit_key=limit_key),
+        ):
+            assert len(batch) <= limit
+            claimed.extend(sorted((r.id for r in batch), key=expected.index))
+    assert claimed == expected
+
+
+def claim_reads(queue_names: list[str] | None) -> int:
+    """How much of the database one claim of 10 tasks reads, as each database counts it:
+    the buffers of the ready indexes' scans in the plan of the claim as run (PostgreSQL),
+    virtual machine steps in hundreds (SQLite), index entries read (MariaDB)."""
+    dialect = dialect_for(connection)
+
+    def claim(cursor: CursorWrapper) -> None:
+        dialect.claim(
+            cursor, backend_name="default", queue_names=queue_names, worker_id="w", limit=10
+        )
+
+    if connection.vendor == "postgresql":
+        sql, params = dialect.claim_sql(
+            backend_name="default", queue_names=queue_names, worker_id="w", limit=10
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params)
+            document = cursor.fetchone()[0]
+        plan = json.loads(document) if isinstance(document, str) else document
+        buffers, nodes = 0, [plan[0]["Plan"]]
+        while nodes:
+            node = nodes.pop()
+            nodes.extend(node.get("Plans", []))
+            if str(node.get("Index Name", "")).startswith("sqltasks_ready"):
+                buffers += node["Shared Hit Blocks"] + node["Shared Read Blocks"]
+        return buffers
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            steps = [0]
+
+            def count() -> int:
+                steps[0] += 1
+                return 0  # go on
+
+            connection.connection.set_progress_handler(count, 100)
+            try:
+                claim(cursor)
+            finally:
+                connection.connection.set_progress_handler(None, 100)
+            return steps[0]
+        reads = (
+            "SHOW SESSION STATUS WHERE Variable_name IN "
+            "('Handler_read_key', 'Handler_read_next', 'Handler_read_prev')"
+        )
+        cursor.execute(reads)
+        before = sum(int(value) for _, value in cursor.fetchall())
+        claim(cursor)
+        cursor.execute(reads)
+        return sum(int(value) for _, value in cursor.fetchall()) - before
+
+
+@pytest.mark.parametrize("queue_names", [["default"], None])
+def test_the_claim_does_not_read_deferred_tasks_of_a_higher_priority(
+    queue_names: list[str] | None,
+) -> None:
+    """Tasks not yet due cost a claim nothing, whatever their priority: beside 10,000
+    priority-10 tasks due in a year, a claim of due priority-0 tasks reads about what it
+    reads without them. It read every one of them: 1-6 ms a claim per 1,000,000 on
+    PostgreSQL, 4 s on MariaDB."""
+    add_ready(*[("default", 0, -i) for i in range(1, 101)])
+    analyze()
+    alone = claim_reads(queue_names)
+    add_ready(*[("default", 10, 365 * 86400 + i) for i in range(10_000)])
+    analyze()
+    beside = claim_reads(queue_names)
+    assert beside <= 2 * alone + 20, (alone, beside)

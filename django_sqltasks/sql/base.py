@@ -552,23 +552,94 @@ class Dialect:
     def ready_where(
         self, backend_name: str, queue_names: list[str] | None, scope: Scope
     ) -> tuple[str, list[Any]]:
-        """The claim's conditions besides the due time: READY, of this backend, in the
-        ``scope``'s limit key and queues, not paused. Each form is served by a ready index."""
+        """The claim's conditions besides the due time and the priority: READY, of this
+        backend, in the ``scope``'s limit key and queues, not paused. Each form is served by a
+        ready index."""
         queue_sql, queue_params = self.queue_filter(queue_names, backend_name)
         if scope.exclude_queues:
             marks = ", ".join(["%s"] * len(scope.exclude_queues))
             queue_sql += f" AND queue_name NOT IN ({marks})"
             queue_params = [*queue_params, *scope.exclude_queues]
-        limit_params: list[Any] = []
-        if scope.limit_key is ANY_LIMIT:
-            limit_sql = ""
-        elif scope.limit_key is None:
-            limit_sql = " AND limit_key IS NULL"
-        else:
-            limit_sql, limit_params = " AND limit_key = %s", [scope.limit_key]
+        limit_sql, limit_params = self._limit_condition(scope)
         return (
             f"status = 'READY'{limit_sql} AND backend_name = %s{queue_sql}",
             [*limit_params, backend_name, *queue_params],
+        )
+
+    @staticmethod
+    def _limit_condition(scope: Scope) -> tuple[str, list[Any]]:
+        if scope.limit_key is ANY_LIMIT:
+            return "", []
+        if scope.limit_key is None:
+            return " AND limit_key IS NULL", []
+        return " AND limit_key = %s", [scope.limit_key]
+
+    def ready_prefix(
+        self, backend_name: str, queue_names: list[str] | None, scope: Scope
+    ) -> tuple[str, list[Any]]:
+        """The claim's conditions on the columns that lead its ready index: READY, the
+        ``scope``'s limit key, the backend, and the queue of a worker on one queue."""
+        limit_sql, params = self._limit_condition(scope)
+        prefix = f"status = 'READY'{limit_sql} AND backend_name = %s"
+        params = [*params, backend_name]
+        if scope.limit_key is None and queue_names is not None and len(queue_names) == 1:
+            prefix += " AND queue_name = %s"
+            params.append(queue_names[0])
+        return prefix, params
+
+    @staticmethod
+    def ready_index(queue_names: list[str] | None, scope: Scope) -> str | None:
+        """The ready index that ``ready_prefix`` leads (None for ``ANY_LIMIT``: no one index)."""
+        if scope.limit_key is ANY_LIMIT:
+            return None
+        if scope.limit_key is not None:
+            return "sqltasks_ready_limited_idx"
+        if queue_names is not None and len(queue_names) == 1:
+            return "sqltasks_ready_idx"
+        return "sqltasks_ready_all_idx"
+
+    def priorities_sql(
+        self, backend_name: str, queue_names: list[str] | None, scope: Scope
+    ) -> tuple[str, list[Any]]:
+        """A recursive CTE, ``priorities(p)``: the priorities of the READY tasks a claim may
+        take, highest first, then one NULL; one probe of the ready index each, however many
+        tasks each has. A claim that takes the due tasks of one priority at a time, from the
+        index range that ends at the current time, reads no task that is not due; in the one
+        range ``priority DESC, available_at``, every deferred task of a higher priority came
+        before the first due task of a lower one."""
+        prefix, params = self.ready_prefix(backend_name, queue_names, scope)
+        probe = f"SELECT priority FROM {self.tasks} WHERE {prefix}"
+        order = "ORDER BY priority DESC LIMIT 1"
+        return (
+            f"""
+            priorities(p) AS (
+                SELECT ({probe} {order})
+                UNION ALL
+                SELECT ({probe} AND priority < priorities.p {order})
+                FROM priorities WHERE priorities.p IS NOT NULL
+            )
+            """,
+            [*params, *params],
+        )
+
+    def due_priorities_sql(
+        self, backend_name: str, queue_names: list[str] | None, scope: Scope = UNLIMITED
+    ) -> tuple[str, list[Any]]:
+        """The priorities, highest first, that have a due READY task a claim may take: the
+        earliest task of each priority in ``priorities_sql`` is due (one probe each)."""
+        prefix, prefix_params = self.ready_prefix(backend_name, queue_names, scope)
+        priorities, priority_params = self.priorities_sql(backend_name, queue_names, scope)
+        now, now_params = self.now_sql()
+        return (
+            f"""
+            WITH RECURSIVE {priorities}
+            SELECT p FROM priorities WHERE p IS NOT NULL AND (
+                SELECT available_at FROM {self.tasks} WHERE {prefix} AND priority = priorities.p
+                ORDER BY available_at LIMIT 1
+            ) <= {now}
+            ORDER BY p DESC
+            """,
+            [*priority_params, *prefix_params, *now_params],
         )
 
     def complete(

@@ -14,6 +14,7 @@ from .base import (
     OUTCOME_COLUMNS,
     RETURNED_COLUMNS,
     UNLIMITED,
+    ClaimedRow,
     Dialect,
     Outcome,
     Scope,
@@ -58,6 +59,40 @@ class SQLiteDialect(Dialect):
             f"'exception_class_path', {class_sql}, 'traceback', {traceback_sql}))"
         )
 
+    def claim(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        worker_id: str,
+        limit: int,
+        scope: Scope = UNLIMITED,
+    ) -> list[ClaimedRow]:
+        # First the priorities that have due tasks, then one claim per priority, highest
+        # first, until the batch is full: each reads one index range of due tasks, never a
+        # deferred one. One statement cannot do this here: SQLite has no LATERAL, reads
+        # "priority IN (...)" with a SeekScan step that in 3.40 returned tasks not yet due,
+        # and builds a Bloom filter of every task of the backend for a join. With nothing
+        # due, the claim ends before taking the write lock.
+        cursor.execute(*self.due_priorities_sql(backend_name, queue_names, scope))
+        rows: list[ClaimedRow] = []
+        for (priority,) in cursor.fetchall():
+            cursor.execute(
+                *self.claim_sql(
+                    backend_name=backend_name,
+                    queue_names=queue_names,
+                    worker_id=worker_id,
+                    limit=limit - len(rows),
+                    scope=scope,
+                    priority=priority,
+                )
+            )
+            rows.extend(self.fetch_claimed(cursor))
+            if len(rows) >= limit:
+                break
+        return rows
+
     def claim_sql(
         self,
         *,
@@ -66,9 +101,15 @@ class SQLiteDialect(Dialect):
         worker_id: str,
         limit: int,
         scope: Scope = UNLIMITED,
+        priority: int | None = None,
     ) -> tuple[str, list[Any]]:
+        """One claim statement: of the due tasks of ``priority``, or (None) of any priority."""
         where, where_params = self.ready_where(backend_name, queue_names, scope)
         at = self.encode_datetime(timezone.now())  # one machine: its clock is the database's
+        order = "priority DESC, available_at"
+        if priority is not None:
+            where, where_params = f"{where} AND priority = %s", [*where_params, priority]
+            order = "available_at"
         return (
             f"""
             UPDATE {self.tasks}
@@ -78,7 +119,7 @@ class SQLiteDialect(Dialect):
             WHERE id IN (
                 SELECT id FROM {self.tasks}
                 WHERE {where} AND available_at <= %s
-                ORDER BY priority DESC, available_at
+                ORDER BY {order}
                 LIMIT %s
             )
             RETURNING {RETURNING}
