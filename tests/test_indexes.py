@@ -185,6 +185,26 @@ def test_the_claim_takes_due_tasks_by_priority_past_deferred_ones(
     assert claimed == expected
 
 
+@pytest.mark.parametrize("limit", [7, 100])
+def test_a_claim_takes_due_tasks_across_many_priorities(limit: int) -> None:
+    """Thirty priorities with a due task and a deferred one each, among the 201 allowed: a
+    batch spans more of them than MariaDB's claim reads in one SELECT (20)."""
+    rows = add_ready(*[("default", p, s) for p in range(100, -101, -7) for s in (-1, 3600)])
+    analyze()
+    expected = [
+        r.id for r in sorted(rows, key=lambda r: -r.priority) if r.available_at <= timezone.now()
+    ]
+    dialect = dialect_for(connection)
+    claimed: list[object] = []
+    with connection.cursor() as cursor:
+        while batch := dialect.claim(
+            cursor, backend_name="default", queue_names=None, worker_id="w", limit=limit
+        ):
+            assert len(batch) <= limit
+            claimed.extend(sorted((r.id for r in batch), key=expected.index))
+    assert claimed == expected
+
+
 def claim_reads(queue_names: list[str] | None) -> int:
     """How much of the database one claim of 10 tasks reads, as each database counts it:
     the buffers of the ready indexes' scans in the plan of the claim as run (PostgreSQL),

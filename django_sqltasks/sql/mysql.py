@@ -41,6 +41,10 @@ MISSING_CODES = frozenset({1146, 1054})  # ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR
 CONTENTION_CODES = frozenset({1205, 1213})
 TRANSIENT_CODES = CONTENTION_CODES | {1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
 STATEMENT_OVERHEAD = 64 * 1024  # bytes of an outcome's statement besides its two large values
+# Priorities one claim SELECT reads ("priority IN (...)"). MariaDB estimates an IN list of more
+# than eq_range_index_dive_limit (200) values from statistics, and then read the backend's whole
+# index range (deferred tasks included) instead of one range per priority.
+PRIORITIES_A_SELECT = 20
 
 
 # The attribute that caches the server's max_allowed_packet on a DB-API connection object, so
@@ -202,20 +206,25 @@ class MySQLDialect(Dialect):
         priorities = [values[0] for values in cursor.fetchall()]
         if not priorities:
             return []
-        # The selected rows stay locked until this transaction commits: keep it to these two
-        # statements.
+        # The selected rows stay locked until this transaction commits: keep it to these
+        # statements (one SELECT, unless the first PRIORITIES_A_SELECT priorities with due
+        # tasks do not fill the batch, and the UPDATE).
         with transaction.atomic(using=self.connection.alias):
-            cursor.execute(
-                *self.claim_sql(
-                    backend_name=backend_name,
-                    queue_names=queue_names,
-                    worker_id=worker_id,
-                    limit=limit,
-                    scope=scope,
-                    priorities=priorities,
+            selected: list[Any] = []
+            for start in range(0, len(priorities), PRIORITIES_A_SELECT):
+                cursor.execute(
+                    *self.claim_sql(
+                        backend_name=backend_name,
+                        queue_names=queue_names,
+                        worker_id=worker_id,
+                        limit=limit - len(selected),
+                        scope=scope,
+                        priorities=priorities[start : start + PRIORITIES_A_SELECT],
+                    )
                 )
-            )
-            selected = cursor.fetchall()
+                selected.extend(cursor.fetchall())
+                if len(selected) >= limit:
+                    break
             if not selected:
                 return []
             # Each selected row ends with the database's time of the SELECT: the claim's time.
