@@ -159,6 +159,30 @@ def test_the_pool_adds_threads_for_blocked_tasks_up_to_its_size() -> None:
     pool.stop()
 
 
+def test_the_pool_adds_threads_for_short_blocking_tasks_that_keep_threads_busy() -> None:
+    """Tasks that block 10 ms each, taken every 5 ms by two threads: the queue's head waits
+    far longer than spawn_after, so threads are added (they used to stay at two)."""
+    pool = TaskThreads(50, spawn_after=0.02)
+    done = threading.Event()
+    count = 300
+
+    def block(n: int) -> None:
+        time.sleep(0.01)
+        if n == count - 1:
+            done.set()
+
+    started = time.monotonic()
+    pool.submit_many(block, list(range(count)))
+    while not done.is_set() and time.monotonic() - started < 30:
+        pool.balance()  # the claim loop calls it while tasks wait
+        time.sleep(0.02)
+    elapsed = time.monotonic() - started
+    pool.stop()
+    assert done.is_set()
+    assert pool.started > 10, f"{pool.started} threads for {count} blocking tasks"
+    assert elapsed < 1.0, f"{elapsed:.2f}s: 300 x 10 ms on 2 threads would take 1.5 s"
+
+
 def test_the_pool_gives_back_tasks_no_thread_has_taken() -> None:
     pool = TaskThreads(1, spawn_after=3600)
     release = threading.Event()

@@ -46,9 +46,13 @@ class TaskThreads:
     Fast tasks are run back to back by the threads already there, which saves a thread
     hand-off per task: a thread takes the next task without waking anyone, and a batch of
     tasks wakes at most as many idle threads as it has tasks. When tasks block (I/O, sleeps),
-    queued ones wait at most ``spawn_after`` seconds (longer than the interpreter's switch
-    interval, so that waiting for the GIL does not count as blocking) before ``balance()``
-    adds threads for them. Each thread closes its database connections when it exits.
+    the oldest queued task waits at most ``spawn_after`` seconds (longer than the
+    interpreter's switch interval, so that waiting for the GIL does not count as blocking)
+    before ``balance()`` adds threads for the queued ones. What counts is how long the task at
+    the head of the queue has waited, not how long since a thread last took one: two threads
+    taking a 10 ms task every 5 ms between them would otherwise never look blocked, and a
+    --concurrency 100 worker ran such tasks on two threads. Each thread closes its database
+    connections when it exits.
     """
 
     def __init__(self, size: int, name: str = "sqltasks-task", spawn_after: float = 0.02) -> None:
@@ -60,12 +64,10 @@ class TaskThreads:
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._ready = threading.Condition(threading.Lock())
-        # Appended under the lock; popped without it by a thread taking its next task
-        # (``deque.popleft`` is atomic), so a busy thread needs no lock and wakes nobody.
+        # (fn, arg, monotonic time queued), or _STOP. Appended under the lock; popped without
+        # it by a thread taking its next task (``deque.popleft`` is atomic), so a busy thread
+        # needs no lock and wakes nobody.
         self._items: deque[Any] = deque()
-        # Written by whichever thread last took a task or added threads; read by balance().
-        # A stale value only delays or hastens adding a thread by one check.
-        self._last_take = time.monotonic()
 
     @property
     def size(self) -> int:
@@ -93,10 +95,9 @@ class TaskThreads:
         """Run ``fn(arg)`` for each of ``args``, in order, on the task threads."""
         if not args:
             return
+        queued_at = time.monotonic()
         with self._ready:
-            if not self._items:
-                self._last_take = time.monotonic()  # waiting starts now, not at the last take
-            self._items.extend((fn, arg) for arg in args)
+            self._items.extend((fn, arg, queued_at) for arg in args)
             for _ in range(min(len(args), MIN_THREADS, self._size) - len(self._threads)):
                 self._start_thread()
             if self._idle:
@@ -122,15 +123,16 @@ class TaskThreads:
         return taken
 
     def balance(self) -> bool:
-        """Add threads for tasks that have waited too long; return whether any still wait."""
-        queued = len(self._items)
-        if not queued:
+        """Add threads for queued tasks once the oldest has waited ``spawn_after``; return
+        whether any still wait."""
+        try:
+            head = self._items[0]  # a thread may take it meanwhile: then the next is older
+        except IndexError:
             return False
-        if time.monotonic() - self._last_take >= self.spawn_after:
+        if head is not _STOP and time.monotonic() - head[2] >= self.spawn_after:
             with self._ready:
-                for _ in range(min(queued, self._size - len(self._threads))):
+                for _ in range(min(len(self._items), self._size - len(self._threads))):
                     self._start_thread()
-            self._last_take = time.monotonic()
         return True
 
     def _start_thread(self) -> None:
@@ -152,7 +154,6 @@ class TaskThreads:
                     finally:
                         self._idle -= 1
                 item = self._items.popleft()
-        self._last_take = time.monotonic()
         return item
 
     def _run(self) -> None:
@@ -161,7 +162,7 @@ class TaskThreads:
                 item = self._take()
                 if item is _STOP:
                     return
-                fn, arg = item
+                fn, arg, _ = item
                 try:
                     fn(arg)
                 except BaseException:  # fn handles task errors; this is a bug, keep the thread
