@@ -195,3 +195,35 @@ def test_the_claim_rescue_and_prune_statements_have_plans(dialect: Dialect) -> N
     assert rescue
     old = TaskRecord.objects.succeeded().filter(finished_at__lte=now).values_list("pk", flat=True)
     assert old[:1000].explain()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's prepared claim")
+def test_the_claim_is_prepared_only_where_the_project_allows_prepared_statements() -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from django_sqltasks.pg import connection_params
+    from django_sqltasks.sql.postgresql import _can_prepare
+
+    with psycopg.connect(**connection_params("default")) as raw:
+        # Django's default: OPTIONS "prepare_threshold" None, for poolers' sake.
+        assert raw.prepare_threshold is None and not _can_prepare(raw)
+        raw.prepare_threshold = 5  # what OPTIONS {"prepare_threshold": 5} sets
+        assert _can_prepare(raw)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's prepared claim")
+@pytest.mark.django_db(transaction=True)
+def test_a_prepared_claim_takes_the_same_rows(dialect: Dialect) -> None:
+    with connection.cursor() as cursor:
+        dialect.insert(cursor, [_new() for _ in range(3)])
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.prepare_threshold = 5
+    try:
+        first = _claim(dialect, limit=2)
+        second = _claim(dialect, limit=2)  # the prepared statement again
+        assert _claim(dialect, limit=2) == []
+    finally:
+        raw.prepare_threshold = None
+    assert len(first) == 2 and len(second) == 1
+    assert {r.id for r in first}.isdisjoint({r.id for r in second})
+    assert all(r.worker_ids == [WORKER] and r.attempts == 1 for r in first + second)

@@ -280,9 +280,9 @@ class PostgreSQLDialect(Dialect):
         if not _can_prepare(raw):
             cursor.execute(sql, params)
             return self.fetch_claimed(cursor)
-        # A prepared statement: the claim is planned once per connection, not at each call
-        # (planning its walk over priorities cost 1.3-2 ms a claim of 50 here, more than
-        # running it). Django's cursors bind parameters on the client, which rules that out.
+        # A prepared statement, where the project allows them: the claim is then planned
+        # once per connection, not at each call (planning its walk over priorities is a
+        # large part of its cost). Django's cursors bind parameters on the client.
         import psycopg
 
         with self.connection.wrap_database_errors, psycopg.Cursor(raw) as prepared:
@@ -340,9 +340,9 @@ class PostgreSQLDialect(Dialect):
 
 
 def _can_prepare(raw: Any) -> bool:
-    """Whether ``raw`` is a psycopg 3 connection that may hold prepared statements: not when
-    the project turned them off (``OPTIONS["prepare_threshold"] = None``, as a pooler in
-    transaction mode without prepared-statement support needs)."""
+    """Whether ``raw`` is a psycopg 3 connection that may hold prepared statements: only when
+    the project turned them on (``OPTIONS["prepare_threshold"]`` a number; Django's default,
+    None, leaves them off so that poolers in transaction mode keep working)."""
     try:
         import psycopg
     except ImportError:  # psycopg2
