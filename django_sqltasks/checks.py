@@ -70,6 +70,14 @@ def check_backend(backend: SQLTaskBackend) -> Iterable[checks.CheckMessage]:
                 hint="pip install 'django-sqltasks[otel]' (and the OpenTelemetry SDK to export).",
                 id="django_sqltasks.E012",
             )
+    unknown = sorted(set(backend.config.queue_limits) - set(backend.queues))
+    if backend.queues and unknown:
+        yield checks.Error(
+            f"{name}['OPTIONS']['QUEUE_LIMITS'] limits {', '.join(map(repr, unknown))}, which "
+            f"is not in QUEUES: no task can be in it, so the limit would hold nothing.",
+            hint=f"Use one of QUEUES ({', '.join(backend.queues)}), or add the queue to it.",
+            id="django_sqltasks.E013",
+        )
     yield from _check_periodic(backend, name)
 
 

@@ -63,6 +63,18 @@ def test_unknown_database_alias_is_reported() -> None:
     ]
 
 
+def test_a_queue_limit_on_a_queue_outside_queues_is_reported() -> None:
+    found = messages(backend_with({"QUEUE_LIMITS": {"emials": {"concurrency": 2}}}))
+    assert found == [
+        (
+            "django_sqltasks.E013",
+            "TASKS['custom']['OPTIONS']['QUEUE_LIMITS'] limits 'emials', which is not in "
+            "QUEUES: no task can be in it, so the limit would hold nothing.",
+        )
+    ]
+    assert messages(backend_with({"QUEUE_LIMITS": {"default": {"rate": "5/s"}}})) == []
+
+
 def test_enqueue_refuses_to_run_with_invalid_options() -> None:
     with (
         override_settings(TASKS={"default": {**BASE, "OPTIONS": {"POLL_INTERVAL": -1}}}),
