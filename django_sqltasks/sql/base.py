@@ -538,15 +538,18 @@ class Dialect:
         scope: Scope = UNLIMITED,
     ) -> list[ClaimedRow]:
         """Mark up to ``limit`` due tasks RUNNING for ``worker_id`` and return them."""
-        cursor.execute(
-            *self.claim_sql(
-                backend_name=backend_name,
-                queue_names=queue_names,
-                worker_id=worker_id,
-                limit=limit,
-                scope=scope,
-            )
+        sql, params = self.claim_sql(
+            backend_name=backend_name,
+            queue_names=queue_names,
+            worker_id=worker_id,
+            limit=limit,
+            scope=scope,
         )
+        return self.run_claim(cursor, sql, params)
+
+    def run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[ClaimedRow]:
+        """Run the claim statement and read the rows it claimed."""
+        cursor.execute(sql, params)
         return self.fetch_claimed(cursor)
 
     def ready_where(

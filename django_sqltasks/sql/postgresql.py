@@ -259,23 +259,7 @@ class PostgreSQLDialect(Dialect):
             [*priority_params, *where_params, limit, limit, worker_id, worker_id],
         )
 
-    def claim(
-        self,
-        cursor: CursorWrapper,
-        *,
-        backend_name: str,
-        queue_names: list[str] | None,
-        worker_id: str,
-        limit: int,
-        scope: Scope = UNLIMITED,
-    ) -> list[ClaimedRow]:
-        sql, params = self.claim_sql(
-            backend_name=backend_name,
-            queue_names=queue_names,
-            worker_id=worker_id,
-            limit=limit,
-            scope=scope,
-        )
+    def run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[ClaimedRow]:
         raw: Any = getattr(cursor.cursor, "connection", None)
         if not _can_prepare(raw):
             cursor.execute(sql, params)
