@@ -112,10 +112,8 @@ def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]
             )
         )
     age = health.oldest_transaction_seconds
-    if connections[using].vendor == "postgresql":
-        ending, timeout = "pg_terminate_backend()", "idle_in_transaction_session_timeout"
-    else:
-        ending, timeout = "KILL", "idle_transaction_timeout (MariaDB)"
+    dialect = dialect_for(connections[using])
+    ending, timeout = dialect.end_session, dialect.idle_transaction_timeout
     if age is not None and age > old_transaction_seconds():
         state = f", {health.oldest_transaction_state}" if health.oldest_transaction_state else ""
         found.append(

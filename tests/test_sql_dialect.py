@@ -227,3 +227,102 @@ def test_a_prepared_claim_takes_the_same_rows(dialect: Dialect) -> None:
     assert len(first) == 2 and len(second) == 1
     assert {r.id for r in first}.isdisjoint({r.id for r in second})
     assert all(r.worker_ids == [WORKER] and r.attempts == 1 for r in first + second)
+
+
+# The rest of the operations: every public method of the dialect is called on each database.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_database_clock_and_the_worker_table(dialect: Dialect) -> None:
+    from django_sqltasks.models import WorkerRecord
+
+    before = timezone.now()
+    with connection.cursor() as cursor:
+        now = dialect.db_now(cursor)
+    assert now.tzinfo is not None and abs((now - before).total_seconds()) < 5
+    WorkerRecord.objects.create(id="alive", backend_name="default", pid=11, hostname="here")
+    WorkerRecord.objects.create(
+        id="silent", backend_name="default", heartbeat_at=before - timedelta(minutes=10)
+    )
+    with connection.cursor() as cursor:
+        assert dialect.heartbeat(cursor, "alive")
+        assert not dialect.heartbeat(cursor, "nobody")
+        assert dialect.live_worker(cursor, "alive", lease_timeout=30) == (11, "here")
+        assert dialect.live_worker(cursor, "silent", lease_timeout=30) is None
+        assert dialect.forget_dead_workers(cursor, lease_timeout=30) == 1
+    assert set(WorkerRecord.objects.values_list("id", flat=True)) == {"alive"}
+    assert WorkerRecord.objects.get(id="alive").heartbeat_at >= before - timedelta(seconds=5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_limit_keys_are_found_one_probe_a_key_and_claimed_in_their_scope(
+    dialect: Dialect,
+) -> None:
+    from django_sqltasks.sql import Scope
+
+    tasks = [_new(limit_key=key) for key in ("b", "a", "a", "c")] + [_new()]
+    with connection.cursor() as cursor:
+        dialect.insert(cursor, tasks)
+        assert dialect.limit_keys(cursor, "default", after="", count=10) == ["a", "b", "c"]
+        assert dialect.limit_keys(cursor, "default", after="a", count=1) == ["b"]
+        assert dialect.limit_keys(cursor, "other", after="", count=10) == []
+        limited = dialect.claim(
+            cursor,
+            backend_name="default",
+            queue_names=None,
+            worker_id=WORKER,
+            limit=10,
+            scope=Scope(limit_key="a"),
+        )
+    assert sorted(r.id for r in limited) == sorted(t.id for t in tasks[1:3])
+    # The main claim takes only the task of no limit.
+    assert [r.id for r in _claim(dialect)] == [tasks[4].id]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_make_due_moves_only_a_deferred_ready_task(dialect: Dialect) -> None:
+    later = timezone.now() + timedelta(hours=1)
+    deferred = task_row(available_at=later, run_after=later).id
+    due = task_row().id
+    running = task_row(TaskResultStatus.RUNNING, available_at=later).id
+    with connection.cursor() as cursor:
+        assert dialect.make_due(cursor, backend_name="default", task_id=deferred)
+        assert not dialect.make_due(cursor, backend_name="default", task_id=due)
+        assert not dialect.make_due(cursor, backend_name="default", task_id=running)
+        assert not dialect.make_due(cursor, backend_name="other", task_id=deferred)
+        assert not dialect.make_due(cursor, backend_name="default", task_id=uuid.uuid4())
+        dialect.announce(cursor, ["default"])  # a NOTIFY on PostgreSQL, nothing elsewhere
+    assert [r.id for r in _claim(dialect)] != []
+    assert TaskRecord.objects.get(id=deferred).status == "RUNNING"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_table_health_location_and_statement_limits(dialect: Dialect) -> None:
+    with connection.cursor() as cursor:
+        health = dialect.table_health(cursor)
+    if connection.vendor == "sqlite":
+        assert not health.known
+    else:
+        assert health.known
+        assert health.live_rows is None or health.live_rows >= 0
+    assert dialect.location()
+    limit = dialect.max_statement_bytes()
+    small = Outcome(id=uuid.uuid4(), status="SUCCESSFUL", finished_at=None, return_value="1")
+    assert dialect.outcome_problem(small) is None
+    if limit is None:
+        assert connection.vendor != "mysql"
+    else:
+        huge = Outcome(
+            id=uuid.uuid4(), status="SUCCESSFUL", finished_at=None, return_value="1" * limit
+        )
+        problem = dialect.outcome_problem(huge)
+        assert problem is not None and "max_allowed_packet" in problem
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_missing_table_is_told_apart_from_other_errors(dialect: Dialect) -> None:
+    with connection.cursor() as cursor, pytest.raises(DatabaseError) as missing:
+        cursor.execute("SELECT 1 FROM django_sqltasks_no_such_table")
+    assert dialect.names_missing_table(missing.value)
+    assert dialect.names_missing_table(missing.value.__cause__ or missing.value)
+    assert not dialect.names_missing_table(ValueError("no such table"))

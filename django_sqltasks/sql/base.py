@@ -238,6 +238,10 @@ class Dialect:
     single_writer = False
     # Whether the planner's row estimate is cheap to read (the admin uses it for large counts).
     estimates_counts = False
+    # How an operator ends another session, and the setting that ends a forgotten
+    # transaction by itself (named in the warning of an old transaction).
+    end_session = "KILL"
+    idle_transaction_timeout = "idle_transaction_timeout (MariaDB)"
     # Whether aenqueue() talks to the database natively from the event loop (psycopg 3's
     # async connections), rather than through a thread.
     async_driver = False

@@ -74,6 +74,8 @@ class PostgreSQLDialect(Dialect):
     estimates_counts = True
     async_driver = True
     json_placeholder = "%s::jsonb"
+    end_session = "pg_terminate_backend()"
+    idle_transaction_timeout = "idle_in_transaction_session_timeout"
 
     def is_transient(self, error: BaseException) -> bool:
         sqlstate = getattr(driver_error(error), "sqlstate", None)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import OperationalError
+from django.db import DatabaseError, OperationalError
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
@@ -43,6 +44,8 @@ class SQLiteDialect(Dialect):
 
     @staticmethod
     def names_missing_table(error: BaseException) -> bool:
+        if not isinstance(error, DatabaseError | sqlite3.DatabaseError):
+            return False  # a task's own ValueError("no such table ...") says nothing of ours
         message = str(error)
         return message.startswith(MISSING_MESSAGES[:2]) or MISSING_MESSAGES[2] in message
 
