@@ -299,6 +299,11 @@ class Dialect:
 
         return connections[self.connection.alias]
 
+    def session_statements(self) -> list[tuple[str, list[Any]]]:
+        """Statements to run on a new connection of our own that Django would run on its own
+        (none, on most databases)."""
+        return []
+
     def table_health(self, cursor: CursorWrapper) -> TableHealth:
         """Read whether old row versions of the task table can be cleaned up, and what holds
         them back: autovacuum, dead rows, old transactions of other sessions."""

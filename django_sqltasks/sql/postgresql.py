@@ -117,6 +117,21 @@ class PostgreSQLDialect(Dialect):
         )
 
     listen_sql = f"LISTEN {CHANNEL}"
+
+    def session_statements(self) -> list[tuple[str, list[Any]]]:
+        """What Django runs on each new connection (its time zone, and ``OPTIONS
+        ["assume_role"]``), for the worker's own connections to run too: a claim's rows carry
+        their times as text in the session's time zone, which is read as Django's."""
+        statements: list[tuple[str, list[Any]]] = []
+        if self.connection.timezone_name:
+            statements.append(
+                (self.connection.ops.set_time_zone_sql(), [self.connection.timezone_name])
+            )
+        role = self.connection.settings_dict["OPTIONS"].get("assume_role")
+        if role:
+            statements.append(("SELECT set_config('role', %s, false)", [role]))
+        return statements
+
     db_clock = "now()"  # the statement's (transaction's) start, by the server's clock
 
     def ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
@@ -276,7 +291,10 @@ class PostgreSQLDialect(Dialect):
             return self.fetch_claimed(prepared)
 
     def fetch_claimed(self, cursor: Any) -> list[ClaimedRow]:
-        document = cursor.fetchone()[0]  # the claim's json_agg(), or NULL for no row
+        return self.claimed_rows(cursor.fetchone()[0])
+
+    def claimed_rows(self, document: str | None) -> list[ClaimedRow]:
+        """The rows of the claim's one value: its json_agg(), or NULL for no row."""
         if document is None:
             return []
         return [self.claimed_row(values) for values in loads(document)]

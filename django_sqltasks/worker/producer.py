@@ -26,6 +26,7 @@ from ..sql import ClaimedRow, Dialect, Scope, dialect_for
 from .completer import Completer
 from .executor import Executor
 from .limited import limited_claim_for
+from .native import LoopDatabase
 from .progress import Progress
 
 logger = logging.getLogger("django_sqltasks")
@@ -172,6 +173,7 @@ class Producer:
         self._wake_pending = False  # a wake-up is on its way to the loop (read unlocked)
         self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
+        self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
         self.stopping = False
         # Owned by the database thread.
         self._claim_uncertain = False  # a claim failed without telling us what it took
@@ -179,12 +181,21 @@ class Producer:
         self._limited = limited_claim_for(backend, worker_id, queue_names)
         self._main_scope = Scope(exclude_queues=self._limited.excluded)
 
+    @property
+    def main_scope(self) -> Scope:
+        """What the main claim takes: tasks of no limit, outside the limited queues."""
+        return self._main_scope
+
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
         """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
         self.executor = executor
+
+    def claim_on_loop(self, native: LoopDatabase) -> None:
+        """Run the main claim on the loop through ``native`` (on the loop thread)."""
+        self._native = native
 
     # Loop thread --------------------------------------------------------------------------
 
@@ -205,7 +216,7 @@ class Producer:
                 continue
             written_before = self._completer.written
             try:
-                rows = await self.db_call(self._claim, free)
+                rows = await self._claim_rows(free)
             except Exception:
                 self._progress.failed("claiming")
                 logger.exception("Claim failed worker_id=%s; retrying", self.worker_id)
@@ -257,6 +268,25 @@ class Producer:
         """End the current sleep (on the loop thread)."""
         if self._wake is not None:
             self._wake.set()
+
+    def woken_here(self, queue_name: str | None) -> None:
+        """A task may have been enqueued (told on the loop thread): claim without waiting."""
+        if self._serves(queue_name):
+            self._woken()
+
+    async def _claim_rows(self, free: int) -> list[ClaimedRow]:
+        """Claim up to ``free`` tasks: on the loop where it can, else on the database thread."""
+        native = self._native
+        if native is None or not native.ready or self._limited.active:
+            return await self.db_call(self._claim, free)
+        try:
+            return await native.claim(free)
+        except Exception as e:
+            logger.warning(
+                "Claim on the event loop failed (%s); claiming on the database thread", e
+            )
+            # It may have committed: the thread's claim first puts back what it took.
+            return await self.db_call(self._claim, free, True)
 
     def _hold(self, rows: list[ClaimedRow]) -> None:
         """Take claimed rows in: start as many as there are free slots, keep the rest waiting."""
@@ -339,10 +369,13 @@ class Producer:
             with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
                 self._loop.call_soon_threadsafe(self.wake)
 
+    def _serves(self, queue_name: str | None) -> bool:
+        queues = self.queue_names
+        return queue_name is None or queues is None or queue_name in queues
+
     def on_wake(self, queue_name: str | None) -> None:
         """A task may have been enqueued (from the wake-up thread): claim without waiting."""
-        queues = self.queue_names
-        if queue_name is not None and queues is not None and queue_name not in queues:
+        if not self._serves(queue_name):
             return
         if self._wake_pending or self._loop is None:
             return
@@ -369,8 +402,8 @@ class Producer:
         with connection.cursor() as cursor:
             return fn(dialect_for(connection), cursor)
 
-    def _claim(self, limit: int) -> list[ClaimedRow]:
-        if self._claim_uncertain:
+    def _claim(self, limit: int, after_failed_claim: bool = False) -> list[ClaimedRow]:
+        if self._claim_uncertain or after_failed_claim:
             # The last claim failed mid-way: it may have committed rows we never saw, which
             # our heartbeat would keep RUNNING forever. Put them back first.
             count = self.requeue_owned(

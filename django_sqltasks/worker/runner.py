@@ -29,6 +29,7 @@ from .executor import Executor
 from .lease import Lease
 from .link import SupervisorLink
 from .maintenance import Maintenance
+from .native import LoopDatabase
 from .producer import Producer, Slots
 from .progress import Progress
 from .reporter import Reporter
@@ -149,6 +150,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: Executor | None = None
         self._wakeup: Wakeup | None = None
+        self._native: LoopDatabase | None = None  # PostgreSQL's listen and claim on the loop
 
     # Public controls --------------------------------------------------------------------
 
@@ -232,7 +234,24 @@ class Worker:
             # written sooner.
             self._writer.submit(_connect, self.database)
         await self._producer.db_call(self.lease.register)
-        self._wakeup = wakeup_for(self.database, self.backend.config.notify, self._producer.on_wake)
+        notify = self.backend.config.notify
+        if LoopDatabase.available(self.database):
+            # PostgreSQL: LISTEN and the main claim on the loop; the Wakeup only registers
+            # this worker for enqueues of its own process.
+            self._native = LoopDatabase(
+                database=self.database,
+                backend_name=self.backend.alias,
+                queue_names=self.queue_names,
+                worker_id=self.worker_id,
+                scope=self._producer.main_scope,
+                listen=notify,
+                on_wake=self._producer.woken_here,
+            )
+            await self._native.start()
+            self._producer.claim_on_loop(self._native)
+            self._wakeup = Wakeup(self.database, self._producer.on_wake)
+        else:
+            self._wakeup = wakeup_for(self.database, notify, self._producer.on_wake)
         self._wakeup.start()
         self._maintenance.start()
         logger.info(
@@ -258,6 +277,8 @@ class Worker:
         self._stopped.set()
         if self._wakeup is not None:
             self._wakeup.stop()
+        if self._native is not None:
+            await self._native.close()
         await asyncio.to_thread(self._completer.wait_idle, WRITES_WAIT)
         await asyncio.wrap_future(self._signals.post(lambda: None))
         await asyncio.to_thread(self._maintenance.join)

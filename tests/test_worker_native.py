@@ -1,0 +1,198 @@
+"""PostgreSQL's claim and LISTEN on the worker's event loop (worker/native.py): the same rows
+as the database thread's claim, a wake-up on the loop, and a lost connection that costs a
+fallback to the database thread, never a task."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.sql import UNLIMITED, NewTask, dialect_for
+from django_sqltasks.worker import native
+from django_sqltasks.worker.native import LoopDatabase
+from tests import tasks
+from tests.conftest import WORKER_APPLICATION_NAME, WorkerProcess, wait_for
+
+pytestmark = [
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="the event-loop claim is PostgreSQL's"
+    ),
+    pytest.mark.django_db(transaction=True),
+]
+
+WORKER = "loop-worker"
+StartWorker = Callable[..., WorkerProcess]
+
+
+def _insert(count: int, run_after: Any = None) -> list[uuid.UUID]:
+    now = timezone.now()
+    rows = [
+        NewTask(
+            id=uuid.uuid4(),
+            task_path="tests.tasks.add",
+            backend_name="default",
+            queue_name="default",
+            priority=0,
+            args=[1, 2],
+            kwargs={},
+            enqueued_at=now,
+            run_after=run_after,
+        )
+        for _ in range(count)
+    ]
+    with connection.cursor() as cursor:
+        dialect_for(connection).insert(cursor, rows, notify=True)
+    return [row.id for row in rows]
+
+
+def _loop_database(**kwargs: Any) -> LoopDatabase:
+    values: dict[str, Any] = {
+        "database": "default",
+        "backend_name": "default",
+        "queue_names": ["default"],
+        "worker_id": WORKER,
+        "scope": UNLIMITED,
+        "listen": False,
+        "on_wake": lambda queue: None,
+    }
+    values.update(kwargs)
+    return LoopDatabase(**values)
+
+
+def _insert_and_close(count: int) -> None:
+    """``_insert`` on a thread of its own, closing that thread's connection."""
+    try:
+        _insert(count)
+    finally:
+        connection.close()
+
+
+def _terminate(pid: int) -> None:
+    """End a session from another connection, as a failover or a DBA would."""
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
+
+
+def test_the_loop_claims_what_the_thread_would_with_times_read_as_django_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # libpq takes the session's time zone from PGTZ: had the connection kept it, the claim's
+    # times (text in the session's zone) would be read off by five and a half hours.
+    monkeypatch.setenv("PGTZ", "Asia/Kolkata")
+    deferred = timezone.now() - timedelta(seconds=30)
+    ids = _insert(3, run_after=deferred) + _insert(2)
+
+    async def claim() -> tuple[list[Any], str]:
+        loop_database = _loop_database()
+        await loop_database.start()
+        try:
+            rows = await loop_database.claim(10)
+            cursor = await loop_database._claimer.execute("SHOW TimeZone")
+            return rows, (await cursor.fetchone())[0]
+        finally:
+            await loop_database.close()
+
+    rows, zone = asyncio.run(claim())
+    assert zone == connection.timezone_name  # as Django sets its own connections
+    assert sorted(row.id for row in rows) == sorted(ids)
+    stored = {record.id: record for record in TaskRecord.objects.filter(id__in=ids)}
+    for row in rows:
+        record = stored[row.id]
+        assert (row.enqueued_at, row.run_after) == (record.enqueued_at, record.run_after)
+        assert row.worker_ids == [WORKER] and row.attempts == 1
+        assert (record.status, record.owner) == ("RUNNING", WORKER)
+    assert sum(row.run_after == deferred for row in rows) == 3
+
+
+def test_a_lost_claim_connection_raises_then_comes_back_after_a_delay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(native, "RECONNECT_DELAY", 0.3)
+    _insert(2)
+
+    async def scenario() -> tuple[int, bool, bool, int]:
+        loop_database = _loop_database()
+        await loop_database.start()
+        try:
+            first = await loop_database.claim(1)
+            await asyncio.to_thread(_terminate, loop_database._claimer.info.backend_pid)
+            with pytest.raises(Exception, match="terminat"):
+                await loop_database.claim(1)
+            down = loop_database.ready
+            await asyncio.sleep(0.4)
+            back = loop_database.ready
+            second = await loop_database.claim(1)
+            return len(first), down, back, len(second)
+        finally:
+            await loop_database.close()
+
+    assert asyncio.run(scenario()) == (1, False, True, 1)
+
+
+def test_a_notify_wakes_the_loop_listener() -> None:
+    woken: list[str | None] = []
+
+    async def scenario() -> None:
+        loop_database = _loop_database(listen=True, on_wake=woken.append)
+        await loop_database.start()
+        try:
+            for _ in range(100):  # the listener's own None comes once it listens
+                if woken:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(_insert_and_close, 1)
+            for _ in range(100):
+                if "default" in woken:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await loop_database.close()
+
+    asyncio.run(scenario())
+    assert woken[0] is None and "default" in woken
+
+
+@pytest.mark.worker_process
+def test_a_killed_claim_connection_falls_back_and_runs_each_task_once(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions"
+    worker = worker_process("--concurrency", "4", env={"SQLTASKS_POLL_INTERVAL": "0.2"})
+    wait_for(lambda: WorkerRecord.objects.exists())
+    count = 0
+    for _ in range(3):
+        for _ in range(40):
+            tasks.record.enqueue(str(log), f"task-{count}", 0.005)
+            count += 1
+        time.sleep(0.3)
+        with connection.cursor() as cursor:  # only the loop's claim connection
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = %s "
+                "AND query LIKE %s AND pid <> pg_backend_pid()",
+                [WORKER_APPLICATION_NAME, "%priorities(p) AS%"],
+            )
+    wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=60)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.output
+    executions = Counter(line.split()[0] for line in log.read_text().splitlines())
+    assert len(executions) == count and max(executions.values()) == 1
+    assert "Claim on the event loop failed" in worker.output
+    assert TaskRecord.objects.exclude(status=TaskResultStatus.SUCCESSFUL).count() == 0
