@@ -3,8 +3,9 @@
 An idle worker (its own process, the default POLL_INTERVAL of 1 s) and an enqueuer (another
 process) that sends one task at a time with a sync ``enqueue()``, at random gaps. The worker's
 process is the real ``tasks_worker`` with timestamps taken where each step ends: the wake-up
-(``Producer.on_wake``, on the listening thread), the loop acting on it, the claim's start and end
-(on the database thread), and the task's first line. The enqueuer stamps the call's start and
+(``Producer.woken_here`` on the loop where PostgreSQL listens there, else ``Producer.on_wake`` on
+the listening thread), the loop acting on it, the claim's start and end (on the loop, or through
+the database thread), and the task's first line. The enqueuer stamps the call's start and
 return. Every stamp is ``time.time()`` on this one machine. Printed: the median of each step from
 the call (the enqueue() call's own duration apart: the worker may be woken before it returns,
 since it sends task_enqueued after the commit), the total, and what the server's own costs are
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 WORKER = textwrap.dedent(
     """
-    import os, sys, time
+    import inspect, os, sys, time
     import django
     django.setup()
     from django_sqltasks.worker import producer
@@ -43,22 +44,26 @@ WORKER = textwrap.dedent(
     def mark(name):
         LOG.write(f"{name} {time.time():.6f}\\n")
 
-    def wrap(cls, name, label):
+    def wrap(cls, name, start, end=None):
         original = getattr(cls, name)
-        def wrapper(self, *args):
-            if label.endswith("_end"):
-                result = original(self, *args)
-                if result:
-                    mark(label)
+        if inspect.iscoroutinefunction(original):
+            async def wrapper(self, *args):
+                mark(start)
+                result = await original(self, *args)
+                if end and result:
+                    mark(end)
                 return result
-            mark(label)
-            return original(self, *args)
+        else:
+            def wrapper(self, *args):
+                mark(start)
+                return original(self, *args)
         setattr(cls, name, wrapper)
 
+    # PostgreSQL wakes the loop itself (woken_here); elsewhere a thread does (on_wake).
     wrap(producer.Producer, "on_wake", "woken_by_notify")
+    wrap(producer.Producer, "woken_here", "woken_by_notify")
     wrap(producer.Producer, "_woken", "loop_acts")
-    wrap(producer.Producer, "_claim", "claim_start")
-    wrap(producer.Producer, "_claim", "claim_end")
+    wrap(producer.Producer, "_claim_rows", "claim_start", "claim_end")
     from django.core.management import call_command
     call_command("tasks_worker", "--concurrency", "10", "-v", "0")
     """

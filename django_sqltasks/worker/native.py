@@ -1,10 +1,12 @@
-"""PostgreSQL on the worker's event loop: ``LISTEN`` and the claim run on psycopg 3's async
-connections, so that a ``NOTIFY`` reaches the claim loop, and a claim's rows reach the executor,
-with no thread hand-off (three fewer wake-ups between an enqueue and its task's start).
+"""PostgreSQL on the worker's event loop: ``LISTEN`` and the main claim share one psycopg 3 async
+connection driven by the loop, so that a ``NOTIFY`` reaches the claim loop, and a claim's rows
+reach the executor, with no thread hand-off (three fewer wake-ups between an enqueue and its
+task's start), and the worker keeps to three connections of its own.
 
-Used only where the database is PostgreSQL through psycopg 3, and only for the main claim: the
-limited claim, the requeues and everything else stay on the worker's database thread, which is
-also where a claim falls back to while this one's connection is down.
+Between claims the loop watches the connection's socket and reads notifications as they come;
+during a claim psycopg reads the socket, and hands notifications to a handler. The limited
+claim, requeues and everything else stay on the worker's database thread, which is also where a
+claim falls back to while this connection is down.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ RECONNECT_DELAY = 1.0  # seconds between attempts to open a connection that fail
 
 
 class LoopDatabase:
-    """The worker's two connections on its event loop: one listening, one claiming. Every
-    method and field belongs to the loop thread."""
+    """The worker's connection on its event loop. Every method and field belongs to the loop
+    thread."""
 
     def __init__(
         self,
@@ -53,9 +55,10 @@ class LoopDatabase:
         self.dialect = dialect
         self._params: dict[str, Any] = {}
         self._session: list[tuple[str, list[Any]]] = []  # time zone and role, as Django sets
-        self._claimer: Any = None  # the claim's AsyncConnection, None while down
-        self._retry_at = 0.0  # monotonic time before which a lost claim connection stays down
-        self._listener: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connection: Any = None  # the AsyncConnection; None while down
+        self._watched: int | None = None  # the socket the loop watches between claims
+        self._retry_at = 0.0  # monotonic time before which a lost connection stays down
         self.claims = 0  # claims run here (the tests read it)
 
     @staticmethod
@@ -70,21 +73,24 @@ class LoopDatabase:
         return True
 
     async def start(self) -> None:
-        """Read the connection settings (on the loop, from Django's settings: no query) and
-        start listening; the claim connection opens at the first claim."""
+        """Read the connection settings (from Django's settings: no query) and, to listen,
+        connect now; if that fails, the next claim tries again."""
         from ..pg import connection_params
 
+        self._loop = asyncio.get_running_loop()
         self._params = connection_params(self.database)
         self._session = self.dialect.session_statements()
         if self._listen:
-            self._listener = asyncio.get_running_loop().create_task(
-                self._listen_forever(), name="sqltasks-listen"
-            )
+            try:
+                await self._connect()
+            except Exception as e:
+                self._retry_at = time.monotonic() + RECONNECT_DELAY
+                logger.warning("Listening for new tasks failed (%s); polling until it is back", e)
 
     @property
     def ready(self) -> bool:
         """Whether a claim may run here now (else on the database thread)."""
-        return self._claimer is not None or time.monotonic() >= self._retry_at
+        return self._connection is not None or time.monotonic() >= self._retry_at
 
     async def claim(self, limit: int) -> list[ClaimedRow]:
         """Claim up to ``limit`` due tasks of the main scope. On any error the connection is
@@ -98,22 +104,18 @@ class LoopDatabase:
             scope=self.scope,
         )
         try:
-            if self._claimer is None:
-                self._claimer = await self._connect()
-            rows = await self._run(self._claimer, sql, params)
+            connection = self._connection or await self._connect()
+            self._unwatch()  # psycopg reads the socket while the statement runs
+            rows = await self._run(connection, sql, params)
         except BaseException:
-            await self._drop_claimer()
+            await self._drop()
             raise
+        self._watch()
         self.claims += 1
         return rows
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(BaseException):  # cancelled, or failed: over either way
-                await self._listener
-            self._listener = None
-        await self._drop_claimer()
+        await self._drop()
 
     # Inside ------------------------------------------------------------------------------
 
@@ -126,9 +128,16 @@ class LoopDatabase:
         try:
             for sql, params in self._session:
                 await connection.execute(sql, params)
+            if self._listen:
+                connection.add_notify_handler(self._notified)  # those read during a claim
+                await connection.execute(PostgreSQLDialect.listen_sql)
         except BaseException:
             await connection.close()
             raise
+        self._connection = connection
+        self._watch()
+        if self._listen:
+            self._on_wake(None)  # anything sent while we were not listening
         return connection
 
     async def _run(self, connection: Any, sql: str, params: list[Any]) -> list[ClaimedRow]:
@@ -147,24 +156,53 @@ class LoopDatabase:
         assert row is not None  # json_agg() returns one row, NULL when nothing was claimed
         return self.dialect.claimed_rows(row[0])
 
-    async def _drop_claimer(self) -> None:
-        connection, self._claimer = self._claimer, None
+    def _notified(self, notify: Any) -> None:
+        self._on_wake(notify.payload or None)
+
+    def _watch(self) -> None:
+        """Read notifications as they arrive, until the next claim (listening workers only)."""
+        if not self._listen or self._connection is None or self._watched is not None:
+            return
+        assert self._loop is not None
+        self._watched = self._connection.fileno()
+        self._loop.add_reader(self._watched, self._readable)
+        self._readable()  # any that came with the last statement's results
+
+    def _unwatch(self) -> None:
+        if self._watched is not None:
+            assert self._loop is not None
+            self._loop.remove_reader(self._watched)
+            self._watched = None
+
+    def _readable(self) -> None:
+        connection = self._connection
+        if connection is None:
+            return
+        pgconn = connection.pgconn
+        try:
+            pgconn.consume_input()
+        except Exception as e:  # the server went away: claims fall back until it is back
+            logger.warning("Listening for new tasks failed (%s); polling until it is back", e)
+            self._unwatch()
+            self._connection = None
+            self._retry_at = time.monotonic() + RECONNECT_DELAY
+            self._loop_close(connection)
+            return
+        while (notify := pgconn.notifies()) is not None:
+            self._on_wake(notify.extra.decode("utf-8", "replace") or None)
+
+    def _loop_close(self, connection: Any) -> None:
+        assert self._loop is not None
+        self._loop.create_task(_close_quietly(connection))
+
+    async def _drop(self) -> None:
+        self._unwatch()
+        connection, self._connection = self._connection, None
         self._retry_at = time.monotonic() + RECONNECT_DELAY
         if connection is not None:
-            with contextlib.suppress(Exception):  # broken already
-                await connection.close()
+            await _close_quietly(connection)
 
-    async def _listen_forever(self) -> None:
-        while True:
-            try:
-                connection = await self._connect()
-                async with connection:
-                    await connection.execute(PostgreSQLDialect.listen_sql)
-                    self._on_wake(None)  # anything sent while we were not listening
-                    async for notify in connection.notifies():
-                        self._on_wake(notify.payload or None)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                logger.warning("Listening for new tasks failed (%s); polling until it is back", e)
-            await asyncio.sleep(RECONNECT_DELAY)
+
+async def _close_quietly(connection: Any) -> None:
+    with contextlib.suppress(Exception):  # broken already
+        await connection.close()

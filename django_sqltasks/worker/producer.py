@@ -171,6 +171,8 @@ class Producer:
         self._started: Receivers | None = None  # task_started receivers, as of the last claim
         self._idle_sleep = poll_interval
         self._wake_pending = False  # a wake-up is on its way to the loop (read unlocked)
+        self._claiming = False  # a claim is on its way
+        self._woken_in_claim = False  # a wake-up came during it: its task may have been missed
         self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
@@ -216,12 +218,15 @@ class Producer:
                 continue
             written_before = self._completer.written
             try:
+                self._claiming, self._woken_in_claim = True, False
                 rows = await self._claim_rows(free)
             except Exception:
+                self._claiming = False
                 self._progress.failed("claiming")
                 logger.exception("Claim failed worker_id=%s; retrying", self.worker_id)
                 await self.sleep(self.poll_interval)
                 continue
+            self._claiming = False
             self._progress.succeeded("claiming")
             self._hold(rows)
             if not self._limited.active and (
@@ -256,6 +261,11 @@ class Producer:
         """Sleep up to ``seconds``; wake early once a quarter of the room is free, all tasks
         are done, or a stop is asked."""
         assert self._wake is not None and self.executor is not None
+        if self._woken_in_claim:
+            # A task announced while the last claim ran may have committed after the claim
+            # read the queue: claim again now, not after up to a poll interval.
+            self._woken_in_claim = False
+            return
         if self.executor.threads_waiting():
             seconds = min(seconds, self.executor.spawn_after)
         capacity = self.slots.capacity
@@ -385,6 +395,8 @@ class Producer:
 
     def _woken(self) -> None:
         self._wake_pending = False
+        if self._claiming:
+            self._woken_in_claim = True
         self._idle_sleep = BUSY_POLL
         self.wake()
 
