@@ -1,10 +1,11 @@
 """Waking an idle worker when a task is enqueued, instead of waiting for its next poll.
 
 PostgreSQL: ``LISTEN``/``NOTIFY`` (the enqueue's INSERT notifies, so the message arrives at
-commit). SQLite: enqueues in the same process wake workers directly, and a thread waits for
-writes to the database files (inotify on Linux) or else polls ``PRAGMA data_version``, which
-changes when another process commits. MySQL has neither; its
-workers poll, faster while work keeps arriving. Polling stays on everywhere as the fallback.
+commit), on the worker's event loop (``worker/native.py``). SQLite: enqueues in the same
+process wake workers directly, and a thread waits for writes to the database files (inotify on
+Linux) or else polls ``PRAGMA data_version``, which changes when another process commits. MySQL
+has neither; its workers poll, faster while work keeps arriving. Polling stays on everywhere as
+the fallback.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from .sql import dialect_for
 
 logger = logging.getLogger("django_sqltasks")
 
-LISTEN_TIMEOUT = 1.0  # seconds between checks for a stop while listening
-RECONNECT_DELAY = 1.0  # seconds before listening again after a lost connection
+WAIT_TIMEOUT = 1.0  # seconds between checks for a stop while waiting
 SQLITE_PROBE_INTERVAL = 0.002  # seconds between PRAGMA data_version checks
 
 OnWake = Callable[[str | None], None]  # called with the queue name, or None for "anything"
@@ -77,7 +77,7 @@ class Wakeup:
         if self._pipe is not None:
             os.write(self._pipe[1], b"x")
         if self._thread is not None:
-            self._thread.join(timeout=LISTEN_TIMEOUT + 1)
+            self._thread.join(timeout=WAIT_TIMEOUT + 1)
             if self._thread.is_alive():
                 return  # leave its pipe open: it may still wait on it
         if self._pipe is not None:
@@ -89,49 +89,11 @@ class Wakeup:
         return None
 
     def _wait(self, source: Any) -> bool:
-        """Wait up to LISTEN_TIMEOUT for ``source`` (a file descriptor or object with one) to
+        """Wait up to WAIT_TIMEOUT for ``source`` (a file descriptor or object with one) to
         be readable; return False at once on a stop."""
         assert self._pipe is not None
-        readable, _, _ = select.select([source, self._pipe[0]], [], [], LISTEN_TIMEOUT)
+        readable, _, _ = select.select([source, self._pipe[0]], [], [], WAIT_TIMEOUT)
         return source in readable and not self._stop.is_set()
-
-
-class PostgresListener(Wakeup):
-    """LISTEN on a connection of its own (not pooled: pgbouncer transaction mode breaks it)."""
-
-    def _target(self) -> Callable[[], None] | None:
-        from .sql.postgresql import PostgreSQLDialect
-
-        self._listen_sql = PostgreSQLDialect.listen_sql
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
-            logger.info("psycopg 3 is not installed: workers poll instead of listening")
-            return None
-        return self._listen
-
-    def _connect(self) -> Any:
-        import psycopg
-
-        from .pg import connection_params
-
-        return psycopg.connect(**connection_params(self.database), autocommit=True)
-
-    def _listen(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with self._connect() as connection:
-                    connection.execute(self._listen_sql)
-                    self.on_wake(None)  # anything sent while we were not listening
-                    while not self._stop.is_set():
-                        if self._wait(connection.fileno()):
-                            for notify in connection.notifies(timeout=0):
-                                self.on_wake(notify.payload or None)
-            except Exception as e:
-                if self._stop.is_set():
-                    return
-                logger.warning("Listening for new tasks failed (%s); polling until it is back", e)
-                self._stop.wait(RECONNECT_DELAY)
 
 
 class SQLiteProbe(Wakeup):
@@ -207,11 +169,10 @@ def _watch_directory(path: str) -> Any:
     return watcher
 
 
-def wakeup_for(database: str, notify: bool, on_wake: OnWake) -> Wakeup:
-    """Return the way workers on ``database`` learn about new tasks (``Dialect.wakeup``)."""
-    how = dialect_for(connections[database]).wakeup
-    if how == "notify" and notify:
-        return PostgresListener(database, on_wake)
-    if how == "files":
+def wakeup_for(database: str, on_wake: OnWake) -> Wakeup:
+    """Return the way workers on ``database`` learn about new tasks (``Dialect.wakeup``): on
+    PostgreSQL the worker's event loop listens itself (``worker/native.py``), so this only
+    registers it for the enqueues of its own process."""
+    if dialect_for(connections[database]).wakeup == "files":
         return SQLiteProbe(database, on_wake)
     return Wakeup(database, on_wake)

@@ -236,8 +236,7 @@ class Worker:
         await self._producer.db_call(self.lease.register)
         notify = self.backend.config.notify
         if LoopDatabase.available(self.database):
-            # PostgreSQL: LISTEN and the main claim on the loop; the Wakeup only registers
-            # this worker for enqueues of its own process.
+            # PostgreSQL: LISTEN and the main claim on the loop.
             self._native = LoopDatabase(
                 database=self.database,
                 backend_name=self.backend.alias,
@@ -249,9 +248,9 @@ class Worker:
             )
             await self._native.start()
             self._producer.claim_on_loop(self._native)
-            self._wakeup = Wakeup(self.database, self._producer.on_wake)
-        else:
-            self._wakeup = wakeup_for(self.database, notify, self._producer.on_wake)
+        elif dialect_for(connections[self.database]).wakeup == "notify" and notify:
+            logger.info("psycopg 3 is not installed: workers poll instead of listening")
+        self._wakeup = wakeup_for(self.database, self._producer.on_wake)
         self._wakeup.start()
         self._maintenance.start()
         logger.info(
