@@ -232,10 +232,12 @@ def write(docs_dir: Path, page: Path) -> None:
         CAVEATS.format(cores=first["machine"]["cores"]),
         _settings_table(),
         "## Results\n\nThe figures below come from `python -m benchmarks run --probes 10 "
-        "--http-requests 1000` (all systems and scenarios, 5,000 tasks, 3 repeats: about 25 "
-        "minutes on this machine), `python -m benchmarks run --systems sqltasks-pg,"
+        f"--http-requests 1000 --repeat {first['repeat']}` (all systems and scenarios, 5,000 "
+        f"tasks, {first['repeat']} interleaved repeats: about {12 * first['repeat']} minutes on "
+        "this machine), `python -m benchmarks run --systems sqltasks-pg,"
         "sqltasks-sqlite,sqltasks-mariadb,vtasks-valkey,raw-sql --scenarios noop -n 50000 "
-        "--profile local-50k` (the steady state, where start-up weighs little) and `python -m "
+        "--repeat 1 --profile local-50k` (the steady state, where start-up weighs little) and "
+        "`python -m "
         "benchmarks run --rtt 2ms --systems sqltasks-pg,vtasks-valkey --scenarios "
         "noop,sleep,latency --repeat 1 --probes 10`. In Docker: `docker compose run --rm "
         "bench` (see `compose.yml` for netem). CI runs `python -m benchmarks run --smoke`. "
