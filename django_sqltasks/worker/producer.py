@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor as ThreadExecutor
 from typing import Any, TypeVar
@@ -28,6 +27,7 @@ from .executor import Executor
 from .limited import limited_claim_for
 from .native import LoopDatabase
 from .progress import Progress
+from .slots import Slots
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -40,93 +40,6 @@ BUSY_POLL = 0.01  # seconds before polling again right after finding work; doubl
 
 def _start_order(row: ClaimedRow) -> tuple[int, Any]:
     return -row.priority, row.run_after or row.enqueued_at
-
-
-class Slots:
-    """The tasks a worker holds: running ones (at most ``concurrency``) and claimed ones
-    waiting for a slot. Used from the loop, the task threads and the heartbeat thread: every
-    field is guarded by the lock."""
-
-    def __init__(self, concurrency: int, prefetch: int) -> None:
-        self.concurrency = concurrency  # set once
-        self.capacity = concurrency + prefetch  # set once: the most tasks held at once
-        self._lock = threading.Lock()
-        self._claimed = 0  # tasks claimed since start
-        self._finished = 0  # claimed tasks whose function returned, or that were let go
-        self._active = 0  # tasks started, function not returned yet
-        self._held: set[uuid.UUID] = set()  # claimed, function not returned yet
-        self._waiting: deque[ClaimedRow] = deque()  # claimed, waiting for a slot
-        self._wake_below = -1  # the loop wants waking once this few tasks are held
-
-    @property
-    def claimed(self) -> int:
-        with self._lock:
-            return self._claimed
-
-    @property
-    def held(self) -> int:
-        """Claimed tasks whose function has not returned yet (running or waiting)."""
-        with self._lock:
-            return self._claimed - self._finished
-
-    def held_ids(self) -> set[uuid.UUID]:
-        with self._lock:
-            return set(self._held)
-
-    def hold(self, rows: list[ClaimedRow]) -> list[ClaimedRow]:
-        """Take claimed rows in; return those that have a slot now (the rest wait)."""
-        with self._lock:
-            self._claimed += len(rows)
-            self._held.update(row.id for row in rows)
-            self._waiting.extend(rows)
-            return self._take_waiting()
-
-    def release(self, task_id: uuid.UUID) -> tuple[list[ClaimedRow], bool]:
-        """A task's function returned: free its slot. Return the waiting rows to start in it,
-        and whether the loop asked to be woken."""
-        with self._lock:
-            self._finished += 1
-            self._active -= 1
-            self._held.discard(task_id)
-            ready = self._take_waiting() if self._waiting else []
-            wake = self._claimed - self._finished <= self._wake_below
-            if wake:
-                self._wake_below = -1  # once is enough until the loop sleeps again
-        return ready, wake
-
-    def let_go(self, rows: list[ClaimedRow]) -> None:
-        """Stop counting ``rows`` as held: they were taken back before they started."""
-        with self._lock:
-            self._finished += len(rows)
-            self._active -= len(rows)
-            self._held.difference_update(row.id for row in rows)
-
-    def drop_waiting(self, task_id: uuid.UUID | None = None) -> list[ClaimedRow]:
-        """Take the waiting rows (or the one with ``task_id``) out: they will not start here
-        and no longer count as held. Return them."""
-        with self._lock:
-            if task_id is None:
-                dropped = list(self._waiting)
-                self._waiting.clear()
-            else:
-                dropped = [row for row in self._waiting if row.id == task_id]
-                for row in dropped:
-                    self._waiting.remove(row)
-            self._finished += len(dropped)
-            self._held.difference_update(row.id for row in dropped)
-        return dropped
-
-    def wake_when_below(self, count: int) -> None:
-        with self._lock:
-            self._wake_below = count
-
-    def _take_waiting(self) -> list[ClaimedRow]:
-        """Pop the waiting rows that free slots can start (with the lock held)."""
-        count = min(len(self._waiting), self.concurrency - self._active)
-        if count <= 0:
-            return []
-        self._active += count
-        return [self._waiting.popleft() for _ in range(count)]
 
 
 class Producer:

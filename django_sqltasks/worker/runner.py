@@ -30,9 +30,10 @@ from .lease import Lease
 from .link import SupervisorLink
 from .maintenance import Maintenance
 from .native import LoopDatabase
-from .producer import Producer, Slots
+from .producer import Producer
 from .progress import Progress
 from .reporter import Reporter
+from .slots import Slots
 from .threads import SignalThread, TaskThreads
 
 logger = logging.getLogger("django_sqltasks")
