@@ -214,8 +214,11 @@ class SmallPool:
     async generators are finalized, so it could not close its connections at that point.
     """
 
-    def __init__(self, params: dict[str, Any], size: int) -> None:
+    def __init__(
+        self, params: dict[str, Any], size: int, setup: Sequence[tuple[str, list[Any]]] = ()
+    ) -> None:
         self.params = params
+        self.setup = setup  # statements each new connection runs first (Django's session)
         self._idle: list[Any] = []
         self._open: set[Any] = set()
         self._slots = asyncio.Semaphore(size)
@@ -229,6 +232,12 @@ class SmallPool:
                 connection = self._idle.pop()
             else:
                 connection = await AsyncConnection.connect(**self.params, autocommit=True)
+                try:
+                    for sql, params in self.setup:
+                        await connection.execute(sql, params)
+                except BaseException:
+                    await connection.close()
+                    raise
                 self._open.add(connection)
             try:
                 yield connection
@@ -258,7 +267,8 @@ class PostgresWriter(Writer):
 
         from .pg import connection_params
 
-        return cls(database, SmallPool(connection_params(database), POOL_SIZE))
+        setup = dialect_for(connections[database]).session_statements()
+        return cls(database, SmallPool(connection_params(database), POOL_SIZE, setup))
 
     async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
         sql, params = self.dialect.insert_statement(rows, notify)

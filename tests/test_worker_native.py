@@ -200,3 +200,20 @@ def test_a_killed_claim_connection_falls_back_and_runs_each_task_once(
         or "Claim on the event loop failed" in worker.output
     )
     assert TaskRecord.objects.exclude(status=TaskResultStatus.SUCCESSFUL).count() == 0
+
+
+def test_the_aenqueue_pool_runs_djangos_session_setup_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_sqltasks.aio import PostgresWriter
+
+    monkeypatch.setenv("PGTZ", "Asia/Kolkata")  # libpq's default for the session's time zone
+
+    async def zone() -> str:
+        writer = await PostgresWriter.open("default")
+        try:
+            async with writer.pool.connection() as pooled:
+                cursor = await pooled.execute("SHOW TimeZone")
+                return str((await cursor.fetchone())[0])
+        finally:
+            await writer.aclose()
+
+    assert asyncio.run(zone()) == connection.timezone_name
