@@ -225,19 +225,13 @@ class SmallPool:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
-        from psycopg import AsyncConnection
+        from .pg import open_async
 
         async with self._slots:
             if self._idle:
                 connection = self._idle.pop()
             else:
-                connection = await AsyncConnection.connect(**self.params, autocommit=True)
-                try:
-                    for sql, params in self.setup:
-                        await connection.execute(sql, params)
-                except BaseException:
-                    await connection.close()
-                    raise
+                connection = await open_async(self.params, self.setup)
                 self._open.add(connection)
             try:
                 yield connection

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
@@ -16,3 +17,20 @@ def connection_params(database: str) -> dict[str, Any]:
     for key in DJANGO_ONLY:
         params.pop(key, None)
     return params
+
+
+async def open_async(
+    params: dict[str, Any], setup: Sequence[tuple[str, list[Any]]], **options: Any
+) -> Any:
+    """A psycopg 3 ``AsyncConnection`` (autocommit) that has run ``setup`` first: the session
+    settings Django gives its own connections (``Dialect.session_statements``)."""
+    from psycopg import AsyncConnection
+
+    connection = await AsyncConnection.connect(**params, autocommit=True, **options)
+    try:
+        for sql, values in setup:
+            await connection.execute(sql, values)
+    except BaseException:
+        await connection.close()
+        raise
+    return connection

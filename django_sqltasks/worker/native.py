@@ -59,7 +59,6 @@ class LoopDatabase:
         self._connection: Any = None  # the AsyncConnection; None while down
         self._watched: int | None = None  # the socket the loop watches between claims
         self._retry_at = 0.0  # monotonic time before which a lost connection stays down
-        self.claims = 0  # claims run here (the tests read it)
 
     @staticmethod
     def available(database: str) -> bool:
@@ -111,7 +110,6 @@ class LoopDatabase:
             await self._drop()
             raise
         self._watch()
-        self.claims += 1
         return rows
 
     async def close(self) -> None:
@@ -122,12 +120,12 @@ class LoopDatabase:
     async def _connect(self) -> Any:
         import psycopg
 
-        connection = await psycopg.AsyncConnection.connect(
-            **self._params, autocommit=True, cursor_factory=psycopg.AsyncClientCursor
+        from ..pg import open_async
+
+        connection = await open_async(
+            self._params, self._session, cursor_factory=psycopg.AsyncClientCursor
         )
         try:
-            for sql, params in self._session:
-                await connection.execute(sql, params)
             if self._listen:
                 connection.add_notify_handler(self._notified)  # those read during a claim
                 await connection.execute(PostgreSQLDialect.listen_sql)
