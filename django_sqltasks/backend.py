@@ -206,9 +206,10 @@ class SQLTaskBackend(BaseTaskBackend):
                     "data elsewhere and pass its key, or raise max_allowed_packet."
                 )
 
-    def _packet_limit(self) -> int | None:
-        limit = packet.max_allowed_packet(connections[self.database])
-        self._packet_limits[self.database] = limit
+    def _packet_limit(self, database: str | None = None) -> int | None:
+        database = database or self.database
+        limit = packet.max_allowed_packet(connections[database])
+        self._packet_limits[database] = limit
         return limit
 
     def enqueue(self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]) -> TaskResult:
@@ -350,9 +351,12 @@ class SQLTaskBackend(BaseTaskBackend):
 
         self._check_usable()
         row, result = self._new_row(task, args, kwargs)
-        if self.database not in self._packet_limits:
-            await sync_to_async(self._packet_limit)()
-        self._check_packet([row], self._packet_limits[self.database])
+        database = self.database  # the routers' answer, asked once per call
+        if database in self._packet_limits:
+            limit = self._packet_limits[database]
+        else:
+            limit = await sync_to_async(self._packet_limit)(database)
+        self._check_packet([row], limit)
         if row.dedupe_key is not None:
             deduplicated: TaskResult = await sync_to_async(self._enqueue_deduplicated)(row, result)
             return deduplicated

@@ -7,23 +7,43 @@ import threading
 import time
 import uuid
 
+RANDOM_POOL = 4096  # bytes drawn from os.urandom at once: the random bits of 512 ids
+_VERSION_7 = 0x7 << 12  # in the second 16 bits of the high half
+_VARIANT = 0b10 << 62  # the top bits of the low half
+_RAND_B = (1 << 62) - 1
+
+# Guarded by the lock: the last id made, and the unused part of the random pool.
 _lock = threading.Lock()
 _last = 0
+_pool = b""
+_used = 0
+
+
+def _forget_pool() -> None:
+    """In a forked child: its parent's pool would give both processes the same ids."""
+    global _pool, _used
+    _pool, _used = b"", 0
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def new_task_id() -> uuid.UUID:
     """Return a new time-ordered UUID (version 7, RFC 9562), increasing within this process.
 
     The 12 bits after the millisecond timestamp hold the sub-millisecond time (RFC 9562,
-    method 3); ids made within the same tick are bumped past the previous one.
+    method 3); ids made within the same tick are bumped past the previous one. The 62 random
+    bits come from ``os.urandom``, read a pool at a time (one system call per 512 ids).
     """
-    global _last
-    now_ns = time.time_ns()
-    unix_ms, sub_ms_ns = divmod(now_ns, 1_000_000)
-    rand_a = sub_ms_ns * 4096 // 1_000_000  # 12 bits of sub-millisecond precision
-    rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-    value = (unix_ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    global _last, _pool, _used
+    unix_ms, sub_ms_ns = divmod(time.time_ns(), 1_000_000)
+    high = (unix_ms & 0xFFFF_FFFF_FFFF) << 16 | _VERSION_7 | sub_ms_ns * 4096 // 1_000_000
     with _lock:
+        if _used >= len(_pool):
+            _pool, _used = os.urandom(RANDOM_POOL), 0
+        low = int.from_bytes(_pool[_used : _used + 8], "big") & _RAND_B | _VARIANT
+        _used += 8
+        value = high << 64 | low
         if value <= _last:
             value = _last + 1
         _last = value
