@@ -239,7 +239,11 @@ def write(docs_dir: Path, page: Path) -> None:
         "--repeat 1 --profile local-50k` (the steady state, where start-up weighs little) and "
         "`python -m "
         "benchmarks run --rtt 2ms --systems sqltasks-pg,vtasks-valkey --scenarios "
-        "noop,sleep,latency --repeat 1 --probes 10`. In Docker: `docker compose run --rm "
+        "noop,sleep,latency --repeat 1 --probes 10`; the `semaphore` profile, where present, "
+        "is `--systems sqltasks-pg,vtasks-valkey --scenarios noop --arrival semaphore --repeat 3 "
+        "--profile semaphore`. Each profile says when it ran and at which commit: compare "
+        "figures within a profile, since this machine's speed drifts between runs and days. "
+        "In Docker: `docker compose run --rm "
         "bench` (see `compose.yml` for netem). CI runs `python -m benchmarks run --smoke`. "
         "Where the time goes, and the targets not met yet: [Performance](performance.md).\n",
     ]
