@@ -8,9 +8,11 @@ the listening thread), the loop acting on it, the claim's start and end (on the 
 the database thread), and the task's first line. The enqueuer stamps the call's start and
 return. Every stamp is ``time.time()`` on this one machine. Printed: the median of each step from
 the call (the enqueue() call's own duration apart: the worker may be woken before it returns,
-since it sends task_enqueued after the commit), the total, and what the server's own costs are
-on this machine (a ``SELECT 1`` round trip, and a one-row INSERT committed with
-``synchronous_commit`` on and off: the cost of the WAL flush). Usage:
+since it sends task_enqueued after the commit), the total, and what the statements cost on
+this machine, each back to back and after 50-100 ms of idleness as the probes come: a ``SELECT
+1`` round trip, a one-row INSERT committed with ``synchronous_commit`` on and off (the WAL
+flush), the sync ``enqueue()``, and, on PostgreSQL, the worker's claim (its walk over priorities)
+against a claim of the one task by its id, with ``synchronous_commit`` on and off. Usage:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/sqltasks_latency \\
         python scripts/latency_profile.py [--probes 200]
@@ -135,31 +137,72 @@ def segments(log: Path) -> dict[str, list[float]]:
 def server_costs(env: dict[str, str]) -> str:
     code = textwrap.dedent(
         """
-        import statistics, time
+        import random, statistics, time
         import django
         django.setup()
         from django.db import connection
-        def median(sql, n=300):
+        from django_sqltasks.sql import UNLIMITED, dialect_for
+        from tests.tasks import probe_latency
+
+        def median(run, n=100, idle=False):
+            # Back to back, or each after 50-100 ms of idleness, as the probes come.
             times = []
-            with connection.cursor() as c:
-                for _ in range(n):
-                    t = time.perf_counter(); c.execute(sql); times.append(time.perf_counter() - t)
+            for _ in range(n):
+                prepare = run()
+                if idle:
+                    time.sleep(random.uniform(0.05, 0.1))
+                t = time.perf_counter(); prepare(); times.append(time.perf_counter() - t)
             return statistics.median(times) * 1000
-        print(f"SELECT 1 round trip: {median('SELECT 1'):.3f} ms")
-        if connection.vendor == "postgresql":
-            with connection.cursor() as c:
+
+        def statement(sql, params=()):
+            def run():
+                return lambda: cursor.execute(sql, params)
+            return run
+
+        def show(name, run):
+            print(f"{name}: {median(run):.3f} ms back to back, "
+                  f"{median(run, idle=True):.3f} ms after 50-100 ms idle")
+
+        dialect = dialect_for(connection)
+        with connection.cursor() as cursor:
+            show("SELECT 1 round trip", statement("SELECT 1"))
+            if connection.vendor == "postgresql":
                 # Not a TEMP table: those write no WAL, so their commits flush nothing.
-                c.execute("CREATE TABLE IF NOT EXISTS sqltasks_commit_probe (x int)")
+                cursor.execute("CREATE TABLE IF NOT EXISTS sqltasks_commit_probe (x int)")
                 for mode in ("on", "off"):
-                    c.execute(f"SET synchronous_commit = {mode}")
-                    cost = median("INSERT INTO sqltasks_commit_probe VALUES (1)")
-                    print(f"one-row INSERT, synchronous_commit={mode}: {cost:.3f} ms")
-                c.execute("DROP TABLE sqltasks_commit_probe")
+                    cursor.execute(f"SET synchronous_commit = {mode}")
+                    show(f"one-row INSERT, synchronous_commit={mode}",
+                         statement("INSERT INTO sqltasks_commit_probe VALUES (1)"))
+                cursor.execute("DROP TABLE sqltasks_commit_probe")
+            show("enqueue()", lambda: lambda: probe_latency.enqueue(1))
+            if connection.vendor == "postgresql":
+                # The claim as the worker runs it (the walk over priorities), and the same
+                # claim of one task named by its id: one due task each time.
+                walk, walk_params = dialect.claim_sql(
+                    backend_name="default", queue_names=None, worker_id="p", limit=10
+                )
+                where, where_params = dialect.ready_where("default", None, UNLIMITED)
+                by_id = (
+                    f"WITH picked AS (SELECT id FROM {dialect.tasks} WHERE id = %s AND {where} "
+                    "AND available_at <= now() FOR UPDATE SKIP LOCKED), claimed AS"
+                    + walk.split("), claimed AS")[1]
+                )
+                def claim_walk():
+                    probe_latency.enqueue(1)
+                    return lambda: cursor.execute(walk, walk_params)
+                def claim_id():
+                    task = probe_latency.enqueue(1)
+                    return lambda: cursor.execute(by_id, [task.id, *where_params, "p", "p"])
+                for mode in ("on", "off"):
+                    cursor.execute(f"SET synchronous_commit = {mode}")
+                    show(f"claim, walk over priorities, synchronous_commit={mode}", claim_walk)
+                    show(f"claim by id, synchronous_commit={mode}", claim_id)
+            cursor.execute(f"DELETE FROM {dialect.tasks}")
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, check=True
-    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True)
+    if done.returncode:
+        raise SystemExit(f"measuring the statements failed:\n{done.stderr.decode()}")
     return done.stdout.decode()
 
 
