@@ -153,10 +153,9 @@ def markdown(summary: dict[str, Any]) -> str:
     )
     if method:
         command += f"Method: {method}. "
-    core = meta.get("django_sqltasks") or {}
     if meta.get("started_at"):
         # Profiles of one page may come from different days: each says when and what it ran.
-        commit = core.get("commit", "?")[:7]
+        commit = (meta.get("django_sqltasks") or {}).get("commit", "?")[:7]
         command += f"Run {meta['started_at']} (UTC), django-sqltasks {commit}. "
     parts = [
         f"### Profile `{meta['profile']}`: {meta['tasks']:,} tasks, {meta['repeat']} repeat(s), "

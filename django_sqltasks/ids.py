@@ -25,7 +25,8 @@ def _forget_pool() -> None:
     _pool, _used = b"", 0
 
 
-os.register_at_fork(after_in_child=_forget_pool)
+if hasattr(os, "register_at_fork"):  # POSIX only; Windows has no fork()
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def new_task_id() -> uuid.UUID:
