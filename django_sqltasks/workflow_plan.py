@@ -11,7 +11,12 @@ Nodes:
 
 Every node also has ``state`` (WAITING, RUNNING, SUCCESSFUL or FAILED), and once finished a
 ``result`` (its return value; a group's is the list of its members', or its callback's) or an
-``error`` naming the task whose failure ended it.
+``error`` naming the task whose failure ended it. A result stays in the plan only until it is
+handed on (to the next step, a group's list or its callback), so the plan holds each result in
+one place, and only those still to be handed on: the root's, and the members' of groups that
+have not finished. A group holds at most ``limit`` bytes of its members' results (the backend's
+MAX_PAYLOAD_BYTES, the most its callback could be given): past it, it drops them and, once its
+members have finished, fails its callback (or itself) with ``PayloadTooLarge``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from .serialization import dumps
 
 Node = dict[str, Any]
 
@@ -28,6 +35,8 @@ SUCCESSFUL = "SUCCESSFUL"
 FAILED = "FAILED"
 FINISHED = (SUCCESSFUL, FAILED)
 ON_FAILURE = ("skip", "run")  # what a group's callback does when members failed
+SKIPPED = "django_sqltasks.exceptions.WorkflowStepSkipped"
+PAYLOAD_TOO_LARGE = "django_sqltasks.exceptions.PayloadTooLarge"
 
 
 @dataclass(slots=True)
@@ -44,8 +53,8 @@ class Moves:
     """What one outcome changes beyond the plan itself."""
 
     releases: list[Release] = field(default_factory=list)
-    # Steps that will never run, with the text of the error they are failed with.
-    skipped: list[tuple[str, str]] = field(default_factory=list)
+    # Steps that will never run: task id, error class path and text they are failed with.
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)
     finished: bool = False  # the whole workflow is over (see the root's state)
 
 
@@ -85,9 +94,17 @@ def start(node: Node, prefix: list[Any], extra: dict[str, Any] | None = None) ->
     return [release for member in node["members"] for release in start(member, prefix, extra)]
 
 
-def finish(root: Node, task_id: str, succeeded: bool, value: Any, error_class: str | None) -> Moves:
+def finish(
+    root: Node,
+    task_id: str,
+    succeeded: bool,
+    value: Any,
+    error_class: str | None,
+    limit: int | None = None,
+) -> Moves:
     """Record that the task ``task_id`` ended, and move its parents on; a task not in the plan,
-    or known to have ended already, changes nothing."""
+    or known to have ended already, changes nothing. A group holds at most ``limit`` bytes of
+    its members' results (None: no bound)."""
     moves = Moves()
     path = _path_to(root, task_id)
     if path is None or path[-1]["state"] in FINISHED:
@@ -99,22 +116,27 @@ def finish(root: Node, task_id: str, succeeded: bool, value: Any, error_class: s
         error = {"task_id": task_id, "path": leaf["path"], "error": error_class or ""}
         _settle(leaf, FAILED, error=error)
     for parent, child in zip(reversed(path[:-1]), reversed(path[1:]), strict=True):
-        if not _moved(parent, child, moves):
+        if not _moved(parent, child, moves, limit):
             return moves
     moves.finished = True
     return moves
 
 
 def failed_step(root: Node) -> dict[str, str] | None:
-    """The task whose failure ended the workflow (or a part of it), if one did."""
+    """The task whose failure ended the workflow (or a part of it), if one did; or the error of
+    a group that failed without a failed task (its results were too large)."""
     for node in leaves(root):
         if node["state"] == FAILED and node.get("error", {}).get("task_id") == node["id"]:
             return dict(node["error"])
+    if root["state"] == FAILED and "message" in root.get("error", {}):
+        return dict(root["error"])
     return None
 
 
 def skip_message(error: dict[str, str]) -> str:
     """The error text of a step that will never run because of ``error``."""
+    if "message" in error:
+        return f"This workflow step never ran: {error['message']}"
     return (
         f"This workflow step never ran: step {error['path']} (task {error['task_id']}) failed "
         f"with {error['error'] or 'an error'} before its turn came."
@@ -151,11 +173,11 @@ def _settle(
         node["error"] = error
 
 
-def _skip(node: Node, error: dict[str, str], moves: Moves) -> None:
+def _skip(node: Node, error: dict[str, str], moves: Moves, error_class: str = SKIPPED) -> None:
     """Fail every task under ``node`` that has not started: it never will."""
     for leaf in leaves(node):
         if leaf["state"] == WAITING:
-            moves.skipped.append((leaf["id"], skip_message(error)))
+            moves.skipped.append((leaf["id"], error_class, skip_message(error)))
     _fail_unfinished(node, error)
 
 
@@ -166,7 +188,7 @@ def _fail_unfinished(node: Node, error: dict[str, str]) -> None:
         _settle(node, FAILED, error=error)
 
 
-def _moved(parent: Node, child: Node, moves: Moves) -> bool:
+def _moved(parent: Node, child: Node, moves: Moves, limit: int | None) -> bool:
     """Move ``parent`` on now that ``child`` has ended; return whether ``parent`` ended too."""
     if parent["kind"] == "chain":
         steps = parent["steps"]
@@ -176,35 +198,75 @@ def _moved(parent: Node, child: Node, moves: Moves) -> bool:
                 _skip(later, child["error"], moves)
             _settle(parent, FAILED, error=child["error"])
             return True
+        result = child.pop("result", None)  # handed on: the plan keeps it in one place
         if index + 1 < len(steps):
-            moves.releases.extend(start(steps[index + 1], [child["result"]]))
+            moves.releases.extend(start(steps[index + 1], [result]))
             return False
-        _settle(parent, SUCCESSFUL, result=child["result"])
+        _settle(parent, SUCCESSFUL, result=result)
         return True
     if child is parent["then"]:
-        _settle(parent, child["state"], result=child.get("result"), error=child.get("error"))
+        _settle(parent, child["state"], result=child.pop("result", None), error=child.get("error"))
         return True
     members = parent["members"]
+    if child["state"] == SUCCESSFUL:
+        _hold(parent, child, limit)
     if any(member["state"] not in FINISHED for member in members):
         return False
-    results = [m.get("result") if m["state"] == SUCCESSFUL else None for m in members]
+    results = [m.pop("result", None) for m in members]
     failures = [{"index": i, **m["error"]} for i, m in enumerate(members) if m["state"] == FAILED]
     callback = parent["then"]
-    if callback is None:
-        if failures:
-            _settle(parent, FAILED, error=_first_error(failures))
-        else:
-            _settle(parent, SUCCESSFUL, result=results)
-        return True
-    if failures and parent["on_failure"] == "skip":
-        _skip(callback, _first_error(failures), moves)
+    if failures and (callback is None or parent["on_failure"] == "skip"):
+        if callback is not None:
+            _skip(callback, _first_error(failures), moves)
         _settle(parent, FAILED, error=_first_error(failures))
+        return True
+    if "held_over" in parent:
+        _too_large(parent, moves)
+        return True
+    if callback is None:
+        _settle(parent, SUCCESSFUL, result=results)
         return True
     extra = {"failures": failures} if parent["on_failure"] == "run" else None
     moves.releases.extend(start(callback, [results], extra))
     return False
 
 
+def _hold(group: Node, member: Node, limit: int | None) -> None:
+    """Count ``member``'s result against what ``group`` may hand on; past ``limit`` bytes, drop
+    the results it holds: its callback could not be given them."""
+    if limit is None:
+        return
+    held = group.get("held_bytes", 0) + len(dumps(member.get("result")))
+    group["held_bytes"] = held
+    if held > limit:
+        group["held_over"] = limit
+        for other in group["members"]:
+            other.pop("result", None)
+
+
+def _too_large(group: Node, moves: Moves) -> None:
+    """Fail ``group``, whose members' results are over the limit, and its callback, which
+    never runs: the message names MAX_PAYLOAD_BYTES and the size."""
+    callback = group["then"]
+    given = "its group's" if callback is not None else "a group's"
+    message = (
+        f"the results of {given} {len(group['members'])} members encode to "
+        f"{group['held_bytes']:,} bytes together, over the MAX_PAYLOAD_BYTES limit of "
+        f"{group['held_over']:,} bytes on what one step is given: return smaller results "
+        "(store large data elsewhere and return its key). The members succeeded; each "
+        "result is its own task's return value."
+    )
+    if callback is None:
+        error = {"task_id": "", "path": "", "error": PAYLOAD_TOO_LARGE, "message": message}
+    else:
+        error = {"task_id": callback["id"], "path": callback["path"], "error": PAYLOAD_TOO_LARGE}
+        moves.skipped.append(
+            (callback["id"], PAYLOAD_TOO_LARGE, skip_message({"message": message}))
+        )
+        _settle(callback, FAILED, error=error)
+    _settle(group, FAILED, error=error)
+
+
 def _first_error(failures: list[dict[str, Any]]) -> dict[str, str]:
-    first = failures[0]
-    return {"task_id": first["task_id"], "path": first["path"], "error": first["error"]}
+    keys = ("task_id", "path", "error", "message")
+    return {key: failures[0][key] for key in keys if key in failures[0]}

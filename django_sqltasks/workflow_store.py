@@ -25,18 +25,18 @@ from django.utils import timezone
 from . import control
 from . import workflow_plan as plan
 from .backend import SQLTaskBackend
-from .compat import Task, TaskResult, TaskResultStatus, task_backends
-from .exceptions import InvalidWorkflow
+from .compat import InvalidTaskBackend, Task, TaskResult, TaskResultStatus, task_backends
+from .exceptions import InvalidWorkflow, PayloadTooLarge
 from .ids import new_task_id
 from .models import FINISHED_STATUSES, TaskRecord, WorkflowRecord
-from .serialization import check_arguments, loads
+from .serialization import check_arguments, dumps, loads
 from .sql import NewTask, Outcome, dialect_for
 from .sql.base import parked_at
 from .subject import subject_of_task
 
 logger = logging.getLogger("django_sqltasks")
 
-SKIPPED = "django_sqltasks.exceptions.WorkflowStepSkipped"
+SKIPPED = plan.SKIPPED
 SWEEP_LIMIT = 200  # running workflows a sweep looks at, least recently changed first
 
 
@@ -70,6 +70,7 @@ def create(
     for release in plan.start(root, args, kwargs):
         record = by_id[release.task_id]
         check_arguments(release.args, release.kwargs)
+        _check_size(backend, record.task_path, release)
         record.args, record.kwargs = release.args, release.kwargs
         record.available_at = max(record.run_after or now, now)
     database = backend.database
@@ -92,6 +93,21 @@ def create(
     ]
     backend._after_write(started, results)
     return workflow
+
+
+def _check_size(backend: SQLTaskBackend, path: str, release: plan.Release) -> None:
+    """Refuse a first step whose arguments, with ``enqueue()``'s before its own, exceed
+    MAX_PAYLOAD_BYTES (its own were checked alone)."""
+    limit = backend.config.max_payload_bytes
+    if limit is None:
+        return
+    size = len(dumps(release.args)) + len(dumps(release.kwargs))
+    if size > limit:
+        raise PayloadTooLarge(
+            f"Workflow step {path}: its arguments (enqueue()'s, then its own) encode to {size} "
+            f"bytes, over the MAX_PAYLOAD_BYTES limit of {limit}: store large data elsewhere "
+            "and pass its key."
+        )
 
 
 def _task_rows(
@@ -273,30 +289,46 @@ def _move(
 ) -> None:
     """Record the ``ended`` steps in the locked workflow, make due the steps whose turn came,
     fail those that will never run, and save it."""
+    limit = _payload_limit(record.backend_name)
     pending = list(ended)
     while pending:
         moves = plan.Moves()
         for task_id, succeeded, value, error_class in pending:
-            step = plan.finish(record.plan, task_id, succeeded, value, error_class)
+            step = plan.finish(record.plan, task_id, succeeded, value, error_class, limit)
             moves.releases += step.releases
             moves.skipped += step.skipped
         _fail_skipped(database, moves.skipped)
-        # A step taken out of the workflow meanwhile (cancelled in the admin) has ended: it
-        # moves the workflow on in its turn.
-        pending = _release(database, moves.releases)
+        # A step taken out of the workflow meanwhile (cancelled in the admin), or failed here
+        # for arguments over the limit, has ended: it moves the workflow on in its turn.
+        pending = _release(database, moves.releases, limit)
     _save(database, record)
 
 
+def _payload_limit(backend_name: str) -> int | None:
+    """The MAX_PAYLOAD_BYTES of the workflow's backend: the most a step may be handed."""
+    try:
+        backend = task_backends[backend_name]
+    except InvalidTaskBackend:
+        return None  # taken out of TASKS meanwhile: its options are not known
+    return getattr(getattr(backend, "config", None), "max_payload_bytes", None)
+
+
 def _release(
-    database: str, releases: list[plan.Release]
+    database: str, releases: list[plan.Release], limit: int | None
 ) -> list[tuple[str, bool, Any, str | None]]:
-    """Make the parked ``releases`` due, with their arguments; return those that had ended."""
+    """Make the parked ``releases`` due, with their arguments; fail those whose arguments
+    exceed ``limit`` bytes; return those that ended (failed here, or had ended)."""
     if not releases:
         return []
     now = timezone.now()
     tasks = TaskRecord.objects.using(database)
-    missed = []
+    missed, too_large = [], []
     for release in releases:
+        size = len(dumps(release.args)) + len(dumps(release.kwargs))
+        if limit is not None and size > limit:
+            _fail_skipped(database, [(release.task_id, plan.PAYLOAD_TOO_LARGE, _over(size, limit))])
+            too_large.append((release.task_id, False, None, plan.PAYLOAD_TOO_LARGE))
+            continue
         made_due = tasks.filter(
             pk=release.task_id, status=TaskResultStatus.READY, available_at__gte=parked_at()
         ).update(
@@ -310,22 +342,33 @@ def _release(
         tasks.filter(pk__in=[r.task_id for r in releases]).values_list("queue_name", flat=True)
     )
     _announce(database, queues)
-    return _ended_tasks(database, missed) if missed else []
+    return too_large + (_ended_tasks(database, missed) if missed else [])
 
 
-def _fail_skipped(database: str, skipped: list[tuple[str, str]]) -> None:
-    """Fail the parked steps that will never run, each with its error text."""
-    by_message: dict[str, list[str]] = defaultdict(list)
-    for task_id, message in skipped:
-        by_message[message].append(task_id)
+def _over(size: int, limit: int) -> str:
+    """The error text of a step whose arguments, as the workflow hands them, are too large."""
+    return plan.skip_message(
+        {
+            "message": f"the arguments it would be given (the result handed on to it, then its "
+            f"own) encode to {size:,} bytes, over the MAX_PAYLOAD_BYTES limit of {limit:,} "
+            "bytes: return smaller results (store large data elsewhere and return its key)."
+        }
+    )
+
+
+def _fail_skipped(database: str, skipped: list[tuple[str, str, str]]) -> None:
+    """Fail the parked steps that will never run, each with its error class and text."""
+    by_error: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for task_id, error_class, message in skipped:
+        by_error[error_class, message].append(task_id)
     now = timezone.now()
-    for message, task_ids in by_message.items():
+    for (error_class, message), task_ids in by_error.items():
         TaskRecord.objects.using(database).filter(
             pk__in=task_ids, status=TaskResultStatus.READY, available_at__gte=parked_at()
         ).update(
             status=TaskResultStatus.FAILED,
             finished_at=now,
-            errors=[{"exception_class_path": SKIPPED, "traceback": message}],
+            errors=[{"exception_class_path": error_class, "traceback": message}],
         )
 
 

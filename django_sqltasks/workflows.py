@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Union
 
 from asgiref.sync import sync_to_async
 
-from .compat import InvalidTask, Task, TaskResult
+from .compat import Task, TaskResult
+from .exceptions import InvalidWorkflow
 from .workflow_plan import FINISHED, ON_FAILURE, Node, failed_step
 
 if TYPE_CHECKING:
@@ -175,7 +176,10 @@ def _node(step: Signature | Chain | Group, tasks: dict[int, Any]) -> Node:
     if isinstance(step, Workflow):
         return step._node(tasks)
     if len(tasks) >= MAX_WORKFLOW_TASKS:
-        raise InvalidTask(f"A workflow may have at most {MAX_WORKFLOW_TASKS} tasks.")
+        raise InvalidWorkflow(
+            f"A workflow may have at most {MAX_WORKFLOW_TASKS} tasks; this one has more: split "
+            "it into workflows, or enqueue the tasks on their own."
+        )
     key = len(tasks)  # replaced by the task's id once its row is made
     tasks[key] = (step.task, step.args, step.kwargs)
     return {

@@ -94,3 +94,15 @@ def step(previous: Any, name: str, marker: str, seconds: float = 0) -> str:
     note(marker, name)
     time.sleep(seconds)
     return name
+
+
+@task
+def blob(chars: int, *own: Any) -> str:
+    """Return a string of ``chars`` characters (a large result)."""
+    return "x" * chars
+
+
+@task
+def blob_after(previous: Any, chars: int, *own: Any) -> str:
+    """A chain step: return a string of ``chars`` characters."""
+    return "x" * chars
