@@ -9,6 +9,7 @@ same thing with the same words.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -17,11 +18,16 @@ from django.db import connections
 
 from .sql import TableHealth, dialect_for
 
+logger = logging.getLogger("django_sqltasks")
+
 DEAD_ROWS_FLOOR = 10_000  # dead rows under this never warn: a vacuum is due soon anyway
 # How old another session's transaction may grow before it is said to hold cleanup back;
-# settings.SQLTASKS_OLD_TRANSACTION_SECONDS overrides it. Five minutes: longer than any
-# request or task transaction should be, short of the hours over which a backlog decays.
-OLD_TRANSACTION_SECONDS = 300.0
+# settings.SQLTASKS_OLD_TRANSACTION_SECONDS overrides it. One minute: longer than a web
+# request's transaction (servers time requests out after about 30 s) or a short atomic task's,
+# and a minute is already costly: at a full drain (about 3,800 tasks/s measured) it leaves some
+# 450,000 dead row versions behind, and claims grew 0.17-0.19 ms per 1,000 tasks drained with
+# a snapshot open (docs/reliability.md), so about 40 ms slower after one minute.
+OLD_TRANSACTION_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,12 @@ class HealthWarning:
     code: str  # the metric's label
     message: str
     hint: str
+    session: int | None = None  # the session it names (an old transaction's), if any
+
+    @property
+    def key(self) -> tuple[str, int | None]:
+        """What makes it the same condition from one reading to the next."""
+        return (self.check_id, self.session)
 
 
 CODES = ("autovacuum_off", "dead_rows", "old_transaction")
@@ -98,36 +110,68 @@ def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]
                 + "), or VACUUM the table from cron every few minutes.",
             )
         )
-    dead, live = health.dead_rows, health.live_rows
-    if dead is not None and live is not None and dead > max(live, DEAD_ROWS_FLOOR):
-        found.append(
-            HealthWarning(
-                "django_sqltasks.W004",
-                "dead_rows",
-                f"The task table {table} on database {using!r} holds more dead rows than "
-                f"live ones (about {dead:,} dead, {live:,} live): claims walk past them.",
-                f"Run VACUUM {table}, and see why autovacuum does not keep up: it is off, its "
-                "thresholds are too high for this table, or an old transaction holds it back "
-                "(see docs/operations.md).",
-            )
-        )
     age = health.oldest_transaction_seconds
+    old = age is not None and age > old_transaction_seconds()
     dialect = dialect_for(connections[using])
     ending, timeout = dialect.end_session, dialect.idle_transaction_timeout
-    if age is not None and age > old_transaction_seconds():
-        state = f", {health.oldest_transaction_state}" if health.oldest_transaction_state else ""
+    pid = health.oldest_transaction_pid
+    end_it = (
+        f"End that transaction (commit it, or end session {pid} with {ending}), and set "
+        f"{timeout} so that a forgotten one ends by itself"
+    )
+    dead, live = health.dead_rows, health.live_rows
+    if dead is not None and live is not None and dead > max(live, DEAD_ROWS_FLOOR):
+        message = (
+            f"The task table {table} on database {using!r} holds more dead rows than live ones "
+            f"(about {dead:,} dead, {live:,} live): claims walk past them."
+        )
+        if old:
+            # PostgreSQL reads only sessions whose snapshot or xid holds the horizon back.
+            found.append(
+                HealthWarning(
+                    "django_sqltasks.W004",
+                    "dead_rows",
+                    f"{message} A transaction open for {short(age or 0)} ({session(health)}) "
+                    "holds their cleanup back: no vacuum can remove a row that died after it "
+                    "began, so they pile up until it ends.",
+                    f"{end_it}; then run VACUUM {table}.",
+                    session=pid,
+                )
+            )
+        else:
+            found.append(
+                HealthWarning(
+                    "django_sqltasks.W004",
+                    "dead_rows",
+                    message,
+                    f"Run VACUUM {table}, and see why autovacuum does not keep up: it is off, "
+                    "its thresholds are too high for this table, or an old transaction holds "
+                    "it back (see docs/operations.md).",
+                )
+            )
+    if old:
         found.append(
             HealthWarning(
                 "django_sqltasks.W005",
                 "old_transaction",
-                f"A transaction has been open for {short(age)} on database {using!r} "
-                f"(session {health.oldest_transaction_pid}{state}): until it ends, the dead "
-                f"rows of the task table {table} cannot be cleaned up, and claims slow down.",
-                f"End it (commit, or {ending} that session), and set {timeout} so that a "
-                "forgotten one ends by itself.",
+                f"A transaction has been open for {short(age or 0)} on database {using!r} "
+                f"({session(health)}): until it ends, the dead rows of the task table {table} "
+                "cannot be cleaned up, and claims slow down.",
+                f"{end_it}.",
+                session=pid,
             )
         )
     return found
+
+
+def session(health: TableHealth) -> str:
+    """The session of the oldest transaction, as a message names it."""
+    parts = [f"session {health.oldest_transaction_pid}"]
+    if health.oldest_transaction_state:
+        parts.append(health.oldest_transaction_state)
+    if health.oldest_transaction_application:
+        parts.append(f"application {health.oldest_transaction_application!r}")
+    return ", ".join(parts)
 
 
 def short(seconds: float) -> str:
@@ -151,7 +195,43 @@ def summary(health: TableHealth) -> str:
     if health.history_length is not None:
         parts.append(f"InnoDB history length {health.history_length:,}")
     if health.oldest_transaction_seconds is not None:
-        parts.append(f"oldest other transaction {short(health.oldest_transaction_seconds)}")
+        parts.append(
+            f"oldest other transaction {short(health.oldest_transaction_seconds)} "
+            f"({session(health)})"
+        )
     elif health.known:
         parts.append("no other transaction open")
     return "; ".join(parts)
+
+
+class Watch:
+    """Say once when each warning appears, and once when it clears: for a worker, which reads
+    the task table's health now and then (``Maintenance``) and must not repeat itself."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self._current: dict[tuple[str, int | None], HealthWarning] = {}
+
+    def update(self, found: list[HealthWarning]) -> list[HealthWarning]:
+        """Log the warnings of ``found`` not seen at the last reading, and those gone since;
+        return the new ones."""
+        now = {warning.key: warning for warning in found}
+        new = [warning for key, warning in now.items() if key not in self._current]
+        for warning in new:
+            logger.warning(
+                "%s: %s Hint: %s",
+                warning.check_id,
+                warning.message,
+                warning.hint,
+                extra={"action": "table_warning", "check_id": warning.check_id},
+            )
+        for key, warning in self._current.items():
+            if key not in now:
+                logger.info(
+                    "%s cleared on database %r",
+                    warning.check_id,
+                    self.using,
+                    extra={"action": "table_warning_cleared", "check_id": warning.check_id},
+                )
+        self._current = now
+        return new

@@ -6,8 +6,11 @@ Each condition is made for real, and seen where an operator looks: the database 
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from io import StringIO
 from typing import Any
@@ -19,7 +22,13 @@ from django.test import Client
 from django.urls import reverse
 
 from django_sqltasks import checks, health
+from django_sqltasks.compat import task_backends
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.worker import maintenance as maintenance_module
+from django_sqltasks.worker.lease import Lease
+from django_sqltasks.worker.maintenance import Maintenance
+from django_sqltasks.worker.progress import Progress
+from tests.conftest import wait_for
 
 TABLE = TaskRecord._meta.db_table
 HEALTH_IDS = {"django_sqltasks.W003", "django_sqltasks.W004", "django_sqltasks.W005"}
@@ -214,3 +223,164 @@ def test_the_old_transaction_setting_is_read(settings: Any) -> None:
     settings.SQLTASKS_OLD_TRANSACTION_SECONDS = 60
     assert list(checks.check_health_setting()) == []
     assert health.old_transaction_seconds() == 60
+
+
+@pytest.fixture
+def snapshot(settings: Any) -> Iterator[tuple[Any, int]]:
+    """A second connection idle in a REPEATABLE READ transaction that holds a snapshot, as
+    application "h3-report"; and its session id. Any transaction older than 1 ms is old."""
+    settings.SQLTASKS_OLD_TRANSACTION_SECONDS = 0.001
+    other = connections.create_connection("default")
+    with other.cursor() as cursor:
+        if other.vendor == "postgresql":
+            cursor.execute("SET application_name = 'h3-report'")
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+            cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        else:
+            cursor.execute("SELECT CONNECTION_ID()")
+            pid = cursor.fetchone()[0]
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        cursor.execute(f"SELECT count(*) FROM {TABLE}")  # takes the snapshot
+        cursor.fetchone()
+    try:
+        yield other, pid
+    finally:
+        with other.cursor() as cursor:
+            cursor.execute("ROLLBACK")
+        other.close()
+
+
+def make_dead_rows(count: int) -> None:
+    """Insert ``count`` task rows and delete them: dead rows, once the deletion commits."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {TABLE} (id, task_path, backend_name, queue_name, priority, status,
+                args, kwargs, errors, worker_ids, attempts, enqueued_at, available_at)
+            SELECT gen_random_uuid(), 'tests.tasks.noop', 'default', 'default', 0, 'READY',
+                '[]', '{{}}', '[]', '[]', 0, now(), now()
+            FROM generate_series(1, %s)
+            """,
+            [count],
+        )
+        cursor.execute(f"DELETE FROM {TABLE}")
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="n_dead_tup is PostgreSQL's")
+@pytest.mark.django_db(transaction=True)  # VACUUM cannot run inside a transaction
+def test_dead_rows_name_the_snapshot_that_holds_their_cleanup_back(
+    operator: Client, autovacuum_off_for_the_table: None, snapshot: tuple[Any, int]
+) -> None:
+    _, pid = snapshot
+    dead = health.DEAD_ROWS_FLOOR + 2000
+    make_dead_rows(dead)
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM {TABLE}")  # reports the dead rows it could not remove
+    assert (health.read().dead_rows or 0) >= dead
+    seen = look(operator)
+    seen.assert_warns("django_sqltasks.W004", "dead_rows")
+    [w004] = [w for w in health.warnings(health.read()) if w.check_id.endswith("W004")]
+    assert f"session {pid}, idle in transaction, application 'h3-report'" in w004.message
+    assert "holds their cleanup back" in w004.message
+    assert f"end session {pid} with pg_terminate_backend()" in w004.hint
+    assert "idle_in_transaction_session_timeout" in w004.hint
+    assert f"VACUUM {TABLE}" in w004.hint
+    assert "application 'h3-report'" in seen.status  # tasks_status: the warning and summary
+
+
+def maintenance_of(lease_id: str) -> tuple[Maintenance, ThreadPoolExecutor]:
+    lease = Lease(
+        worker_id=lease_id,
+        backend_name="default",
+        database="default",
+        queue_names=None,
+        concurrency=1,
+        timeout=30,
+        max_rescues=5,
+    )
+    lease.register()
+    db = ThreadPoolExecutor(1)
+    maintenance = Maintenance(
+        backend=task_backends["default"],
+        lease=lease,
+        db=db,
+        progress=Progress(),
+        stopped=threading.Event(),
+        on_cancel_requested=lambda ids: None,
+    )
+    return maintenance, db
+
+
+def table_warnings(caplog: pytest.LogCaptureFixture, check_id: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.getMessage().startswith(check_id)
+    ]
+
+
+@pytest.mark.skipif("connection.vendor == 'sqlite'", reason="SQLite has no vacuum horizon")
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_says_once_that_an_old_transaction_holds_cleanup_back(
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+    snapshot: tuple[Any, int],
+) -> None:
+    monkeypatch.setattr(maintenance_module, "HEALTH_INTERVAL", 0)  # read at every beat
+    other, pid = snapshot
+    maintenance, db = maintenance_of("health-worker")
+    try:
+        with caplog.at_level(logging.INFO, logger="django_sqltasks"):
+            maintenance.beat()
+            maintenance.beat()  # the same condition: not said again
+            [said] = table_warnings(caplog, "django_sqltasks.W005")
+            assert f"session {pid}" in said and "Hint: End that transaction" in said
+            if connection.vendor == "postgresql":
+                assert "application 'h3-report'" in said
+            with other.cursor() as cursor:
+                cursor.execute("ROLLBACK")
+            if connection.vendor == "mysql":
+                # InnoDB lists every transaction of the server, other test runs' too: only
+                # ours is old by this measure.
+                settings.SQLTASKS_OLD_TRANSACTION_SECONDS = 3600
+
+            def cleared() -> bool:
+                maintenance.beat()
+                return "django_sqltasks.W005 cleared" in caplog.text
+
+            # InnoDB refreshes information_schema.innodb_trx at most every 0.1 s.
+            wait_for(cleared, timeout=10)
+        assert len(table_warnings(caplog, "django_sqltasks.W005")) == 1
+    finally:
+        db.submit(connections.close_all).result()
+        db.shutdown()
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="n_dead_tup is PostgreSQL's")
+@pytest.mark.django_db(transaction=True)  # VACUUM cannot run inside a transaction
+def test_the_worker_says_when_dead_rows_pile_up(
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    autovacuum_off_for_the_table: None,
+    snapshot: tuple[Any, int],
+) -> None:
+    monkeypatch.setattr(maintenance_module, "HEALTH_INTERVAL", 0)
+    _, pid = snapshot
+    make_dead_rows(health.DEAD_ROWS_FLOOR + 2000)
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM {TABLE}")
+    maintenance, db = maintenance_of("health-worker")
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_sqltasks"):
+            maintenance.beat()
+            maintenance.beat()
+        [said] = table_warnings(caplog, "django_sqltasks.W004")
+        assert "more dead rows than live ones" in said
+        assert f"session {pid}, idle in transaction, application 'h3-report'" in said
+        assert f"Hint: End that transaction (commit it, or end session {pid}" in said
+    finally:
+        db.submit(connections.close_all).result()
+        db.shutdown()

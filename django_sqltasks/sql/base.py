@@ -189,6 +189,7 @@ class TableHealth:
     oldest_transaction_seconds: float | None = None
     oldest_transaction_pid: int | None = None  # its backend pid or connection id
     oldest_transaction_state: str | None = None
+    oldest_transaction_application: str | None = None  # its application_name (PostgreSQL)
     history_length: int | None = None  # InnoDB: undo records not yet purged
 
     @property

@@ -54,12 +54,13 @@ SELECT current_setting('autovacuum')::boolean,
     (SELECT o.option_value::boolean FROM pg_options_to_table(c.reloptions) AS o
      WHERE o.option_name = 'autovacuum_enabled'),
     s.n_live_tup, s.n_dead_tup,
-    a.pid, EXTRACT(EPOCH FROM clock_timestamp() - a.xact_start)::float8, a.state
+    a.pid, EXTRACT(EPOCH FROM clock_timestamp() - a.xact_start)::float8, a.state,
+    a.application_name
 FROM (SELECT to_regclass(%s) AS oid) AS r
 LEFT JOIN pg_class AS c ON c.oid = r.oid
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = r.oid
 LEFT JOIN LATERAL (
-    SELECT pid, xact_start, state FROM pg_stat_activity
+    SELECT pid, xact_start, state, application_name FROM pg_stat_activity
     WHERE datname = current_database() AND pid <> pg_backend_pid()
         AND backend_type = 'client backend' AND xact_start IS NOT NULL
         AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
@@ -102,7 +103,7 @@ class PostgreSQLDialect(Dialect):
         # Statistics are read once per transaction and cached: read them afresh.
         cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute(TABLE_HEALTH_SQL, [self.tasks])
-        server_on, table_on, live, dead, pid, seconds, state = cursor.fetchone()
+        server_on, table_on, live, dead, pid, seconds, state, application = cursor.fetchone()
         off_by = (("autovacuum",) if not server_on else ()) + (
             ("autovacuum_enabled",) if table_on is False else ()
         )
@@ -114,6 +115,7 @@ class PostgreSQLDialect(Dialect):
             oldest_transaction_seconds=seconds,
             oldest_transaction_pid=pid,
             oldest_transaction_state=state,
+            oldest_transaction_application=application or None,
         )
 
     listen_sql = f"LISTEN {CHANNEL}"
