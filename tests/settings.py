@@ -77,6 +77,7 @@ TASKS = {
         "QUEUES": ["default", "other", "slow"],
         "OPTIONS": {
             "LEASE_TIMEOUT": float(os.environ.get("SQLTASKS_LEASE_TIMEOUT", "30")),
+            "MAX_RESCUES": int(os.environ.get("SQLTASKS_MAX_RESCUES", "5")),
             "HEARTBEAT_INTERVAL": float(os.environ.get("SQLTASKS_HEARTBEAT_INTERVAL", "5")),
             "POLL_INTERVAL": float(os.environ.get("SQLTASKS_POLL_INTERVAL", "0.05")),
             # Worker subprocesses of the limit tests limit a queue.

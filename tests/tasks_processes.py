@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -59,6 +60,25 @@ def hold_gil(path: str, n: int) -> int:
 
 
 @task
+async def hold_gil_async(path: str, n: int) -> int:
+    """Hold the GIL from the event loop: the loop, and every thread, wait for it."""
+    return _hold_gil(path, n)
+
+
+@task(timeout=1)
+async def hold_gil_async_past_timeout(path: str, n: int) -> int:
+    return _hold_gil(path, n)
+
+
+@task(timeout=1)
+async def await_past_timeout(path: str, seconds: float) -> None:
+    """Wait without blocking the loop: its loop cancels it at its timeout."""
+    _mark(path, "start")
+    await asyncio.sleep(seconds)
+    _mark(path, "end")
+
+
+@task
 def cpu(n: int) -> int:
     """A pure-Python loop: CPU-bound work that holds the GIL."""
     total = 0
@@ -75,3 +95,23 @@ def grow(megabytes: int, path: str) -> None:
 
 
 _LEAK: list[bytes] = []
+
+
+@task
+def kill_worker(path: str, beside: int = 0, status: int = 1) -> None:
+    """End the worker process with ``status`` (as a segfault or an OOM kill would, with no
+    cleanup). The first time, once ``beside`` other tasks have started (so that they are
+    running when the process dies); afterwards at once."""
+    first = (
+        not any(line.startswith("kill ") for line in Path(path).read_text().splitlines())
+        if Path(path).exists()
+        else True
+    )
+    _mark(path, "kill")
+    deadline = time.monotonic() + 10
+    while first and time.monotonic() < deadline:
+        starts = [line for line in Path(path).read_text().splitlines() if line.startswith("start")]
+        if len(starts) >= beside:
+            break
+        time.sleep(0.01)
+    os._exit(status)

@@ -11,9 +11,9 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import TaskRecord
+from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import NewTask, Outcome, dialect_for, unsupported_version
-from django_sqltasks.sql.base import Dialect
+from django_sqltasks.sql.base import Dialect, suspect_at
 from tests.factories import task_row
 
 WORKER = "dialect-worker"
@@ -144,18 +144,95 @@ def test_requeue_owned_keeps_what_it_is_told(dialect: Dialect) -> None:
     assert record.status == "READY" and record.errors[-1]["traceback"] == "stopping"
 
 
+# How a rescue treats each RUNNING row of a dead worker (MAX_RESCUES 2): a task that ran beside
+# others is not charged, and runs alone next (a suspect); one that ran alone (a suspect) or
+# under a limit is charged, and fails once its rescues are spent.
+RESCUES = [
+    # (suspect, limit key, rescues before) -> (status, rescues after, a suspect after)
+    pytest.param(False, None, 0, "READY", 0, True, id="beside-others"),
+    pytest.param(False, None, 2, "READY", 2, True, id="beside-others-rescues-spent"),
+    pytest.param(True, None, 0, "READY", 1, True, id="alone"),
+    pytest.param(True, None, 2, "FAILED", 3, True, id="alone-rescues-spent"),
+    pytest.param(False, "k", 0, "READY", 1, False, id="limited"),
+    pytest.param(False, "k", 2, "FAILED", 3, False, id="limited-rescues-spent"),
+]
+
+
+@pytest.mark.parametrize(
+    ("suspect", "limit_key", "before", "status", "after", "suspect_after"), RESCUES
+)
 @pytest.mark.django_db(transaction=True)
-def test_requeue_orphans_rescues_then_gives_up(dialect: Dialect) -> None:
-    lost = task_row(TaskResultStatus.RUNNING, owner="gone").id
-    spent = task_row(TaskResultStatus.RUNNING, owner="gone", rescues=2).id
+def test_requeue_orphans_charges_only_tasks_that_ran_alone(
+    dialect: Dialect,
+    suspect: bool,
+    limit_key: str | None,
+    before: int,
+    status: str,
+    after: int,
+    suspect_after: bool,
+) -> None:
+    fields = {"available_at": suspect_at()} if suspect else {}
+    row = task_row(
+        TaskResultStatus.RUNNING, owner="gone", rescues=before, limit_key=limit_key, **fields
+    )
     with connection.cursor() as cursor:
         count = dialect.requeue_orphans(
             cursor, backend_name="default", lease_timeout=30, max_rescues=2
         )
-    assert count == 2
-    assert TaskRecord.objects.get(id=lost).status == "READY"
-    assert TaskRecord.objects.get(id=lost).rescues == 1
-    assert TaskRecord.objects.get(id=spent).status == "FAILED"
+    assert count == 1
+    record = TaskRecord.objects.get(id=row.id)
+    assert (record.status, record.rescues, record.owner) == (status, after, None)
+    if status == "READY":
+        assert (record.available_at == suspect_at()) is suspect_after
+    message = record.errors[-1]["traceback"]
+    assert "gone" in message
+    assert ("to run alone next time" in message) is (not suspect and limit_key is None)
+    assert ("MAX_RESCUES is 2" in message) is (status == "FAILED")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_suspects_are_claimed_one_by_one_and_never_by_the_main_claim(dialect: Dialect) -> None:
+    low = task_row(priority=-5, available_at=suspect_at()).id
+    high = task_row(priority=7, available_at=suspect_at()).id
+    other_queue = task_row(queue_name="other", available_at=suspect_at()).id
+    due = task_row().id
+    assert [r.id for r in _claim(dialect)] == [due]
+    with connection.cursor() as cursor:
+        assert dialect.suspects_waiting(cursor, backend_name="default", queue_names=["default"])
+        claimed = [
+            dialect.claim_suspect(
+                cursor, backend_name="default", queue_names=["default"], worker_id=WORKER
+            )
+            for _ in range(3)
+        ]
+        assert not dialect.suspects_waiting(cursor, backend_name="default", queue_names=["default"])
+    assert [r.id if r else None for r in claimed] == [high, low, None]
+    record = TaskRecord.objects.get(id=high)
+    # It keeps its mark while it runs: a rescue then knows it ran alone.
+    assert (record.status, record.owner, record.attempts) == ("RUNNING", WORKER, 1)
+    assert record.available_at == suspect_at()
+    assert TaskRecord.objects.get(id=other_queue).status == "READY"
+    with connection.cursor() as cursor:
+        # Taken by another worker meanwhile: no row.
+        assert dialect.claim_suspect_by_id(cursor, high, "another") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_live_workers_like_matches_the_prefix_literally(dialect: Dialect) -> None:
+    for worker_id in ("web-1", "web-2", "web_x-1", "webs-1", "stale-1"):
+        WorkerRecord.objects.create(id=worker_id, backend_name="default", pid=1)
+    WorkerRecord.objects.filter(id="stale-1").update(
+        heartbeat_at=timezone.now() - timedelta(hours=1)
+    )
+    with connection.cursor() as cursor:
+        for worker_id in ("web-1", "web-2", "web_x-1", "webs-1", "stale-1"):
+            dialect.heartbeat(cursor, worker_id) if worker_id != "stale-1" else None
+        assert sorted(r[0] for r in dialect.live_workers_like(cursor, "web-", 30)) == [
+            "web-1",
+            "web-2",
+        ]
+        assert [r[0] for r in dialect.live_workers_like(cursor, "web_", 30)] == ["web_x-1"]
+        assert dialect.live_workers_like(cursor, "stale-", 30) == []
 
 
 @pytest.mark.django_db(transaction=True)

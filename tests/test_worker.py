@@ -22,6 +22,7 @@ from django_sqltasks.compat import (
     task_started,
 )
 from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.sql.base import suspect_at
 from django_sqltasks.worker import Worker
 from tests import tasks
 from tests.conftest import set_backend_options, wait_for, worker_thread
@@ -464,9 +465,11 @@ def test_stopping_releases_prefetched_tasks(tmp_path: Path, task: Any) -> None:
             assert "stopped before this task started" in record.errors[-1]["traceback"]
 
 
-def _lost_task(rescues: int) -> TaskRecord:
-    """A RUNNING task whose worker is gone, after ``rescues`` earlier rescues."""
+def _lost_task(rescues: int, *, alone: bool = False) -> TaskRecord:
+    """A RUNNING task whose worker is gone, after ``rescues`` earlier rescues; ``alone``: it
+    ran alone (a suspect), so its worker's death is charged to it."""
     return TaskRecord.objects.create(
+        **({"available_at": suspect_at()} if alone else {}),
         task_path="tests.tasks.noop",
         backend_name="default",
         status=TaskResultStatus.RUNNING,
@@ -480,24 +483,34 @@ def _lost_task(rescues: int) -> TaskRecord:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("rescues", [0, 4])
-def test_a_lost_task_goes_back_in_the_queue_and_runs(run_worker: RunWorker, rescues: int) -> None:
-    record = _lost_task(rescues)
+@pytest.mark.parametrize("alone", [False, True])
+def test_a_lost_task_goes_back_in_the_queue_and_runs(
+    run_worker: RunWorker, rescues: int, alone: bool
+) -> None:
+    record = _lost_task(rescues, alone=alone)
     run_worker()  # registering rescues the tasks of dead workers
     record.refresh_from_db()
     assert record.status == TaskResultStatus.SUCCESSFUL
-    assert record.rescues == rescues + 1
+    # Charged only if it ran alone: beside others, any of them may have killed the worker.
+    assert record.rescues == rescues + alone
     assert record.attempts == rescues + 2
     [error] = record.errors
     assert error["exception_class_path"] == "django_sqltasks.exceptions.WorkerLost"
     assert "Worker gone-worker stopped heartbeating" in error["traceback"]
-    assert "it was put back in the queue." in error["traceback"]
+    if alone:
+        assert "it was put back in the queue." in error["traceback"]
+    else:
+        assert (
+            "beside others; it was put back in the queue, to run alone next time."
+            in (error["traceback"])
+        )
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_task_that_keeps_losing_its_worker_fails_after_max_rescues(
     run_worker: RunWorker,
 ) -> None:
-    record = _lost_task(5)  # MAX_RESCUES defaults to 5
+    record = _lost_task(5, alone=True)  # MAX_RESCUES defaults to 5
     bystander = _lost_task(0)
     run_worker()
     record.refresh_from_db()
@@ -518,7 +531,7 @@ def test_max_rescues_none_never_gives_up_and_zero_fails_at_once(
     run_worker: RunWorker, settings: Any, max_rescues: int | None, status: str
 ) -> None:
     set_backend_options(settings, MAX_RESCUES=max_rescues)
-    record = _lost_task(0 if max_rescues == 0 else 50)
+    record = _lost_task(0 if max_rescues == 0 else 50, alone=True)
     run_worker()
     record.refresh_from_db()
     assert record.status == status

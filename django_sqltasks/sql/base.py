@@ -15,6 +15,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone as dj_timezone
 
+from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
 from ..serialization import dumps, loads
 from ..storable import storable
 
@@ -50,6 +51,7 @@ OUTCOME_COLUMNS = (
     "error_traceback",
     "available_at",
     "snoozed",
+    "delay",
 )
 # available_at of a workflow step whose turn has not come: READY, but never due by a clock;
 # the outcome of the step before it makes it due (workflow_store).
@@ -61,6 +63,19 @@ def parked_at() -> datetime:
     return PARKED if settings.USE_TZ else PARKED.replace(tzinfo=None)
 
 
+# available_at of a suspect: a task that was running when its worker died beside others, so
+# any of them may have killed it. No claim by the clock takes it; a worker with nothing else
+# running takes it alone (claim_suspect), and it keeps this mark while it runs, so that if its
+# worker dies again the rescue knows it ran alone and charges it (MAX_RESCUES).
+SUSPECT = datetime(9998, 1, 1, tzinfo=UTC)
+SUSPECT_CANDIDATES = 8  # suspects read per claim_suspect: the next ones if others took the first
+
+
+def suspect_at() -> datetime:
+    """SUSPECT as Django reads and writes datetimes here: naive without USE_TZ."""
+    return SUSPECT if settings.USE_TZ else SUSPECT.replace(tzinfo=None)
+
+
 CORRUPT_TASK = "django_sqltasks.exceptions.CorruptTask"
 OUTCOME_NOT_STORED = "django_sqltasks.exceptions.OutcomeNotStored"
 MAX_REASON = 10_000  # characters of a salvage reason kept
@@ -70,6 +85,12 @@ WORKER_STOPPED = "django_sqltasks.exceptions.WorkerStopped"
 ORPHAN_MESSAGE = (
     "Worker ",
     " stopped heartbeating while running this task; it was put back in the queue.",
+)
+# The end of that error for a task that ran beside others, any of which may have killed the
+# worker: it runs alone next time, and is charged a rescue only if its worker dies then.
+ORPHAN_SUSPECT = (
+    " stopped heartbeating while running this task beside others; it was put back in the "
+    "queue, to run alone next time."
 )
 # The end of that error instead, when the task has used up its rescues (MAX_RESCUES).
 ORPHAN_GIVE_UP = (
@@ -171,6 +192,9 @@ class Outcome:
     available_at: datetime | None = None  # for a retry (status READY): when to run again
     # 1 for a snooze (status READY): the attempt is given back and a snooze counted instead.
     snoozed: int = 0
+    # For a retry or a snooze (status READY): seconds after the write, by the database's
+    # clock, when it runs again (a worker's own clock may be off). available_at wins if set.
+    delay: float | None = None
     # The workflow of a task that is one of its steps: its final outcome moves it on, in the
     # transaction that stores it. Not a column of the outcome's write.
     workflow_id: uuid.UUID | None = None
@@ -317,6 +341,10 @@ class Dialect:
     # the process's clock is the database's.
 
     db_clock: str | None = None  # SQL for the database's current time; None: this process's
+    # SQL for the database's time at the start of a statement: what an enqueue without
+    # run_after is due at, and what a retry's or a snooze's delay counts from. None: this
+    # process's (then db_clock is None too).
+    write_clock: str | None = None
 
     def now_sql(self) -> tuple[str, list[Any]]:
         """SQL (and its parameters) for the current time, by the database's clock."""
@@ -369,7 +397,12 @@ class Dialect:
         return value if self.use_tz else value.replace(tzinfo=None)
 
     def outcome_params(self, outcome: Outcome) -> list[Any]:
-        """An outcome's values in the order of OUTCOME_COLUMNS."""
+        """An outcome's values in the order of OUTCOME_COLUMNS. Where this process's clock is
+        the database's (``write_clock`` None), a delay is made a time here."""
+        available_at, delay = outcome.available_at, outcome.delay
+        if self.write_clock is None and delay is not None:
+            available_at = available_at or dj_timezone.now() + timedelta(seconds=delay)
+            delay = None
         return [
             self.encode_id(outcome.id),
             outcome.status,
@@ -377,8 +410,9 @@ class Dialect:
             outcome.return_value,
             outcome.error_class,
             outcome.error_traceback,
-            self.encode_datetime(outcome.available_at),
+            self.encode_datetime(available_at),
             outcome.snoozed,
+            delay,
         ]
 
     def claimed_row(self, values: Sequence[Any], *, json_decoded: bool = False) -> ClaimedRow:
@@ -454,7 +488,11 @@ class Dialect:
             0,
             self.encode_datetime(task.enqueued_at),
             self.encode_datetime(task.run_after),
-            self.encode_datetime(task.run_after or task.enqueued_at),
+            # With a clock of its own, the database fills in when a task without run_after
+            # is due (see insert_sql): the enqueuing machine's clock may be off.
+            self.encode_datetime(
+                task.run_after if self.write_clock else task.run_after or task.enqueued_at
+            ),
             task.dedupe_key,
             task.limit_key,
             task.trace_parent,
@@ -482,7 +520,8 @@ class Dialect:
 
     def insert_sql(self, count: int) -> str:
         j = self.json_placeholder
-        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, %s, %s, %s, %s)"
+        due = f"COALESCE(%s, {self.write_clock})" if self.write_clock else "%s"
+        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, {due}, %s, %s, %s)"
         return f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
             [row] * count
         )
@@ -681,7 +720,9 @@ class Dialect:
             f"return_value = NULL, errors = {self.json_placeholder} "
             "WHERE id = %s AND status = 'RUNNING' AND owner = %s",
             [
-                self.encode_datetime(outcome.finished_at or outcome.available_at),
+                self.encode_datetime(
+                    outcome.finished_at or outcome.available_at or dj_timezone.now()
+                ),
                 error,
                 self.encode_id(outcome.id),
                 worker_id,
@@ -708,10 +749,12 @@ class Dialect:
         message_sql: str,
         message_params: list[Any],
         fail_when: tuple[str, list[Any]] | None = None,
-        rescue: bool = False,
+        rescue: tuple[str, list[Any]] | None = None,
     ) -> tuple[str, list[Any]]:
         """Put matching RUNNING tasks back to READY with an error appended; those matching
-        ``fail_when`` (SQL, params) become FAILED instead. ``rescue`` counts a rescue."""
+        ``fail_when`` (SQL, params) become FAILED instead. A ``rescue`` (the SQL, and its
+        params, of the rows charged a rescue) counts a rescue on those rows and makes the
+        others of no limit suspects (see SUSPECT)."""
         error = self.append_error("t.errors", self.text_param, message_sql)
         now, now_params = self.now_sql()
         if fail_when is None:
@@ -723,15 +766,24 @@ class Dialect:
             status_params = list(condition_params)
             finished_sql = f"CASE WHEN {condition} THEN {now} ELSE t.finished_at END"
             finished_params = [*condition_params, *now_params]
-        rescues_sql = ", rescues = t.rescues + 1" if rescue else ""
-        # errors comes first and rescues last: MySQL evaluates single-table SET clauses left
-        # to right, and the message and the status read t.owner and t.rescues before they
-        # change.
+        rescues_sql, rescues_params = "", []
+        available_sql, available_params = now, list(now_params)
+        if rescue is not None:
+            charged, charged_params = rescue
+            rescues_sql = f", rescues = t.rescues + CASE WHEN {charged} THEN 1 ELSE 0 END"
+            rescues_params = list(charged_params)
+            # Tasks under a limit go back by the clock: the limited claim, which keeps their
+            # limit, takes them (they are charged at each rescue instead).
+            available_sql = f"CASE WHEN t.limit_key IS NULL THEN %s ELSE {now} END"
+            available_params = [self.encode_datetime(suspect_at()), *now_params]
+        # errors comes first and available_at last: MySQL evaluates single-table SET clauses
+        # left to right, and the message, the status and the rescues read t.owner, t.rescues
+        # and t.available_at before they change.
         return (
             f"""
             UPDATE {self.tasks} AS t
-            SET errors = {error}, status = {status_sql}, finished_at = {finished_sql},
-                owner = NULL, available_at = {now}{rescues_sql}
+            SET errors = {error}, status = {status_sql}, finished_at = {finished_sql}
+                {rescues_sql}, owner = NULL, available_at = {available_sql}
             WHERE t.status = 'RUNNING' AND {where}
             """,
             [
@@ -739,7 +791,8 @@ class Dialect:
                 *message_params,
                 *status_params,
                 *finished_params,
-                *now_params,
+                *rescues_params,
+                *available_params,
                 *where_params,
             ],
         )
@@ -753,8 +806,9 @@ class Dialect:
         max_rescues: int | None = None,
     ) -> int:
         """Put RUNNING tasks whose owner has not heartbeaten for ``lease_timeout`` seconds (by
-        the database's clock) back to READY; fail those rescued ``max_rescues`` times already
-        (a task that kills its worker)."""
+        the database's clock) back in the queue. A task that ran alone (a suspect) or under a
+        limit is charged a rescue, and fails once it was rescued ``max_rescues`` times already
+        (a task that kills its worker); the others become suspects, each to run alone."""
         cursor.execute(
             *self.requeue_orphans_sql(
                 backend_name=backend_name, lease_timeout=lease_timeout, max_rescues=max_rescues
@@ -771,24 +825,26 @@ class Dialect:
     ) -> tuple[str, list[Any]]:
         """The rescue statement (see ``requeue_orphans``)."""
         owner = "COALESCE(t.owner, '(none)')"
+        charged = "(t.available_at = %s OR t.limit_key IS NOT NULL)"
+        charged_params = [self.encode_datetime(suspect_at())]
+        p = self.text_param
+        ends = f"CASE WHEN {charged} THEN {p} ELSE {p} END"
+        ends_params = [*charged_params, ORPHAN_MESSAGE[1], ORPHAN_SUSPECT]
         if max_rescues is None:
-            message_sql = self.concat(self.text_param, owner, self.text_param)
-            message_params: list[Any] = list(ORPHAN_MESSAGE)
+            message_sql = self.concat(p, owner, ends)
+            message_params: list[Any] = [ORPHAN_MESSAGE[0], *ends_params]
             fail_when = None
         else:
-            given_up = "t.rescues >= %s"
-            message_sql = self.concat(
-                self.text_param,
-                owner,
-                f"CASE WHEN {given_up} THEN {self.text_param} ELSE {self.text_param} END",
-            )
+            given_up = f"{charged} AND t.rescues >= %s"
+            given_up_params = [*charged_params, max_rescues]
+            message_sql = self.concat(p, owner, f"CASE WHEN {given_up} THEN {p} ELSE {ends} END")
             message_params = [
                 ORPHAN_MESSAGE[0],
-                max_rescues,
+                *given_up_params,
                 ORPHAN_GIVE_UP.format(n=max_rescues),
-                ORPHAN_MESSAGE[1],
+                *ends_params,
             ]
-            fail_when = (given_up, [max_rescues])
+            fail_when = (given_up, given_up_params)
         live_since, live_params = self.ago_sql(lease_timeout)
         return self._requeue_sql(
             where=(
@@ -800,8 +856,53 @@ class Dialect:
             message_sql=message_sql,
             message_params=message_params,
             fail_when=fail_when,
-            rescue=True,
+            rescue=(charged, charged_params),
         )
+
+    # Suspects -------------------------------------------------------------------------------
+
+    def suspects_sql(
+        self, backend_name: str, queue_names: list[str] | None, limit: int
+    ) -> tuple[str, list[Any]]:
+        """The ids of up to ``limit`` suspects a worker on ``queue_names`` may take, best
+        first. One probe of the ready index per priority: suspects are few."""
+        where, params = self.ready_where(backend_name, queue_names, UNLIMITED)
+        priorities = list(range(TASK_MAX_PRIORITY, TASK_MIN_PRIORITY - 1, -1))
+        marks = ", ".join(["%s"] * len(priorities))
+        return (
+            f"SELECT id FROM {self.tasks} WHERE {where} AND priority IN ({marks}) "
+            f"AND available_at = %s ORDER BY priority DESC, id LIMIT %s",
+            [*params, *priorities, self.encode_datetime(suspect_at()), limit],
+        )
+
+    def suspects_waiting(
+        self, cursor: CursorWrapper, *, backend_name: str, queue_names: list[str] | None
+    ) -> bool:
+        """Whether a suspect waits that a worker on ``queue_names`` may take."""
+        cursor.execute(*self.suspects_sql(backend_name, queue_names, 1))
+        return cursor.fetchone() is not None
+
+    def claim_suspect(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        worker_id: str,
+    ) -> ClaimedRow | None:
+        """Claim one suspect for ``worker_id``, which runs it alone (None if none waits)."""
+        cursor.execute(*self.suspects_sql(backend_name, queue_names, SUSPECT_CANDIDATES))
+        for (task_id,) in cursor.fetchall():
+            row = self.claim_suspect_by_id(cursor, self.decode_id(task_id), worker_id)
+            if row is not None:
+                return row
+        return None
+
+    def claim_suspect_by_id(
+        self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
+    ) -> ClaimedRow | None:
+        """Mark suspect ``task_id`` RUNNING for ``worker_id`` (None if another took it)."""
+        raise NotImplementedError
 
     def requeue_owned(
         self,
@@ -848,6 +949,21 @@ class Dialect:
         )
         row = cursor.fetchone()
         return None if row is None else (row[0], row[1])
+
+    def live_workers_like(
+        self, cursor: CursorWrapper, prefix: str, lease_timeout: float
+    ) -> list[tuple[str, int, str]]:
+        """The id, pid and host of workers whose id starts with ``prefix`` and that heartbeat
+        within ``lease_timeout`` seconds."""
+        since, params = self.ago_sql(lease_timeout)
+        # "!" escapes: a backslash would need escaping itself in MySQL's string literals.
+        escaped = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+        cursor.execute(
+            f"SELECT id, pid, hostname FROM {self.workers} "
+            f"WHERE id LIKE %s ESCAPE '!' AND heartbeat_at >= {since}",
+            [escaped + "%", *params],
+        )
+        return [(row[0], row[1], row[2]) for row in cursor.fetchall()]
 
     def forget_dead_workers(self, cursor: CursorWrapper, lease_timeout: float) -> int:
         """Delete the rows of workers silent for over ``lease_timeout`` seconds."""

@@ -27,6 +27,7 @@ from .base import (
     Scope,
     TableHealth,
     driver_error,
+    suspect_at,
 )
 
 COLUMNS = ", ".join(RETURNED_COLUMNS)
@@ -79,7 +80,7 @@ class MySQLDialect(Dialect):
         # Django stores naive UTC with USE_TZ; without it, naive local time, which only this
         # process's clock knows.
         if self.use_tz:
-            self.db_clock = "UTC_TIMESTAMP(6)"
+            self.db_clock = self.write_clock = "UTC_TIMESTAMP(6)"  # the statement's start
 
     def ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
         if self.db_clock is None:
@@ -227,30 +228,51 @@ class MySQLDialect(Dialect):
                     break
             if not selected:
                 return []
-            # Each selected row ends with the database's time of the SELECT: the claim's time.
-            now = self.decode_datetime(selected[0][-1])
-            assert now is not None
-            at = self.encode_datetime(now)
-            rows = [self.claimed_row(values[:-1]) for values in selected]
-            corrupt = [r for r in rows if r.corrupt is not None]
-            if corrupt:
-                # MariaDB checks every JSON column's CHECK on any UPDATE of the row: a row
-                # with text that is not JSON cannot even be claimed. Fail it here instead.
-                self._fail_corrupt(cursor, corrupt, at)
-                rows = [r for r in rows if r.corrupt is None]
-            if not rows:
-                return []
-            marks = ", ".join(["%s"] * len(rows))
+            return self._take(cursor, selected, worker_id)
+
+    def claim_suspect_by_id(
+        self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
+    ) -> ClaimedRow | None:
+        now, now_params = self.now_sql()
+        with transaction.atomic(using=self.connection.alias):
             cursor.execute(
-                f"""
-                UPDATE {self.tasks}
-                SET status = 'RUNNING', owner = %s, attempts = attempts + 1,
-                    worker_ids = JSON_ARRAY_APPEND(worker_ids, '$', %s),
-                    started_at = COALESCE(started_at, %s), last_attempted_at = %s
-                WHERE id IN ({marks})
-                """,
-                [worker_id, worker_id, at, at, *(self.encode_id(r.id) for r in rows)],
+                f"SELECT {COLUMNS}, {now} FROM {self.tasks} "
+                "WHERE id = %s AND status = 'READY' AND available_at = %s FOR UPDATE SKIP LOCKED",
+                [*now_params, self.encode_id(task_id), self.encode_datetime(suspect_at())],
             )
+            rows = self._take(cursor, cursor.fetchall(), worker_id)
+        return rows[0] if rows else None
+
+    def _take(
+        self, cursor: CursorWrapper, selected: Sequence[Any], worker_id: str
+    ) -> list[ClaimedRow]:
+        """Mark the rows of a locking SELECT RUNNING for ``worker_id`` (each row ends with the
+        database's time of the SELECT: the claim's time); fail those that cannot be read."""
+        if not selected:
+            return []
+        now = self.decode_datetime(selected[0][-1])
+        assert now is not None
+        at = self.encode_datetime(now)
+        rows = [self.claimed_row(values[:-1]) for values in selected]
+        corrupt = [r for r in rows if r.corrupt is not None]
+        if corrupt:
+            # MariaDB checks every JSON column's CHECK on any UPDATE of the row: a row
+            # with text that is not JSON cannot even be claimed. Fail it here instead.
+            self._fail_corrupt(cursor, corrupt, at)
+            rows = [r for r in rows if r.corrupt is None]
+        if not rows:
+            return []
+        marks = ", ".join(["%s"] * len(rows))
+        cursor.execute(
+            f"""
+            UPDATE {self.tasks}
+            SET status = 'RUNNING', owner = %s, attempts = attempts + 1,
+                worker_ids = JSON_ARRAY_APPEND(worker_ids, '$', %s),
+                started_at = COALESCE(started_at, %s), last_attempted_at = %s
+            WHERE id IN ({marks})
+            """,
+            [worker_id, worker_id, at, at, *(self.encode_id(r.id) for r in rows)],
+        )
         return [
             replace(
                 r,
@@ -361,6 +383,12 @@ class MySQLDialect(Dialect):
         derived = " UNION ALL ".join([first] + [rest] * (len(outcomes) - 1))
         params = [value for o in outcomes for value in self.outcome_params(o)]
         error = self.append_error("t.errors", "v.error_class", "v.error_traceback")
+        # A delay counts from the server's clock (outcome_params made it a time without one).
+        later = (
+            f"{self.write_clock} + INTERVAL ROUND(v.delay * 1000000) MICROSECOND, "
+            if self.write_clock
+            else ""
+        )
         ids = [self.encode_id(o.id) for o in outcomes]
         marks = ", ".join(["%s"] * len(ids))
         # The owner guard keeps a late result from overwriting a task that was rescued and
@@ -380,7 +408,7 @@ class MySQLDialect(Dialect):
                     SET t.errors = IF(v.error_class IS NULL, t.errors, {error}),
                         t.return_value = v.return_value, t.status = v.status,
                         t.finished_at = v.finished_at, t.owner = NULL,
-                        t.available_at = COALESCE(v.available_at, t.available_at),
+                        t.available_at = COALESCE(v.available_at, {later}t.available_at),
                         t.attempts = t.attempts - v.snoozed, t.snoozes = t.snoozes + v.snoozed
                     WHERE t.status = 'RUNNING' AND t.owner = %s
                     """,

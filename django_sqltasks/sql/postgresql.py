@@ -23,6 +23,7 @@ from .base import (
     Scope,
     TableHealth,
     driver_error,
+    suspect_at,
 )
 
 CHANNEL = "sqltasks"  # LISTEN/NOTIFY channel; payload: the queue name of the enqueued task(s)
@@ -135,6 +136,9 @@ class PostgreSQLDialect(Dialect):
         return statements
 
     db_clock = "now()"  # the statement's (transaction's) start, by the server's clock
+    # An enqueue may run late in a long transaction: it is due from its own statement, not
+    # from the transaction's start.
+    write_clock = "statement_timestamp()"
 
     def ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
         return "now() - make_interval(secs => %s)", [float(seconds)]
@@ -172,7 +176,7 @@ class PostgreSQLDialect(Dialect):
                 f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) "
                 "SELECT id, task_path, backend_name, queue_name, priority, 'READY', args, "
                 "kwargs, '[]', '[]', 0, enqueued_at, run_after, "
-                "COALESCE(run_after, enqueued_at), dedupe_key, limit_key, trace_parent "
+                f"COALESCE(run_after, {self.write_clock}), dedupe_key, limit_key, trace_parent "
                 f"FROM jsonb_to_recordset(%s::jsonb) AS v({INSERT_RECORD})"
             )
             params = [
@@ -223,10 +227,19 @@ class PostgreSQLDialect(Dialect):
         if not hasattr(raw, "copy"):  # psycopg2: multi-row INSERTs
             super().bulk_insert(cursor, tasks, notify=notify)
             return
-        # COPY is several times faster than INSERT for thousands of rows.
+        # COPY is several times faster than INSERT for thousands of rows. It takes values,
+        # not SQL: a task without run_after is due at the server's time, read first.
+        due = INSERT_COLUMNS.index("available_at")
+        now = None
+        if any(task.run_after is None for task in tasks):
+            cursor.execute(f"SELECT {self.write_clock}")
+            now = cursor.fetchone()[0]
         with raw.copy(f"COPY {self.tasks} ({', '.join(INSERT_COLUMNS)}) FROM STDIN") as copy:
             for task in tasks:
-                copy.write_row(self.insert_params(task))
+                params = self.insert_params(task)
+                if task.run_after is None:
+                    params[due] = now
+                copy.write_row(params)
         if notify:
             queues = sorted({task.queue_name for task in tasks})
             cursor.execute(
@@ -278,6 +291,26 @@ class PostgreSQLDialect(Dialect):
             [*priority_params, *where_params, limit, limit, worker_id, worker_id],
         )
 
+    def claim_suspect_by_id(
+        self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
+    ) -> ClaimedRow | None:
+        cursor.execute(
+            f"""
+            WITH claimed AS (
+                UPDATE {self.tasks} AS t
+                SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
+                    worker_ids = t.worker_ids || jsonb_build_array(%s::text),
+                    started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
+                WHERE t.id = %s AND t.status = 'READY' AND t.available_at = %s
+                RETURNING {RETURNING}
+            )
+            SELECT json_agg(json_build_array({COLUMNS}))::text FROM claimed
+            """,
+            [worker_id, worker_id, task_id, self.encode_datetime(suspect_at())],
+        )
+        rows = self.fetch_claimed(cursor)
+        return rows[0] if rows else None
+
     def run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[ClaimedRow]:
         raw: Any = getattr(cursor.cursor, "connection", None)
         if not _can_prepare(raw):
@@ -314,11 +347,16 @@ class PostgreSQLDialect(Dialect):
             SET status = v.status, finished_at = v.finished_at, owner = NULL,
                 return_value = v.return_value::jsonb,
                 errors = CASE WHEN v.error_class IS NULL THEN t.errors ELSE {error} END,
-                available_at = COALESCE(v.available_at, t.available_at),
+                available_at = COALESCE(
+                    v.available_at,
+                    {self.write_clock} + make_interval(secs => v.delay),
+                    t.available_at
+                ),
                 attempts = t.attempts - v.snoozed, snoozes = t.snoozes + v.snoozed
             FROM jsonb_to_recordset(%s::jsonb) AS v(
                 id uuid, status text, finished_at timestamptz, return_value text,
-                error_class text, error_traceback text, available_at timestamptz, snoozed int
+                error_class text, error_traceback text, available_at timestamptz, snoozed int,
+                delay float8
             )
             WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
             RETURNING t.id
@@ -335,6 +373,7 @@ class PostgreSQLDialect(Dialect):
                             "error_traceback": o.error_traceback,
                             "available_at": o.available_at,
                             "snoozed": o.snoozed,
+                            "delay": o.delay,
                         }
                         for o in outcomes
                     ]

@@ -19,6 +19,7 @@ from .base import (
     Dialect,
     Outcome,
     Scope,
+    suspect_at,
 )
 
 RETURNING = ", ".join(RETURNED_COLUMNS)
@@ -129,6 +130,31 @@ class SQLiteDialect(Dialect):
             """,
             [worker_id, worker_id, at, at, *where_params, at, limit],
         )
+
+    def claim_suspect_by_id(
+        self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
+    ) -> ClaimedRow | None:
+        at = self.encode_datetime(timezone.now())  # one machine: its clock is the database's
+        cursor.execute(
+            f"""
+            UPDATE {self.tasks}
+            SET status = 'RUNNING', owner = %s, attempts = attempts + 1,
+                worker_ids = json_insert(worker_ids, '$[#]', %s),
+                started_at = COALESCE(started_at, %s), last_attempted_at = %s
+            WHERE id = %s AND status = 'READY' AND available_at = %s
+            RETURNING {RETURNING}
+            """,
+            [
+                worker_id,
+                worker_id,
+                at,
+                at,
+                self.encode_id(task_id),
+                self.encode_datetime(suspect_at()),
+            ],
+        )
+        rows = self.fetch_claimed(cursor)
+        return rows[0] if rows else None
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]

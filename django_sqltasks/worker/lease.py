@@ -18,6 +18,30 @@ from ..sql import Dialect, dialect_for
 
 logger = logging.getLogger("django_sqltasks")
 
+# The exit status of a worker refused because a live worker holds its id: a supervisor that
+# sees it stops, rather than starting the process again and again.
+EXIT_ID_IN_USE = 78  # EX_CONFIG (sysexits.h): a configuration error
+
+
+class WorkerIdInUse(RuntimeError):
+    """A live worker (its heartbeat fresh by the database's clock) holds this worker id."""
+
+
+def gone_from_this_host(pid: int | None, hostname: str) -> bool:
+    """Whether the worker that wrote a row (``pid`` on ``hostname``) is surely dead: it ran on
+    this host, and its process is gone (or is this one). Host names are taken to be unique."""
+    if hostname != socket.gethostname()[:255] or pid is None:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process: alive
+        return False
+    return False
+
 
 class Lease:
     """Register, heartbeat and unregister one worker; requeue tasks of workers that went silent.
@@ -46,24 +70,21 @@ class Lease:
 
     def register(self) -> None:
         """Insert this worker's row; refuse an id held by a live worker."""
-        from ..models import WorkerRecord
+        from ..models import WorkerRecord  # the app registry is ready only once Django is set up
 
         with self._cursor() as (dialect, cursor):
             live = dialect.live_worker(cursor, self.worker_id, self.timeout)
-            if live is not None:
-                raise RuntimeError(
-                    f"Worker id {self.worker_id!r} is in use by a live worker "
-                    f"(pid {live[0]} on {live[1]!r}); choose another --worker-id."
-                )
-            if WorkerRecord.objects.using(self.database).filter(id=self.worker_id).exists():
-                # A dead worker of the same id: requeue its tasks before taking its name.
-                dialect.requeue_owned(
-                    cursor,
-                    worker_id=self.worker_id,
-                    reason=f"Worker {self.worker_id} stopped heartbeating while running this "
-                    "task; it was put back in the queue when it restarted.",
-                )
-                WorkerRecord.objects.using(self.database).filter(id=self.worker_id).delete()
+        if live is not None and not gone_from_this_host(*live):
+            raise WorkerIdInUse(
+                f"--worker-id: {self.worker_id!r} is in use by a live worker (pid "
+                f"{live[0]} on {live[1]!r}, heartbeat within the last {self.timeout:g}s); "
+                "give each worker its own id."
+            )
+        # A previous worker of this id is dead: its lease ran out, or (a service manager
+        # restarting it) its process is gone from this host. Drop its row, so that the rescue
+        # takes its tasks now, before this worker takes its name.
+        if WorkerRecord.objects.using(self.database).filter(id=self.worker_id).delete()[0]:
+            self.rescue()
         self._create()
         self.rescue()
 
@@ -90,6 +111,14 @@ class Lease:
             .filter(cancel_requested=True)
             .values_list("id", flat=True)
         )
+
+    def suspects_waiting(self) -> bool:
+        """Whether a suspect (see ``Dialect.requeue_orphans``) waits that this worker may
+        run alone."""
+        with self._cursor() as (dialect, cursor):
+            return dialect.suspects_waiting(
+                cursor, backend_name=self.backend_name, queue_names=self.queue_names
+            )
 
     def unregister(self) -> None:
         from ..models import WorkerRecord

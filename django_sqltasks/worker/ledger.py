@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 
@@ -20,6 +21,7 @@ from django.db.backends.utils import CursorWrapper
 from ..database import run_with_retries
 from ..sql import Dialect, dialect_for
 from . import attempt as attempts
+from .lease import gone_from_this_host
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -40,24 +42,29 @@ class Ledger:
         self.max_rescues = max_rescues
         self._writes: list[tuple[str, Callable[[], None]]] = []  # owed, in order
 
-    def end_tasks(self, worker_id: str, errors: Mapping[uuid.UUID, Exception], reason: str) -> None:
-        """Fail the tasks of ``errors`` (held by the killed ``worker_id``) with their errors,
-        and put its other tasks back in the queue saying ``reason``."""
+    def end_tasks(
+        self, worker_id: str, pid: int, errors: Mapping[uuid.UUID, Exception], reason: str
+    ) -> None:
+        """Fail the tasks of ``errors`` (held by the killed ``worker_id``, process ``pid``)
+        with their errors, and put its other tasks back in the queue saying ``reason``."""
         outcomes = [attempts.failure(task_id, error) for task_id, error in errors.items()]
 
         def write() -> None:
             with self._cursor() as (dialect, cursor):
                 dialect.complete(cursor, worker_id, outcomes)
                 dialect.requeue_owned(cursor, worker_id=worker_id, reason=reason)
-            self._unregister(worker_id)
+            self._unregister(worker_id, pid)
 
         self._owe(f"Ending task(s) of {worker_id}", write)
 
-    def rescue(self, worker_id: str, how: str) -> None:
-        """Rescue the tasks of ``worker_id``, a child that is gone (``how`` says why)."""
+    def rescue(self, worker_id: str, pid: int, how: str) -> None:
+        """Rescue the tasks of ``worker_id``, a child (process ``pid``) that is gone (``how``
+        says why). Only its own row goes: a live worker of the same id (started elsewhere by
+        mistake) keeps its row, and so its tasks, which the rescue takes only from workers
+        whose heartbeat is stale by the database's clock."""
 
         def write() -> None:
-            self._unregister(worker_id)
+            self._unregister(worker_id, pid)
             with self._cursor() as (dialect, cursor):
                 count = dialect.requeue_orphans(
                     cursor,
@@ -76,13 +83,14 @@ class Ledger:
 
         self._owe(f"Rescuing the tasks of worker_id={worker_id}", write)
 
-    def requeue(self, worker_id: str, reason: str) -> None:
-        """Put the tasks of ``worker_id`` (killed while stopping) back in the queue."""
+    def requeue(self, worker_id: str, pid: int, reason: str) -> None:
+        """Put the tasks of ``worker_id`` (process ``pid``, killed while stopping) back in
+        the queue."""
 
         def write() -> None:
             with self._cursor() as (dialect, cursor):
                 dialect.requeue_owned(cursor, worker_id=worker_id, reason=reason)
-            self._unregister(worker_id)
+            self._unregister(worker_id, pid)
 
         self._owe(f"Requeueing the tasks of {worker_id}", write)
 
@@ -116,10 +124,31 @@ class Ledger:
         self._writes.append((what, write))
         self.flush()
 
-    def _unregister(self, worker_id: str) -> None:
-        from ..models import WorkerRecord
+    def live_ids(self, worker_id: str) -> list[tuple[str, int, str]]:
+        """The live workers (id, pid, host) named ``worker_id`` or ``worker_id``-N: those
+        this supervisor's processes would clash with."""
+        with self._cursor() as (dialect, cursor):
+            rows = [
+                (name, pid, host)
+                for name, pid, host in dialect.live_workers_like(
+                    cursor, f"{worker_id}-", self.lease_timeout
+                )
+                if name[len(worker_id) + 1 :].isdigit()
+            ]
+            own = dialect.live_worker(cursor, worker_id, self.lease_timeout)
+        if own is not None:
+            rows.append((worker_id, *own))
+        # Processes of this host that are gone (a supervisor killed with its children, then
+        # restarted) are no clash: each new process takes its name and rescues its tasks.
+        return [row for row in rows if not gone_from_this_host(row[1], row[2])]
 
-        WorkerRecord.objects.using(self.database).filter(id=worker_id).delete()
+    def _unregister(self, worker_id: str, pid: int) -> None:
+        """Delete the row of ``worker_id`` if process ``pid`` of this host wrote it."""
+        from ..models import WorkerRecord  # the app registry is ready only once Django is set up
+
+        WorkerRecord.objects.using(self.database).filter(
+            id=worker_id, pid=pid, hostname=socket.gethostname()[:255]
+        ).delete()
 
     @contextlib.contextmanager
     def _cursor(self) -> Iterator[tuple[Dialect, CursorWrapper]]:

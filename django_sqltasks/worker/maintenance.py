@@ -49,6 +49,7 @@ class Maintenance:
         progress: Progress,
         stopped: threading.Event,
         on_cancel_requested: Callable[[list[uuid.UUID]], None],
+        on_suspects: Callable[[], None] | None = None,
         on_beat: Callable[[bool], None] | None = None,
         reporter: Reporter | None = None,
     ) -> None:
@@ -64,6 +65,7 @@ class Maintenance:
         self._stopped = stopped  # set by the runner: the threads end
         self._scheduling = threading.Event()  # set while periodic tasks may be enqueued
         self._on_cancel_requested = on_cancel_requested
+        self._on_suspects = on_suspects  # told when suspects wait (see Producer.on_suspects)
         # Told at the start and at each heartbeat whether the lease was renewed (a liveness
         # probe's file, the supervisor's pipe); called on the heartbeat thread.
         self._on_beat = on_beat
@@ -124,6 +126,10 @@ class Maintenance:
         requested = self._guarded("Reading cancel requests", self.lease.cancel_requests)
         if requested:
             self._on_cancel_requested(requested)
+        if self._on_suspects is not None and self._guarded(
+            "Looking for suspect tasks", self.lease.suspects_waiting
+        ):
+            self._on_suspects()
         if time.monotonic() >= self._next_sweep:
             # Once a LEASE_TIMEOUT, the time scale of the rescues it catches up with: while
             # workflows run, a sweep reads their plans.

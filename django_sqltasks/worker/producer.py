@@ -36,6 +36,11 @@ T = TypeVar("T")
 GATHER_DELAY = 0.002  # seconds to let more slots free up before claiming a small batch
 SCAN_WHEN_BUSY = 1.0  # seconds between looks for limited tasks while every claim is full
 BUSY_POLL = 0.01  # seconds before polling again right after finding work; doubles when idle
+# A suspect (a task that was running when its worker died beside others) runs alone. To take
+# one, a busy worker stops claiming until its running tasks end, for up to DRAIN_LIMIT seconds;
+# if they run longer, it claims as usual and tries again DRAIN_PAUSE seconds later.
+DRAIN_LIMIT = 30.0
+DRAIN_PAUSE = 60.0
 
 
 def _start_order(row: ClaimedRow) -> tuple[int, Any]:
@@ -90,6 +95,12 @@ class Producer:
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
         self.stopping = False
+        # Suspects may wait (set at start, by the heartbeat thread through on_suspects, and by
+        # a burst worker that found nothing else); cleared when a look finds none.
+        self._suspects = True
+        self._alone: uuid.UUID | None = None  # the suspect running alone here, if any
+        self._drain_since: float | None = None  # monotonic: when this worker began to drain
+        self._next_drain = 0.0  # monotonic: no drain before (after one that ran too long)
         # Owned by the database thread.
         self._claim_uncertain = False  # a claim failed without telling us what it took
         # Its state is the database thread's; the loop reads its ``active`` as a hint.
@@ -118,6 +129,8 @@ class Producer:
         """Claim and start tasks until stopped, or until ``burst``/``max_tasks`` is done."""
         capacity = self.slots.capacity
         while not self.stopping:
+            if (self._alone is not None or self._suspects) and await self._isolate():
+                continue
             held = self.slots.held
             free = capacity - held
             if self.max_tasks is not None:
@@ -155,6 +168,9 @@ class Producer:
                     # Done only if no outcome was written since this claim began: a retry
                     # written meanwhile is READY again and must be claimed.
                     if self._completer.wait_idle(0) and self._completer.written == written_before:
+                        if await self.db_call(self._suspects_waiting):
+                            self._suspects = True
+                            continue
                         if not await self.db_call(self._limited_waiting):
                             return
                         # Due tasks wait on a limit other workers fill: poll for a free slot.
@@ -170,9 +186,68 @@ class Producer:
                 )
                 await self.sleep(min(idle, self.poll_interval))
 
-    async def sleep(self, seconds: float) -> None:
-        """Sleep up to ``seconds``; wake early once a quarter of the room is free, all tasks
-        are done, or a stop is asked."""
+    async def _isolate(self) -> bool:
+        """Run suspects alone: while one runs, claim nothing else; to take one, let the
+        running tasks end first. Return whether this round is spent (slept, or started a
+        suspect); False to claim as usual."""
+        if self._alone is not None:
+            if self._alone in self.slots.held_ids():
+                await self.sleep(self.poll_interval, wake_at=0)
+                return True
+            self._alone = None
+        if not self._suspects:
+            return False
+        now = time.monotonic()
+        if self.slots.held:
+            if now < self._next_drain:
+                return False
+            if self._drain_since is None:
+                self._drain_since = now
+            if now - self._drain_since < DRAIN_LIMIT:
+                await self.sleep(self.poll_interval, wake_at=0)
+                return True
+            # Its tasks run long: claim as usual for now; another worker, or this one once
+            # idle, takes the suspects meanwhile.
+            self._drain_since, self._next_drain = None, now + DRAIN_PAUSE
+            return False
+        self._drain_since = None
+        if self.max_tasks is not None and self.slots.claimed >= self.max_tasks:
+            return False
+        try:
+            row = await self.db_call(self._claim_suspect)
+        except Exception:
+            self._progress.failed("claiming")
+            logger.exception(
+                "Claiming a suspect task failed worker_id=%s; retrying", self.worker_id
+            )
+            await self.sleep(self.poll_interval)
+            return True
+        self._progress.succeeded("claiming")
+        if row is None:
+            self._suspects = False
+            return False
+        logger.warning(
+            "Running task id=%s alone: its worker died while it ran beside other tasks, and "
+            "any of them may have killed it",
+            row.id,
+            extra={"action": "suspect_alone", "task_id": row.id, "worker_id": self.worker_id},
+        )
+        self._alone = row.id
+        self._hold([row])
+        return True
+
+    def on_suspects(self) -> None:
+        """Suspects wait (told by the heartbeat thread): take them when it can."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                self._loop.call_soon_threadsafe(self._suspects_told)
+
+    def _suspects_told(self) -> None:
+        self._suspects = True
+
+    async def sleep(self, seconds: float, *, wake_at: int | None = None) -> None:
+        """Sleep up to ``seconds``; wake early once a quarter of the room is free (or no more
+        than ``wake_at`` tasks are held), all tasks are done, or a stop is asked."""
         assert self._wake is not None and self.executor is not None
         if self._woken_in_claim:
             # A task announced while the last claim ran may have committed after the claim
@@ -182,7 +257,7 @@ class Producer:
         if self.executor.threads_waiting():
             seconds = min(seconds, self.executor.spawn_after)
         capacity = self.slots.capacity
-        self.slots.wake_when_below(capacity - max(1, capacity // 4))
+        self.slots.wake_when_below(capacity - max(1, capacity // 4) if wake_at is None else wake_at)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
@@ -357,6 +432,30 @@ class Producer:
             )
         self._claim_uncertain = False
         return rows
+
+    def _claim_suspect(self) -> ClaimedRow | None:
+        if self._claim_uncertain:
+            self.requeue_owned(
+                "The claim that took this task failed before the worker saw it.", keep_known=True
+            )
+        self._claim_uncertain = True
+        row = self.cursor_call(
+            lambda d, c: d.claim_suspect(
+                c,
+                backend_name=self.backend_name,
+                queue_names=self.queue_names,
+                worker_id=self.worker_id,
+            )
+        )
+        self._claim_uncertain = False
+        return row
+
+    def _suspects_waiting(self) -> bool:
+        return self.cursor_call(
+            lambda d, c: d.suspects_waiting(
+                c, backend_name=self.backend_name, queue_names=self.queue_names
+            )
+        )
 
     def _scan_limits(self) -> None:
         self.cursor_call(self._limited.scan)

@@ -21,6 +21,7 @@ from django.db import DatabaseError, connections
 from django.utils.crypto import get_random_string
 
 from ..backend import SQLTaskBackend
+from ..bounds import MAX_DELAY, MAX_INTERVAL, is_number
 from ..compat import task_backends
 from ..sql import dialect_for, unsupported_version
 from ..wakeup import Wakeup, wakeup_for
@@ -77,6 +78,18 @@ class Worker:
             raise ValueError(f"prefetch must be 0 or more, not {prefetch}.")
         if max_tasks is not None and max_tasks < 1:
             raise ValueError(f"max_tasks must be at least 1, not {max_tasks}.")
+        if poll_interval is not None and not is_number(poll_interval, 0, MAX_INTERVAL, above=True):
+            raise ValueError(
+                f"poll_interval must be a positive number of seconds, at most {MAX_INTERVAL:g}, "
+                f"not {poll_interval!r}."
+            )
+        if shutdown_timeout is not None and not is_number(
+            shutdown_timeout, 0, MAX_DELAY, above=True
+        ):
+            raise ValueError(
+                f"shutdown_timeout must be a positive number of seconds, at most {MAX_DELAY:g}, "
+                f"not {shutdown_timeout!r}."
+            )
         if worker_id is not None and not 0 < len(worker_id) <= MAX_WORKER_ID_LENGTH:
             raise ValueError(f"worker_id must be 1 to {MAX_WORKER_ID_LENGTH} characters long.")
         # Set once here; read from any thread.
@@ -143,6 +156,7 @@ class Worker:
             progress=self._progress,
             stopped=self._stopped,
             on_cancel_requested=self._producer.on_cancel_requested,
+            on_suspects=self._producer.on_suspects,
             on_beat=on_beat,
             reporter=self._reporter,
         )

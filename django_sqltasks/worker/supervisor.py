@@ -2,12 +2,14 @@
 
 It is one thread, with one database connection, that never runs a task. Each child is a fresh
 ``python -m django tasks_worker`` process (started with exec, never a fork of this one) with
-its own connections, and reports through a pipe (see ``link``) each sync task's start and
-end, cancel requests, and heartbeats. From these the supervisor:
+its own connections, and reports through a pipe (see ``link``) each task's start and end,
+cancel requests, and heartbeats. From these the supervisor:
 
 - restarts a child that dies, after rescuing its tasks (with backoff if it keeps dying);
 - kills a child whose sync task runs past its timeout or is cancelled, writes that task
   FAILED itself, puts the child's other tasks back in the queue, and starts a replacement;
+- kills a child whose async task runs ASYNC_GRACE past its timeout (its loop did not end it:
+  the task blocks the loop), in the same way;
 - renews its children's leases, so that a child whose task holds the GIL is not rescued;
 - recycles a child after --max-tasks-per-child tasks or above --max-memory-per-child MB,
   starting its replacement first;
@@ -33,8 +35,10 @@ from typing import Any
 from django.db import connections
 
 from ..compat import task_backends
+from ..database import run_with_retries
 from ..exceptions import TaskCancelled, TaskTimeout
 from .health import touch
+from .lease import EXIT_ID_IN_USE, WorkerIdInUse
 from .ledger import Ledger, describe_status, rss_bytes
 
 logger = logging.getLogger("django_sqltasks")
@@ -45,6 +49,9 @@ FIRST_BACKOFF = 1.0  # seconds before restarting a child that died at once twice
 MAX_BACKOFF = 60.0  # seconds
 FORCE_GRACE = 10.0  # seconds a forced child has to requeue its tasks before SIGKILL
 MEMORY_EVERY = 1.0  # seconds between reads of the children's memory
+# Seconds an async task past its timeout has for its own loop to cancel it and report its end,
+# before the supervisor stops its process (the task blocks the loop, or ignores the cancel).
+ASYNC_GRACE = 2.0
 
 
 @dataclass(eq=False)
@@ -59,7 +66,7 @@ class Child:
     last_beat: float | None = None  # None until the child has registered
     beat_ok: bool = True  # False while the child withholds its lease (it cannot progress)
     claimed: int = 0
-    running: dict[uuid.UUID, float | None] = field(default_factory=dict)  # sync task: timeout
+    running: dict[uuid.UUID, float | None] = field(default_factory=dict)  # task: timeout
     deadlines: dict[uuid.UUID, float] = field(default_factory=dict)  # monotonic
     retiring: bool = False  # a replacement was started; this one stops by itself or on SIGTERM
     killed_at: float | None = None  # when a forced stop sent SIGTERM again
@@ -110,10 +117,26 @@ class Supervisor:
             max_rescues=self.max_rescues,
         )
         self._selector = selectors.DefaultSelector()
+        self._status = 0  # the exit status when no stop was forced (EXIT_ID_IN_USE, say)
+
+    def refuse_live_ids(self) -> None:
+        """Raise ``WorkerIdInUse`` if a live worker holds this supervisor's id, or the id of
+        one of the processes it would start (``worker_id``-N): two supervisors of one id would
+        take each other's workers for dead ones."""
+        live = run_with_retries(self.database, lambda: self._ledger.live_ids(self.worker_id))
+        if live:
+            raise WorkerIdInUse(
+                f"--worker-id: {self.worker_id!r} is in use: live worker(s) "
+                + ", ".join(f"{name} (pid {pid} on {host!r})" for name, pid, host in live)
+                + f" heartbeat within the last {self.lease_timeout:g}s; give each supervisor "
+                "its own id."
+            )
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``, until every child has exited); return the
-        exit status: 0 after a graceful stop, 1 after a forced one."""
+        exit status: 0 after a graceful stop, 1 after a forced one, EXIT_ID_IN_USE when a
+        process found its id taken by a live worker."""
+        self.refuse_live_ids()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
@@ -169,7 +192,7 @@ class Supervisor:
             self.worker_id,
             extra={"action": "supervisor_stop", "worker_id": self.worker_id},
         )
-        return 1 if self._forced else 0
+        return 1 if self._forced else self._status
 
     # Children ------------------------------------------------------------------------------
 
@@ -221,7 +244,10 @@ class Supervisor:
             task_id, timeout = uuid.UUID(event["id"]), event["timeout"]
             child.running[task_id] = timeout
             if timeout is not None:
-                child.deadlines[task_id] = now + timeout
+                # An async task's loop enforces its timeout; the process is stopped only if
+                # the loop has not ended it a little later.
+                grace = ASYNC_GRACE if event.get("on_loop") else 0.0
+                child.deadlines[task_id] = now + timeout + grace
         elif kind == "end":
             task_id = uuid.UUID(event["id"])
             child.running.pop(task_id, None)
@@ -246,13 +272,32 @@ class Supervisor:
                 continue  # an event it sent last had it killed, and handled
             self._forget(child)
             lived = time.monotonic() - child.born
+            if status == EXIT_ID_IN_USE:
+                # Another worker took the id after the check at start: stop, or each restart
+                # would be refused again. Its row, and its tasks, stay with that worker.
+                logger.error(
+                    "Worker process pid=%d worker_id=%s found its id in use by a live worker; "
+                    "stopping",
+                    child.proc.pid,
+                    child.worker_id,
+                    extra={"action": "worker_id_in_use", "worker_id": child.worker_id},
+                )
+                self._status = EXIT_ID_IN_USE
+                if self._stopping_at is None:
+                    self._stopping_at = time.monotonic()
+                    self._signal_all(signal.SIGTERM)
+                continue
             if child.retiring or self._stopping_at is not None:
-                if status != 0:
-                    self._rescue(child, "stopped")
+                # Whatever its status: a process that exits mid-task, even with 0, leaves tasks.
+                self._rescue(child, "stopped" if status == 0 else "died while stopping")
                 continue
             if status == 0:
-                if not self.burst:  # it stopped at --max-tasks-per-child before a beat said so
-                    self._retire(child, "it ran its --max-tasks-per-child tasks", stop=False)
+                # It stopped at --max-tasks-per-child before a beat said so, or a task ended
+                # the process (sys.exit(0) in a thread does not; os._exit(0) does): rescue what
+                # it may have left RUNNING now, not a lease later.
+                self._rescue(child, "exited with status 0")
+                if not self.burst:
+                    self._retire(child, "it exited (status 0)", stop=False)
                 continue
             self._rescue(child, "died")
             self._failures = self._failures + 1 if lived < STABLE_AFTER else 1
@@ -356,26 +401,26 @@ class Supervisor:
             f"Worker process {child.worker_id} was stopped to end task(s) "
             f"{', '.join(map(str, errors))} before this task finished."
         )
-        self._ledger.end_tasks(child.worker_id, errors, reason)
+        self._ledger.end_tasks(child.worker_id, child.proc.pid, errors, reason)
         if not child.retiring and self._stopping_at is None:
             self._start_child()
 
     def _rescue(self, child: Child, how: str) -> None:
         """Rescue the tasks of a child that is gone, as its lease running out would (a task
         that keeps killing its worker fails after MAX_RESCUES)."""
-        self._ledger.rescue(child.worker_id, how)
+        self._ledger.rescue(child.worker_id, child.proc.pid, how)
 
     # Leases and health ---------------------------------------------------------------------
 
     def _renew_leases(self) -> None:
-        """Renew the lease of each healthy child: a child whose sync task holds the GIL cannot
-        heartbeat, and must not be rescued while it runs. A child that withholds its lease, or
-        that is silent with no sync task running (frozen, deadlocked), is left to lapse."""
+        """Renew the lease of each healthy child: a child whose task (sync or async) holds the
+        GIL cannot heartbeat, and must not be rescued while it runs. A child that withholds its
+        lease, or that is silent with no task running (frozen, deadlocked), is left to lapse."""
         self._ledger.renew([c.worker_id for c in self._children.values() if self.healthy(c)])
 
     def healthy(self, child: Child) -> bool:
         """Whether ``child`` has registered, keeps its lease, and heartbeats (or is busy in a
-        sync task, which may hold the GIL)."""
+        task, which may hold the GIL)."""
         if child.last_beat is None or not child.beat_ok:
             return False
         return bool(child.running) or time.monotonic() - child.last_beat <= self.lease_timeout
@@ -429,6 +474,7 @@ class Supervisor:
                 self._forget(child)
                 self._ledger.requeue(
                     child.worker_id,
+                    child.proc.pid,
                     "The worker process was killed while stopping, before this task finished.",
                 )
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_sqltasks.bounds import MAX_INTERVAL
 from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
 from django_sqltasks.management import logs, startup
 from django_sqltasks.management.arguments import (
@@ -29,6 +30,7 @@ from django_sqltasks.management.arguments import (
 from django_sqltasks.management.help import HelpFormatter, package_version
 from django_sqltasks.worker import Worker
 from django_sqltasks.worker.health import toucher
+from django_sqltasks.worker.lease import EXIT_ID_IN_USE, WorkerIdInUse
 from django_sqltasks.worker.link import SupervisorLink, die_with_parent
 from django_sqltasks.worker.runner import check_database, default_worker_id
 from django_sqltasks.worker.supervisor import Supervisor
@@ -152,9 +154,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--poll-interval",
-            type=seconds_at_least(MIN_POLL_INTERVAL),
+            type=seconds_at_least(MIN_POLL_INTERVAL, MAX_INTERVAL),
             metavar="S",
-            help=f"Seconds between claims when idle, at least {MIN_POLL_INTERVAL:g} "
+            help=f"Seconds between claims when idle, {MIN_POLL_INTERVAL:g} to {MAX_INTERVAL:g} "
             "(default: the POLL_INTERVAL option, 1).",
         )
         parser.add_argument(
@@ -284,6 +286,8 @@ class Command(BaseCommand):
                 raise CommandError(f"--metrics-port: {e}") from e
         try:
             worker.run()
+        except WorkerIdInUse as e:
+            raise CommandError(str(e), returncode=EXIT_ID_IN_USE) from e
         except RuntimeError as e:
             raise CommandError(str(e)) from e
         if worker.abandoned:
@@ -310,7 +314,7 @@ class Command(BaseCommand):
                 f"{len(base)}"
             )
         self._connect(lambda: check_database(backend.database), backend.database, options)
-        status = Supervisor(
+        supervisor = Supervisor(
             command=self._child_arguments(queues, options),
             processes=options["processes"],
             worker_id=base,
@@ -320,7 +324,11 @@ class Command(BaseCommand):
             max_tasks_per_child=options["max_tasks_per_child"],
             max_memory_per_child=options["max_memory_per_child"],
             health_file=options["health_file"],
-        ).run()
+        )
+        try:
+            status = supervisor.run()
+        except WorkerIdInUse as e:
+            raise CommandError(str(e), returncode=EXIT_ID_IN_USE) from e
         if status:
             sys.exit(status)
 

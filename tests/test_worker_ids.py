@@ -1,0 +1,106 @@
+"""One worker id, one live worker: a second worker or supervisor given a live id is refused at
+start with a clear message and exit status 78 (EX_CONFIG), and never takes the first one's tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.worker.lease import EXIT_ID_IN_USE
+from tests import tasks_processes as tasks
+from tests.conftest import WorkerProcess, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
+
+StartWorker = Callable[..., WorkerProcess]
+ENV = {"SQLTASKS_LEASE_TIMEOUT": "20", "SQLTASKS_HEARTBEAT_INTERVAL": "0.25"}
+
+
+def _starts(marker: Path) -> list[str]:
+    if not marker.exists():
+        return []
+    return [line for line in marker.read_text().splitlines() if line.startswith("start")]
+
+
+def _registered(*worker_ids: str) -> bool:
+    return WorkerRecord.objects.filter(id__in=worker_ids).count() == len(worker_ids)
+
+
+def test_a_second_supervisor_of_the_same_id_is_refused_and_takes_nothing(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    results = [tasks.record.enqueue(str(marker), 2.0) for _ in range(8)]
+    first = worker_process("--processes", "2", "-c", "4", "--worker-id", "web", env=ENV)
+    wait_for(lambda: len(_starts(marker)) == 8)
+    second = worker_process("--processes", "2", "-c", "4", "--worker-id", "web", env=ENV)
+    assert second.wait(timeout=60) == EXIT_ID_IN_USE
+    assert "--worker-id: 'web' is in use" in second.output
+    assert "web-1" in second.output and "web-2" in second.output
+    wait_for(
+        lambda: (
+            TaskRecord.objects.filter(
+                id__in=[r.id for r in results], status=TaskResultStatus.SUCCESSFUL
+            ).count()
+            == 8
+        )
+    )
+    assert len(_starts(marker)) == 8  # each ran once
+    for record in TaskRecord.objects.filter(id__in=[r.id for r in results]):
+        assert record.errors == [] and record.rescues == 0
+    first.stop()
+
+
+def test_a_supervisor_beside_a_single_worker_of_one_of_its_ids_is_refused(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    result = tasks.record.enqueue(str(marker), 2.0)
+    single = worker_process("-c", "4", "--worker-id", "web-1", env=ENV)
+    wait_for(lambda: _starts(marker))
+    supervisor = worker_process("--processes", "2", "--worker-id", "web", env=ENV)
+    assert supervisor.wait(timeout=60) == EXIT_ID_IN_USE
+    assert "web-1" in supervisor.output
+    wait_for(lambda: TaskRecord.objects.get(id=result.id).status == TaskResultStatus.SUCCESSFUL)
+    record = TaskRecord.objects.get(id=result.id)
+    assert record.errors == [] and len(_starts(marker)) == 1
+    single.stop()
+
+
+def test_a_single_worker_of_a_supervised_id_is_refused(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    supervisor = worker_process("--processes", "2", "--worker-id", "web", env=ENV)
+    wait_for(lambda: _registered("web-1", "web-2"))
+    single = worker_process("--worker-id", "web-2", env=ENV)
+    assert single.wait(timeout=60) == EXIT_ID_IN_USE
+    assert "--worker-id: 'web-2' is in use by a live worker" in single.output
+    assert _registered("web-1", "web-2")
+    supervisor.stop()
+
+
+def test_a_child_that_finds_its_id_taken_stops_its_supervisor(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    """The id of a process the supervisor starts later is taken after its check at start: the
+    refused process exits with status 78, and its supervisor stops instead of restarting it,
+    leaving the live worker's row alone."""
+    marker = tmp_path / "ran"
+    supervisor = worker_process(
+        "--processes", "1", "--worker-id", "late", "--max-tasks-per-child", "1", env=ENV
+    )
+    wait_for(lambda: _registered("late-1"))
+    single = worker_process("-Q", "other", "--worker-id", "late-2", env=ENV)
+    wait_for(lambda: _registered("late-2"))
+    # late-1 runs it, and is recycled: its replacement would be late-2.
+    result = tasks.record.enqueue(str(marker))
+    assert supervisor.wait(timeout=60) == EXIT_ID_IN_USE, supervisor.output
+    assert "found its id in use" in supervisor.output
+    assert TaskRecord.objects.get(id=result.id).status == TaskResultStatus.SUCCESSFUL
+    assert WorkerRecord.objects.filter(id="late-2").exists()
+    assert single.proc.poll() is None
+    single.stop()
