@@ -149,6 +149,48 @@ def test_a_sync_task_past_its_timeout_is_stopped(
     assert {line.split()[1] for line in lines(others)} == {str(children(supervisor)[1])}
 
 
+def test_an_async_task_holding_the_gil_past_its_timeout_is_stopped(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    """Its loop cannot cancel it: the supervisor stops the process ASYNC_GRACE later."""
+    marker, others = tmp_path / "marker", tmp_path / "others"
+    stuck = tasks.hold_gil_async_past_timeout.enqueue(str(marker), 10**10)
+    supervisor = start(worker_process, "1", "-c", "2")
+    wait_for(lambda: lines(marker))
+    wait_for(lambda: status(stuck) == TaskResultStatus.FAILED, timeout=15)
+    results = [tasks.record.enqueue(str(others)) for _ in range(3)]
+    wait_for(lambda: all(status(r) == TaskResultStatus.SUCCESSFUL for r in results), timeout=30)
+    stop(supervisor)
+    stuck.refresh()
+    assert stuck.attempts == 1
+    assert [e.exception_class_path for e in stuck.errors] == [
+        "django_sqltasks.exceptions.TaskTimeout"
+    ]
+    assert "its worker process was stopped" in stuck.errors[0].traceback
+    assert lines(marker) == [f"start {children(supervisor)[0]}"]  # ran once, never finished
+    assert {line.split()[1] for line in lines(others)} == {str(children(supervisor)[1])}
+
+
+def test_an_async_task_past_its_timeout_is_cancelled_by_its_own_loop(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    """An async task that yields is cancelled in its process, which lives on."""
+    marker = tmp_path / "marker"
+    result = tasks.await_past_timeout.enqueue(str(marker), 30)
+    supervisor = start(worker_process, "1", "-c", "2")
+    wait_for(lambda: status(result) == TaskResultStatus.FAILED, timeout=15)
+    follower = tasks.record.enqueue(str(tmp_path / "other"))
+    wait_for(lambda: status(follower) == TaskResultStatus.SUCCESSFUL, timeout=30)
+    stop(supervisor)
+    result.refresh()
+    assert [e.exception_class_path for e in result.errors] == [
+        "django_sqltasks.exceptions.TaskTimeout"
+    ]
+    assert "worker process was stopped" not in result.errors[0].traceback
+    assert len(children(supervisor)) == 1, supervisor.output  # not replaced
+    assert lines(marker) == [f"start {children(supervisor)[0]}"]
+
+
 def test_a_timed_out_childs_other_tasks_are_released(
     worker_process: StartWorker, tmp_path: Path
 ) -> None:
@@ -213,12 +255,13 @@ def test_a_child_is_recycled_above_max_memory_per_child(
     stop(supervisor)
 
 
+@pytest.mark.parametrize("task", [tasks.hold_gil, tasks.hold_gil_async], ids=["sync", "async"])
 def test_a_gil_holding_task_longer_than_the_lease_is_not_rescued(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, tmp_path: Path, task: Any
 ) -> None:
     """The supervisor renews the stuck child's lease; its sibling would rescue it otherwise."""
     marker = tmp_path / "marker"
-    result = tasks.hold_gil.enqueue(str(marker), 10**8)
+    result = task.enqueue(str(marker), 3 * 10**8)  # about 5 s: past the lease and its grace
     supervisor = start(
         worker_process,
         "2",

@@ -2,16 +2,25 @@
 one transaction on the backend's database, so the task's own database writes commit with its
 SUCCESSFUL mark or not at all. A worker killed mid-task leaves neither (the server rolls the
 transaction back with the connection), and the rescue runs the task again.
+
+On SQLite the transaction starts with ``BEGIN IMMEDIATE``: it takes the database's only write
+lock before the task runs, waiting for it (the connection's busy timeout, then retried as any
+"database is locked"). A deferred transaction would take it at its first write, and SQLite
+refuses that at once, without waiting, when another transaction has written since this one
+first read: tasks of the pattern in docs/workflows.md (read the row, then write it) would fail
+with "database is locked" whenever two ran at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 
+from ..database import run_with_retries
 from . import attempt as attempts
 from .completer import Completer
 
@@ -27,22 +36,34 @@ def run_atomic(
     exit_if_forked: Callable[[], None],
 ) -> bool:
     """Run ``attempt`` on this task thread and store its success in the same transaction;
-    return whether its timeout fired first (then its slot was freed already). If the task is
-    no longer this worker's, its transaction is rolled back. A task that raises is rolled back,
-    and the caller records the failure as for any task."""
+    return whether its timeout fired first (then its slot was freed already, and its
+    transaction is rolled back). If the task is no longer this worker's, its transaction is
+    rolled back. A task that raises is rolled back, and the caller records the failure as for
+    any task."""
     database = completer.database
+    timeout = attempt.policy.timeout
+    stored = False
     # The transaction lasts as long as the task: it holds this thread's connection and the
-    # task's row locks until then. That is the price of the guarantee (docs/workflows.md).
-    with transaction.atomic(using=database):
+    # task's row locks (on SQLite, the write lock) until then. That is the price of the
+    # guarantee (docs/workflows.md).
+    with contextlib.ExitStack() as stack:
+        _begin(stack, database, attempt)
+        if attempt.settled:
+            return True  # its timeout fired while it waited for SQLite's write lock: not run
         returned = attempt.task.func(*args, **kwargs)
         exit_if_forked()
         outcome, value = attempts.success(attempt.row.id, returned, max_bytes)
         outcome.workflow_id = attempt.row.workflow_id
-        # The outcome's UPDATE locks the task's row until the commit: a timeout's failure,
-        # written meanwhile by the completer, waits for it and then finds the task finished.
+        if timeout is not None and not attempt.settle():
+            # Failed by its timeout meanwhile (the TaskTimeout is stored, or about to be: on
+            # SQLite it waits for this transaction's write lock): its effects are not kept.
+            transaction.set_rollback(True, using=database)
+            return True
+        # The outcome's UPDATE locks the task's row until the commit: a rescue written
+        # meanwhile by another worker waits for it and then finds the task finished.
         stored = completer.store_here(outcome)
         if not stored:
-            # Rescued, or failed by its timeout, meanwhile: its effects are not to be kept.
+            # Rescued meanwhile: its effects are not to be kept.
             transaction.set_rollback(True, using=database)
             logger.warning(
                 "Task id=%s was no longer held by this worker when it ended; its transaction "
@@ -50,7 +71,30 @@ def run_atomic(
                 attempt.result.id,
                 extra={"task_id": attempt.result.id},
             )
-    late = attempt.policy.timeout is not None and not attempt.settle()
     if stored:
         completer.stored_elsewhere(outcome, (attempt, None, value))
-    return late
+    return False
+
+
+def _begin(stack: contextlib.ExitStack, database: str, attempt: attempts.Attempt) -> None:
+    """Open the task's transaction on ``stack``; on SQLite, wait for the write lock first (not
+    if the task's timeout fires meanwhile)."""
+    connection = connections[database]
+    if connection.vendor != "sqlite":
+        stack.enter_context(transaction.atomic(using=database))
+        return
+
+    sqlite: Any = connection  # django-stubs lack its transaction_mode (Django 5.1+)
+
+    def begin() -> None:
+        if attempt.settled:
+            return
+        sqlite.ensure_connection()  # connecting sets transaction_mode from the settings
+        mode = sqlite.transaction_mode
+        sqlite.transaction_mode = "EXCLUSIVE" if mode == "EXCLUSIVE" else "IMMEDIATE"
+        try:
+            stack.enter_context(transaction.atomic(using=database))
+        finally:
+            sqlite.transaction_mode = mode
+
+    run_with_retries(database, begin)

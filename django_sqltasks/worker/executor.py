@@ -155,6 +155,8 @@ class Executor:
         job.add_done_callback(self._jobs.discard)
 
     async def _run_async(self, attempt: attempts.Attempt) -> None:
+        if self._supervisor is not None:  # it renews the lease while the task blocks the loop
+            self._supervisor.async_started(attempt.row.id, attempt.policy.timeout)
         try:
             args, kwargs = attempt.call_args(self._reporter)
             try:
@@ -181,6 +183,8 @@ class Executor:
         else:
             self._succeeded(attempt, outcome, value)
         finally:
+            if self._supervisor is not None:
+                self._supervisor.async_ended(attempt.row.id)
             self._done(attempt.row.id)
 
     async def _call_async(

@@ -1,9 +1,10 @@
 """A supervised worker's end of its supervisor's pipe (``tasks_worker --processes``).
 
-The child reports, one JSON line per event, what only it knows: each sync task's start (with
-its timeout) and end, a cancel request for a running sync task, and each heartbeat. The
-supervisor decides from these alone (it never waits on the child), so a task that holds the
-GIL, and starves every thread of its process, is still stopped at its deadline.
+The child reports, one JSON line per event, what only it knows: each task's start (with its
+timeout, and whether it runs on the event loop) and end, a cancel request for a running sync
+task, and each heartbeat. The supervisor decides from these alone (it never waits on the
+child), so a task that holds the GIL, and starves every thread of its process, keeps its lease
+and is still stopped at its deadline, whether it is sync or async.
 """
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ class SupervisorLink:
     def sync_ended(self, task_id: uuid.UUID) -> None:
         with self._lock:
             self._running.discard(task_id)
+        self.send("end", id=str(task_id))
+
+    def async_started(self, task_id: uuid.UUID, timeout: float | None) -> None:
+        """An async task's coroutine is about to run. Its loop enforces ``timeout`` and its
+        cancellation; the supervisor renews the lease while it runs (it may block the loop
+        and hold the GIL), and stops the process if the loop has not ended it shortly after
+        its timeout."""
+        self.send("run", id=str(task_id), timeout=timeout, on_loop=True)
+
+    def async_ended(self, task_id: uuid.UUID) -> None:
         self.send("end", id=str(task_id))
 
     def cancel(self, task_id: uuid.UUID) -> bool:
