@@ -10,11 +10,11 @@ from django.contrib.admin.actions import delete_selected as django_delete_select
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .admin_display import moment_html
 from .admin_list import NulSafeAdmin, sql_backends
+from .control import database_now
 from .models import ScheduleRecord, WorkerRecord
 from .options import BackendOptions
 
@@ -32,8 +32,9 @@ LIVE_WORKER = (
 
 
 def live_workers(queryset: QuerySet[WorkerRecord]) -> QuerySet[WorkerRecord]:
-    """The workers whose heartbeat is within their backend's LEASE_TIMEOUT."""
-    now = timezone.now()
+    """The workers whose heartbeat is within their backend's LEASE_TIMEOUT, by the database's
+    clock: heartbeats are written by it, and this machine's may be off by more than a lease."""
+    now = database_now(queryset.db)
     backends = sql_backends()
     default = timedelta(seconds=BackendOptions().lease_timeout)
     live = Q(heartbeat_at__gte=now - default) & ~Q(backend_name__in=list(backends))
@@ -117,7 +118,7 @@ class WorkerRecordAdmin(NulSafeAdmin, WorkerAdminBase):
         queryset.exclude(pk__in=live_workers(queryset).values("pk")).delete()
 
     def _live_message(self, worker: WorkerRecord) -> str:
-        ago = timezone.now() - worker.heartbeat_at
+        ago = database_now(worker._state.db or "default") - worker.heartbeat_at
         return LIVE_WORKER.format(id=worker.pk, ago=f"{max(0, int(ago.total_seconds()))}s")
 
 

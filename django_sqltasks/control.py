@@ -8,14 +8,24 @@ finishes in between is left alone rather than overwritten.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from .compat import TaskResultStatus
 from .models import FINISHED_STATUSES, TaskRecord
+from .sql import dialect_for
 
 CANCELLED = "django_sqltasks.exceptions.TaskCancelled"
+
+
+def database_now(using: str) -> datetime:
+    """The database's time, which decides when tasks run and which workers are live: the
+    operator's machine may have a clock of its own."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        return dialect_for(connection).db_now(cursor)
 
 
 def retry(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
@@ -24,7 +34,7 @@ def retry(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
     The task keeps its id, so code holding its ``TaskResult`` sees the new attempt, and its
     history stays on one row. Return the tasks that were retried.
     """
-    now = timezone.now()
+    now = database_now(using)  # due now by the clock the claim reads
     retried = []
     for record in tasks:
         try:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .bounds import MAX_COUNT, is_count
 from .compat import InvalidTask, Task
 from .serialization import text_problem
 
@@ -58,8 +59,10 @@ def parse_rate(value: object, field: str) -> tuple[int, float]:
 
 
 def check_concurrency(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{field} must be a whole number of at least 1, not {value!r}.")
+    if not is_count(value, 1):
+        raise ValueError(
+            f"{field} must be a whole number of at least 1, at most {MAX_COUNT:,}, not {value!r}."
+        )
     return value
 
 

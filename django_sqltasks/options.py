@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .bounds import MAX_COUNT, MAX_DAYS, MAX_DELAY, MAX_INTERVAL, is_count, is_number
 from .limits import Limit, parse_queue_limits
 from .periodic import (
     Schedule,
@@ -24,11 +25,6 @@ DEFAULT_MAX_RESCUES = 5  # lost workers a task is put back in the queue for; the
 DEFAULT_MAX_SNOOZES = 100  # times a task may snooze; the next Snooze fails it
 DEFAULT_RETRY_BACKOFF = 1.0  # seconds before the first retry; doubles each attempt
 DEFAULT_RETRY_BACKOFF_MAX = 300.0  # seconds; the cap of the doubling
-
-
-def _is_whole(value: Any, *, least: int) -> bool:
-    """Whether ``value`` is an int (not a bool) of at least ``least``."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def _module_prefixes(alias: str, raw: Any) -> tuple[str, ...]:
@@ -116,10 +112,10 @@ class BackendOptions:
             raise OptionError(f"{where}['DATABASE'] must be a database alias (a non-empty string).")
         for name in ("lease_timeout", "heartbeat_interval", "poll_interval"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if not is_number(value, 0, MAX_INTERVAL, above=True):
                 raise OptionError(
-                    f"{where}[{name.upper()!r}] must be a positive number of seconds, "
-                    f"not {value!r}."
+                    f"{where}[{name.upper()!r}] must be a positive number of seconds, at most "
+                    f"{MAX_INTERVAL:g} (a day), not {value!r}."
                 )
         if self.heartbeat_interval * 2 > self.lease_timeout:
             raise OptionError(
@@ -136,47 +132,46 @@ class BackendOptions:
                 f"{where}['ENQUEUE_ON_COMMIT'] must be True, False or a database alias, not "
                 f"{self.enqueue_on_commit!r}."
             )
+        most = f"at most {MAX_COUNT:,}"
         attempts = self.max_attempts
-        if not _is_whole(attempts, least=1):
+        if not is_count(attempts, 1):
             raise OptionError(
-                f"{where}['MAX_ATTEMPTS'] must be a whole number of at least 1, not {attempts!r}."
+                f"{where}['MAX_ATTEMPTS'] must be a whole number of at least 1, {most}, not "
+                f"{attempts!r}."
             )
         rescues = self.max_rescues
-        if rescues is not None and not _is_whole(rescues, least=0):
+        if rescues is not None and not is_count(rescues, 0):
             raise OptionError(
-                f"{where}['MAX_RESCUES'] must be a whole number (0 or more) or None, not "
-                f"{rescues!r}."
+                f"{where}['MAX_RESCUES'] must be a whole number (0 or more) or None, {most}, "
+                f"not {rescues!r}."
             )
-        if not _is_whole(self.max_snoozes, least=0):
+        if not is_count(self.max_snoozes, 0):
             raise OptionError(
-                f"{where}['MAX_SNOOZES'] must be a whole number (0 or more), not "
+                f"{where}['MAX_SNOOZES'] must be a whole number (0 or more), {most}, not "
                 f"{self.max_snoozes!r}."
             )
         for name in ("retry_backoff", "retry_backoff_max"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            if not is_number(value, 0, MAX_DELAY):
                 raise OptionError(
-                    f"{where}[{name.upper()!r}] must be a non-negative number of seconds, "
-                    f"not {value!r}."
+                    f"{where}[{name.upper()!r}] must be a non-negative number of seconds, at "
+                    f"most {MAX_DELAY:g} (366 days), not {value!r}."
                 )
         timeout = self.timeout
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
-        ):
+        if timeout is not None and not is_number(timeout, 0, MAX_DELAY, above=True):
             raise OptionError(
-                f"{where}['TIMEOUT'] must be a positive number of seconds or None, not {timeout!r}."
+                f"{where}['TIMEOUT'] must be a positive number of seconds, at most "
+                f"{MAX_DELAY:g} (366 days), or None, not {timeout!r}."
             )
         for name in ("prune_successful_days", "prune_failed_days"):
             days = getattr(self, name)
-            if days is not None and (
-                isinstance(days, bool) or not isinstance(days, (int, float)) or days < 0
-            ):
+            if days is not None and not is_number(days, 0, MAX_DAYS):
                 raise OptionError(
-                    f"{where}[{name.upper()!r}] must be a number of days (0 or more) or None, "
-                    f"not {days!r}."
+                    f"{where}[{name.upper()!r}] must be a number of days (0 or more) or None, at "
+                    f"most {MAX_DAYS:,}, not {days!r}."
                 )
         size = self.max_payload_bytes
-        if size is not None and not _is_whole(size, least=1):
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise OptionError(
                 f"{where}['MAX_PAYLOAD_BYTES'] must be a positive integer or None, not {size!r}."
             )

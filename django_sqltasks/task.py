@@ -7,15 +7,16 @@ the backend's OPTIONS give the defaults on every version.
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
+from .bounds import MAX_COUNT, MAX_DELAY, is_count, is_number
 from .compat import InvalidTask, Task
 from .limits import key_of_call, validate_task_limits
+from .options import DEFAULT_RETRY_BACKOFF_MAX
 from .serialization import dumps
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from .workflows import Signature
 
 MAX_DEDUPE_KEY_LENGTH = 255  # TaskRecord.dedupe_key
+MAX_DOUBLINGS = 1023  # of the backoff: 2.0 ** 1024 is past the largest float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,8 +95,14 @@ class Policy:
         )
 
     def delay(self, attempt: int) -> float:
-        """Seconds before the attempt after ``attempt``: exponential, capped, half jittered."""
-        delay = min(self.backoff_max, self.backoff * 2 ** (attempt - 1))
+        """Seconds before the attempt after ``attempt``: exponential, capped, half jittered;
+        always a number from 0 to MAX_DELAY, whatever the policy holds."""
+        # A float power cannot raise (an int one of a large attempt would not fit a float),
+        # and a product past the largest float is inf, which the cap takes.
+        doubled = self.backoff * 2.0 ** min(max(attempt - 1, 0), MAX_DOUBLINGS)
+        delay = min(self.backoff_max, doubled, MAX_DELAY)
+        if not 0 <= delay <= MAX_DELAY:  # NaN or negative: a policy built past validation
+            delay = DEFAULT_RETRY_BACKOFF_MAX
         return delay / 2 + random.random() * delay / 2
 
 
@@ -116,11 +124,10 @@ def policy_for(task: Task, config: BackendOptions) -> Policy:
 def validate_options(task: Task) -> None:
     """Raise ``InvalidTask`` naming the option and the rule when an extra field is wrong."""
     max_attempts = getattr(task, "max_attempts", None)
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-    ):
+    if max_attempts is not None and not is_count(max_attempts, 1):
         raise InvalidTask(
-            f"max_attempts must be a whole number of at least 1, not {max_attempts!r}."
+            f"max_attempts must be a whole number of at least 1, at most {MAX_COUNT:,}, not "
+            f"{max_attempts!r}."
         )
     retry_on = getattr(task, "retry_on", None)
     if retry_on is not None and not (
@@ -130,15 +137,12 @@ def validate_options(task: Task) -> None:
         raise InvalidTask(f"retry_on must be a tuple of exception classes, not {retry_on!r}.")
     for name in ("retry_backoff", "timeout"):
         value = getattr(task, name, None)
-        if value is not None and (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-            or (name == "timeout" and value == 0)
-        ):
+        if value is not None and not is_number(value, 0, MAX_DELAY, above=name == "timeout"):
             rule = "a positive" if name == "timeout" else "a non-negative"
-            raise InvalidTask(f"{name} must be {rule} number of seconds, not {value!r}.")
+            raise InvalidTask(
+                f"{name} must be {rule} number of seconds, at most {MAX_DELAY:g} (366 days), "
+                f"not {value!r}."
+            )
     subject = getattr(task, "subject", None)
     if subject is not None:
         from .subject import Subject

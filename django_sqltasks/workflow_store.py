@@ -62,7 +62,7 @@ def create(
     backend._check_usable()
     check_arguments(args, kwargs)
     workflow_id = new_task_id()
-    now = timezone.now()
+    now = control.database_now(backend.database)  # first steps are due by the claim's clock
     records, rows, results = _task_rows(backend, tasks, workflow_id)
     for leaf in plan.leaves(root):
         leaf["id"] = str(records[leaf["id"]].id)
@@ -320,7 +320,7 @@ def _release(
     exceed ``limit`` bytes; return those that ended (failed here, or had ended)."""
     if not releases:
         return []
-    now = timezone.now()
+    now = control.database_now(database)  # due by the clock the claim reads
     tasks = TaskRecord.objects.using(database)
     missed, too_large = [], []
     for release in releases:

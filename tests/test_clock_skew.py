@@ -8,10 +8,12 @@ one process and leaves its monotonic clock alone, as a machine with a wrong cloc
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,10 @@ from django.db import connection
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import TaskRecord
-from tests import gauntlet_tasks
-from tests.conftest import WorkerProcess, wait_for
+from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.sql import dialect_for
+from tests import gauntlet_tasks, tasks_flow, tasks_tools
+from tests.conftest import ROOT, WorkerProcess, wait_for, worker_env
 
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 StartWorker = Callable[..., WorkerProcess]
@@ -96,3 +99,101 @@ def test_periodic_slots_go_on_after_a_worker_with_a_fast_clock_stops(
     wait_for(lambda: ticks.count() >= before + 2, timeout=10)
     honest.signal(signal.SIGTERM)
     assert honest.wait(timeout=30) == 0, honest.output
+
+
+def _database_now() -> datetime:
+    with connection.cursor() as cursor:
+        return dialect_for(connection).db_now(cursor)
+
+
+def _run_skewed(offset: str, code: str) -> str:
+    """Run ``code`` in a Django process on the test database whose clock is off by
+    ``offset``; return what it printed."""
+    script = f"import django\ndjango.setup()\n{code}"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=worker_env(**_skewed(offset)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+ENQUEUES = {
+    "enqueue": "print(tasks.add.enqueue(1, 2).id)",
+    # COPY on PostgreSQL: the row's values are sent, not SQL.
+    "enqueue_many": "print(*(r.id for r in tasks.add.get_backend().enqueue_many("
+    "tasks.add, [((1, 2), {}), ((3, 4), {})])))",
+    "aenqueue": "import asyncio\nprint(asyncio.run(tasks.add.aenqueue(1, 2)).id)",
+}
+
+
+@pytest.mark.parametrize("entry", sorted(ENQUEUES))
+def test_a_task_enqueued_from_a_fast_host_is_due_at_once(entry: str) -> None:
+    """A host whose clock is 60 s ahead enqueued tasks that no worker took for a minute:
+    their due time was the host's "now". It is the database's."""
+    printed = _run_skewed("+60s", f"from tests import tasks\n{ENQUEUES[entry]}")
+    ids = printed.split()
+    assert ids
+    now = _database_now()
+    for row in TaskRecord.objects.filter(id__in=ids):
+        assert row.available_at <= now, f"due {row.available_at - now} from now"
+        assert row.enqueued_at > now + timedelta(seconds=30)  # the host's clock, for people
+
+
+@pytest.mark.parametrize("kind", ["snooze", "retry"])
+def test_a_worker_with_a_slow_clock_waits_out_snoozes_and_retries_by_the_database(
+    worker_process: StartWorker, tmp_path: Path, kind: str
+) -> None:
+    """A worker 60 s behind ran Snooze(30) again at once (21 times in 20 s): it computed the
+    due time from its own clock. The database adds the delay to its own."""
+    if kind == "snooze":
+        result = tasks_flow.snooze_once.enqueue(str(tmp_path / "calls"), 30.0)
+    else:
+        result = tasks_tools.fails_with_backoff.enqueue()  # the first retry is 30 to 60 s away
+    row = TaskRecord.objects.filter(id=result.id)
+    worker = worker_process("--worker-id", "slow", env=_skewed("-60s"))
+    ran = row.filter(worker_ids__contains=["slow"]).exclude(status=TaskResultStatus.RUNNING)
+    wait_for(ran.exists, timeout=30)
+    due_in = row.get().available_at - _database_now()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, worker.output
+    # Less the time between the write and this read: well under 10 s.
+    assert due_in > timedelta(seconds=20), f"due in {due_in}"
+    record = row.get()
+    assert record.status == TaskResultStatus.READY
+    assert (record.snoozes, record.attempts) == ((1, 0) if kind == "snooze" else (0, 1))
+
+
+def test_an_admin_with_a_fast_clock_keeps_a_live_worker_s_row(
+    worker_process: StartWorker, tmp_path: Path
+) -> None:
+    """An admin host 60 s ahead deleted a live worker's row (its heartbeat looked a minute
+    old), and the worker's running tasks ran a second time. Liveness is read by the
+    database's clock."""
+    log = tmp_path / "executions"
+    for i in range(4):
+        gauntlet_tasks.mark_slowly.enqueue(str(log), f"t{i}", 3.0)
+    honest = worker_process(
+        "--concurrency", "4", "--worker-id", "honest",
+        env={"SQLTASKS_HEARTBEAT_INTERVAL": "1", "SQLTASKS_LEASE_TIMEOUT": "10"},
+    )  # fmt: skip
+    wait_for(lambda: TaskRecord.objects.filter(status=TaskResultStatus.RUNNING).count() == 4)
+    started = WorkerRecord.objects.get(id="honest").started_at
+    kept = _run_skewed(
+        "+60s",
+        "from django.contrib import admin\n"
+        "from django_sqltasks import admin as _\n"
+        "from django_sqltasks.models import WorkerRecord\n"
+        "admin.site._registry[WorkerRecord].delete_queryset(None, WorkerRecord.objects.all())\n"
+        "print(WorkerRecord.objects.filter(id='honest').exists())",
+    )
+    assert kept.split() == ["True"], "a live worker's row was deleted"
+    assert WorkerRecord.objects.get(id="honest").started_at == started
+    wait_for(lambda: TaskRecord.objects.succeeded().count() == 4, timeout=30)
+    honest.signal(signal.SIGTERM)
+    assert honest.wait(timeout=30) == 0, honest.output
+    assert sorted(Counter(gauntlet_tasks.executions(log)).values()) == [1, 1, 1, 1]

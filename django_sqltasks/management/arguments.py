@@ -11,6 +11,8 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from django_sqltasks.bounds import MAX_DAYS, MAX_DELAY
+
 MAX_NAME_LENGTH = 64  # characters: TaskRecord.queue_name and WorkerRecord.id
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # accepted as Celery accepts them
@@ -45,13 +47,15 @@ def whole_number(least: int, most: int) -> Callable[[str], int]:
     return check
 
 
-def _seconds(value: str) -> float:
+def _seconds(value: str, most: float = MAX_DELAY) -> float:
     try:
         number = float(value)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, not {value!a}") from e
     if not math.isfinite(number) or number <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive, finite number, not {value!a}")
+    if number > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most:g} seconds, not {value!a}")
     return number
 
 
@@ -59,11 +63,11 @@ def positive_seconds(value: str) -> float:
     return _seconds(value)
 
 
-def seconds_at_least(least: float) -> Callable[[str], float]:
-    """Return an argparse type accepting a finite number of seconds no smaller than ``least``."""
+def seconds_at_least(least: float, most: float = MAX_DELAY) -> Callable[[str], float]:
+    """Return an argparse type accepting a number of seconds from ``least`` to ``most``."""
 
     def check(value: str) -> float:
-        number = _seconds(value)
+        number = _seconds(value, most)
         if number < least:
             raise argparse.ArgumentTypeError(f"must be at least {least:g} seconds, not {value!a}")
         return number
@@ -71,22 +75,24 @@ def seconds_at_least(least: float) -> Callable[[str], float]:
     return check
 
 
-def _zero_or_more(value: str, unit: str) -> float:
+def _zero_or_more(value: str, unit: str, most: float) -> float:
     try:
         number = float(value)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"must be a number of {unit}, not {value!a}") from e
     if not math.isfinite(number) or number < 0:
         raise argparse.ArgumentTypeError(f"must be zero or more {unit}, not {value!a}")
+    if number > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most:g} {unit}, not {value!a}")
     return number
 
 
 def non_negative_seconds(value: str) -> float:
-    return _zero_or_more(value, "seconds")
+    return _zero_or_more(value, "seconds", MAX_DELAY)
 
 
 def days(value: str) -> float:
-    return _zero_or_more(value, "days")
+    return _zero_or_more(value, "days", MAX_DAYS)
 
 
 def text(value: str, what: str = "", most: int = MAX_NAME_LENGTH) -> str:

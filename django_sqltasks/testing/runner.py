@@ -243,13 +243,13 @@ class Runner:
         number, policy = attempt.row.attempts, attempt.policy
         if isinstance(exc, Snooze):
             snoozes, most = attempt.row.snoozes, self.backend.config.max_snoozes
-            if snoozes < most:  # back to READY, due by the test's clock (see advance())
-                due = timezone.now() + timedelta(seconds=exc.seconds)
-                return attempts.snooze(attempt.row.id, due), exc
+            if snoozes < most:
+                return _by_test_clock(attempts.snooze(attempt.row.id, exc.seconds)), exc
             exc = attempts.snooze_limit_reached(exc, snoozes, most)
-        elif policy.should_retry(number, exc):
-            delay = timedelta(seconds=policy.delay(number))
-            return attempts.retry(attempt.row.id, exc, timezone.now() + delay), exc
+        else:
+            delay = attempts.retry_delay(policy, number, exc)
+            if delay is not None:
+                return _by_test_clock(attempts.retry(attempt.row.id, exc, delay)), exc
         return attempts.failure(attempt.row.id, exc), exc
 
     def _store_report(self, attempt: attempts.Attempt) -> None:
@@ -284,6 +284,15 @@ class Runner:
             raise exc
         except BaseException:  # receivers read the task's exception from sys.exc_info()
             send(receivers, attempt)
+
+
+def _by_test_clock(outcome: Outcome) -> Outcome:
+    """Make a retry or snooze due by the test's clock (see advance()), not the database's: in
+    a test's transaction, PostgreSQL's clock stands still at the transaction's start."""
+    if outcome.delay is not None:
+        outcome.available_at = timezone.now() + timedelta(seconds=outcome.delay)
+        outcome.delay = None
+    return outcome
 
 
 async def _call_async(

@@ -4,16 +4,17 @@ will be stored (every stored value made storable first)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
+from ..bounds import MAX_DELAY
 from ..compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
 from ..exceptions import (
     CorruptTask,
@@ -37,6 +38,8 @@ try:
 except ImportError:  # pragma: no cover - Django 5.2 with the backport
     from django_tasks.utils import normalize_json  # type: ignore[no-redef]
 
+
+logger = logging.getLogger("django_sqltasks")
 
 # Frames a task's traceback starts with that are ours or asyncio's, not the task's own.
 _RUNNER_DIRS = (
@@ -209,24 +212,51 @@ def snooze_limit_reached(snooze: BaseException, snoozes: int, most: int) -> Snoo
     return over
 
 
-def retry(attempt_id: Any, exc: BaseException, available_at: datetime) -> Outcome:
-    """Record ``exc`` and put the task back to READY, to run again at ``available_at``."""
+def retry_delay(policy: Policy, attempt: int, exc: BaseException) -> float | None:
+    """Seconds before the task runs again after ``exc`` ended its attempt number ``attempt``,
+    or None if it is not retried. A policy that cannot say (built past validation) is logged
+    and the task fails: it never stays RUNNING for want of a number."""
+    try:
+        return policy.delay(attempt) if policy.should_retry(attempt, exc) else None
+    except Exception:
+        logger.exception(
+            "The retry policy of attempt %d cannot be applied (retry_on %r, backoff %r, "
+            "backoff_max %r): the task fails instead of being retried",
+            attempt,
+            policy.retry_on,
+            policy.backoff,
+            policy.backoff_max,
+        )
+        return None
+
+
+def _bounded(delay: float) -> float:
+    """``delay`` as seconds the database can add to its clock: from 0 to MAX_DELAY."""
+    if delay != delay:  # NaN
+        return 0.0
+    return min(max(float(delay), 0.0), MAX_DELAY)
+
+
+def retry(attempt_id: Any, exc: BaseException, delay: float) -> Outcome:
+    """Record ``exc`` and put the task back to READY, to run again ``delay`` seconds after the
+    outcome is written, by the database's clock."""
     outcome = failure(attempt_id, exc)
     outcome.status = TaskResultStatus.READY
     outcome.finished_at = None
-    outcome.available_at = available_at
+    outcome.delay = _bounded(delay)
     return outcome
 
 
-def snooze(attempt_id: Any, available_at: datetime) -> Outcome:
-    """Put the task back to READY, to run again at ``available_at``, with no error recorded:
-    the write gives its attempt back and counts a snooze instead."""
+def snooze(attempt_id: Any, delay: float) -> Outcome:
+    """Put the task back to READY, to run again ``delay`` seconds after the outcome is
+    written (by the database's clock), with no error recorded: the write gives its attempt
+    back and counts a snooze instead."""
     return Outcome(
         id=attempt_id,
         status=TaskResultStatus.READY,
         finished_at=None,
         return_value=None,
-        available_at=available_at,
+        delay=_bounded(delay),
         snoozed=1,
     )
 

@@ -14,11 +14,8 @@ import os
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from functools import lru_cache, partial
 from typing import Any
-
-from django.utils import timezone
 
 from ..compat import TaskResultStatus, logs_task_finished, task_finished
 from ..exceptions import Snooze, TaskCancelled, TaskTimeout
@@ -366,8 +363,8 @@ class Executor:
             self._config.max_snoozes,
             extra={"action": "task_snoozed", "task_id": attempt.result.id},
         )
-        at = timezone.now() + timedelta(seconds=snooze.seconds)
-        self._completer.submit(attempts.snooze(attempt.row.id, at), (attempt, None, None))
+        outcome = attempts.snooze(attempt.row.id, snooze.seconds)
+        self._completer.submit(outcome, (attempt, None, None))
         return True
 
     def _failed(self, attempt: attempts.Attempt, exc: BaseException) -> None:
@@ -377,8 +374,8 @@ class Executor:
             if self._snoozed(attempt, exc):
                 return
             exc = attempts.snooze_limit_reached(exc, attempt.row.snoozes, self._config.max_snoozes)
-        if policy.should_retry(number, exc):
-            delay = policy.delay(number)
+        delay = attempts.retry_delay(policy, number, exc)
+        if delay is not None:
             logger.warning(
                 "Task id=%s path=%s failed on attempt %d of %d; retrying in %.1fs",
                 attempt.result.id,
@@ -389,7 +386,7 @@ class Executor:
                 exc_info=exc,
                 extra={"action": "task_retry", "task_id": attempt.result.id},
             )
-            outcome = attempts.retry(attempt.row.id, exc, timezone.now() + timedelta(seconds=delay))
+            outcome = attempts.retry(attempt.row.id, exc, delay)
         else:
             # Django Tasks' own receiver logs the failure with its traceback once it is
             # stored: one record per failure, not two.
