@@ -27,19 +27,19 @@ ENV = {
 WORKER_LOST = "django_sqltasks.exceptions.WorkerLost"
 
 
-def _finished(ids: list[object]) -> bool:
+def _finished(ids: list[str]) -> bool:
     return not TaskRecord.objects.filter(
         id__in=ids, status__in=[TaskResultStatus.READY, TaskResultStatus.RUNNING]
     ).exists()
 
 
-def _enqueue(marker: Path, status: int = 1) -> tuple[object, list[object]]:
+def _enqueue(marker: Path, status: int = 1) -> tuple[str, list[str]]:
     crasher = tasks.kill_worker.enqueue(str(marker), 3, status).id
     innocents = [tasks.record.enqueue(str(marker), 1.0).id for _ in range(3)]
     return crasher, innocents
 
 
-def _assert_only_the_crasher_failed(crasher: object, innocents: list[object]) -> None:
+def _assert_only_the_crasher_failed(crasher: str, innocents: list[str]) -> None:
     for task_id in innocents:
         record = TaskRecord.objects.get(id=task_id)
         assert record.status == TaskResultStatus.SUCCESSFUL, record.errors
@@ -99,10 +99,11 @@ def test_a_restarted_single_worker_runs_the_suspects_alone(
     env = {**ENV, "SQLTASKS_LEASE_TIMEOUT": "120"}
     for _ in range(10):
         worker = worker_process("-c", "4", "--prefetch", "0", "--worker-id", "solo", env=env)
-        wait_for(
-            lambda w=worker: w.proc.poll() is not None or _finished([crasher, *innocents]),
-            timeout=60,
-        )
+
+        def ended(w: WorkerProcess = worker) -> bool:
+            return w.proc.poll() is not None or _finished([crasher, *innocents])
+
+        wait_for(ended, timeout=60)
         if _finished([crasher, *innocents]):
             worker.stop()
             break

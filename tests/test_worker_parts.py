@@ -4,6 +4,9 @@ heartbeat that withholds the lease from a worker that makes no progress."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -19,7 +22,7 @@ from django_sqltasks.compat import TaskResultStatus, task_backends
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import Outcome
 from django_sqltasks.worker.completer import MAX_BATCH, Completer
-from django_sqltasks.worker.lease import Lease
+from django_sqltasks.worker.lease import Lease, WorkerIdInUse
 from django_sqltasks.worker.maintenance import Maintenance
 from django_sqltasks.worker.progress import Progress
 from django_sqltasks.worker.threads import SignalThread, TaskThreads
@@ -230,8 +233,29 @@ def _lease(worker_id: str = WORKER, timeout: float = 30) -> Lease:
 @pytest.mark.django_db(transaction=True)
 def test_a_lease_refuses_the_id_of_a_live_worker() -> None:
     _lease().register()
-    with pytest.raises(RuntimeError, match="in use by a live worker"):
+    # The row of a live process of this host (this test's parent), or of another host.
+    WorkerRecord.objects.filter(id=WORKER).update(pid=os.getppid())
+    with pytest.raises(WorkerIdInUse, match=r"--worker-id: .* is in use by a live worker"):
         _lease().register()
+    WorkerRecord.objects.filter(id=WORKER).update(hostname="another-host", pid=os.getpid())
+    with pytest.raises(WorkerIdInUse):
+        _lease().register()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_takes_over_the_id_of_a_dead_process_of_this_host() -> None:
+    """A worker restarted under its id (by a service manager) rescues its predecessor's tasks
+    at once, when that process is gone from this host, instead of waiting for its lease."""
+    _lease().register()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    WorkerRecord.objects.filter(id=WORKER).update(pid=dead.pid)
+    orphan = task_row(TaskResultStatus.RUNNING, owner=WORKER).id
+    _lease().register()
+    record = TaskRecord.objects.get(id=orphan)
+    assert (record.status, record.owner) == (TaskResultStatus.READY, None)
+    assert "to run alone next time" in record.errors[-1]["traceback"]
+    assert WorkerRecord.objects.get(id=WORKER).pid == os.getpid()
 
 
 @pytest.mark.django_db(transaction=True)
