@@ -245,7 +245,7 @@ def main():
     pkg = (
         Path(args[0])
         if args and not args[0].startswith("--")
-        else Path("/work/main/django_sqltasks")
+        else Path(__file__).resolve().parent.parent / ROOT_NAME
     )
     modules, edges = collect(pkg)
     print(f"package: {pkg}  modules (excluding migrations): {len(modules)}")
@@ -281,9 +281,7 @@ def main():
         ROOT_NAME + ".task",
     ):
         cl = closure(top, start)
-        print(
-            f"\nimport {short(start) or start}: loads {len(cl)} package modules (top-level edges + parent packages)"
-        )
+        print(f"\nimport {short(start) or start}: loads {len(cl)} package modules")
         print("   " + ", ".join(sorted(short(m) or ROOT_NAME for m in cl)))
     if "--list" in args:
         print("\nfunction-level imports:")
