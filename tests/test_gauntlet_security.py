@@ -135,6 +135,13 @@ STRUCTURAL = {
     "status_sql",
     "finished_sql",
     "rescues_sql",
+    # A requeue's due time: the database's clock, or for a rescue a CASE on the limit key
+    # between that clock and the suspects' mark (a placeholder).
+    "available_sql",
+    # The database's clock for writes (a constant function: statement_timestamp()), and a
+    # retry's due time built from it and the outcome's delay column (MariaDB).
+    "self.write_clock",
+    "later",
     # The database's clock: a constant function (now(), UTC_TIMESTAMP(6)), or "%s" with the
     # process's time as a parameter; an interval ago adds a placeholder for the seconds.
     "now",
