@@ -9,4 +9,4 @@ class SQLTasksConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the database checks)
+        from .ops import checks  # noqa: F401  (registers the database checks)

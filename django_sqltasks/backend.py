@@ -16,7 +16,6 @@ from django.core import checks
 from django.db import DatabaseError, ProgrammingError, connections, router, transaction
 from django.utils import timezone
 
-from . import installation, otel, packet
 from .compat import (
     TASK_MAX_PRIORITY,
     TASK_MIN_PRIORITY,
@@ -29,16 +28,17 @@ from .compat import (
     TaskResultStatus,
     task_enqueued,
 )
+from .core import tracing as otel
+from .core.limits import limit_key
+from .core.options import BackendOptions, OptionError
+from .core.resolve import SQLTaskResult, result_from_row, undecodable_row
+from .core.serialization import check_arguments, dumps, text_problem
+from .core.subject import subject_of_task
+from .enqueue.wakeup import has_local_listeners, notify_local
 from .exceptions import PayloadTooLarge
 from .ids import new_task_id
-from .limits import limit_key
-from .options import BackendOptions, OptionError
-from .results import SQLTaskResult, result_from_row, undecodable_row
-from .serialization import check_arguments, dumps, text_problem
-from .sql import NewTask, dialect_for
-from .subject import subject_of_task
+from .sql import NewTask, dialect_for, installation, packet
 from .task import SQLTask, dedupe_key, validate_options
-from .wakeup import has_local_listeners, notify_local
 
 if TYPE_CHECKING:
     from .models import TaskRecord
@@ -347,7 +347,7 @@ class SQLTaskBackend(BaseTaskBackend):
         It commits on its own (see docs/transactions.md); on PostgreSQL it runs on the event
         loop itself.
         """
-        from .aio import coalescer_for
+        from .enqueue.coalescer import coalescer_for
 
         self._check_usable()
         row, result = self._new_row(task, args, kwargs)
@@ -411,8 +411,8 @@ class SQLTaskBackend(BaseTaskBackend):
         one is cancelled by its worker at the next heartbeat. Return False if it had finished
         (or is a RUNNING sync task, which cannot be interrupted but is flagged all the same).
         """
-        from . import control
         from .models import TaskRecord
+        from .store import control
 
         try:
             task_uuid = uuid.UUID(str(result_id))
@@ -435,7 +435,7 @@ class SQLTaskBackend(BaseTaskBackend):
 
     async def aget_result(self, result_id: str) -> TaskResult:
         """Async ``get_result``: on the event loop itself on PostgreSQL."""
-        from .aio import coalescer_for
+        from .enqueue.coalescer import coalescer_for
 
         coalescer = await coalescer_for(self)
         result: TaskResult = await coalescer.get_result(result_id)
@@ -445,7 +445,7 @@ class SQLTaskBackend(BaseTaskBackend):
         """Stop every worker claiming tasks of ``queue_name`` (they stay READY; running ones
         finish); return False if it was paused already. Raise ``UnknownQueue`` for a name
         outside QUEUES."""
-        from . import flow
+        from .store import flow
 
         self._check_usable()
         name = flow.check_queue(self.alias, self.queues, queue_name)
@@ -453,7 +453,7 @@ class SQLTaskBackend(BaseTaskBackend):
 
     def resume_queue(self, queue_name: str) -> bool:
         """Let workers claim tasks of ``queue_name`` again; return False if it was not paused."""
-        from . import flow
+        from .store import flow
 
         self._check_usable()
         name = flow.check_queue(self.alias, self.queues, queue_name)
@@ -461,7 +461,7 @@ class SQLTaskBackend(BaseTaskBackend):
 
     def paused_queues(self) -> list[str]:
         """Return the names of this backend's paused queues, sorted."""
-        from . import flow
+        from .store import flow
 
         self._check_usable()
         return flow.paused(self.database, self.alias)
@@ -470,12 +470,12 @@ class SQLTaskBackend(BaseTaskBackend):
         """Make a deferred READY task due now, by the database's clock; return False if it is
         not READY (a task due already stays where it is, and True is returned). Raise
         ``TaskResultDoesNotExist`` for an unknown id."""
-        from . import flow
+        from .store import flow
 
         self._check_usable()
         return flow.run_now(self.database, self.alias, result_id, announce=self.config.notify)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        from .checks import check_backend
+        from .ops.checks import check_backend
 
         return list(check_backend(self))

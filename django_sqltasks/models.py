@@ -64,7 +64,7 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
 
     def for_subject(self, obj: Any) -> TaskRecordQuerySet:
         """Tasks enqueued about ``obj``, a saved model instance (or a ``Subject``)."""
-        from .subject import subject_of
+        from .core.subject import subject_of
 
         subject = subject_of(obj)
         return self.filter(subject_type=subject.type, subject_id=subject.id)
@@ -279,7 +279,7 @@ class TaskRecord(models.Model):
     @property
     def task_result(self) -> TaskResult:
         """Return this row as a Django Tasks ``TaskResult``."""
-        from .results import result_from_row
+        from .core.resolve import result_from_row
 
         return result_from_row(
             {f.attname: getattr(self, f.attname) for f in self._meta.concrete_fields}

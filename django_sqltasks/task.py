@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
-from .bounds import MAX_COUNT, MAX_DELAY, is_count, is_number
 from .compat import InvalidTask, Task
-from .limits import key_of_call, validate_task_limits
-from .options import DEFAULT_RETRY_BACKOFF_MAX
-from .serialization import dumps
+from .core.bounds import MAX_COUNT, MAX_DELAY, is_count, is_number
+from .core.limits import key_of_call, validate_task_limits
+from .core.options import DEFAULT_RETRY_BACKOFF_MAX
+from .core.serialization import dumps
 
 if TYPE_CHECKING:
-    from .options import BackendOptions
-    from .subject import Subject
-    from .workflows import Signature
+    from .core.options import BackendOptions
+    from .core.subject import Subject
+    from .core.workflows import Signature
 
 MAX_DEDUPE_KEY_LENGTH = 255  # TaskRecord.dedupe_key
 MAX_DOUBLINGS = 1023  # of the backoff: 2.0 ** 1024 is past the largest float
@@ -59,7 +59,7 @@ class SQLTask(Task):
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """Return this task with these arguments, as a step of a chain or group."""
-        from .workflows import Signature
+        from .core.workflows import Signature
 
         return Signature(self, args, kwargs)
 
@@ -69,7 +69,7 @@ class SQLTask(Task):
         task: SQLTask = Task.using(self, **changes)  # type: ignore[assignment]
         if subject is ...:
             return task
-        from .subject import with_subject
+        from .core.subject import with_subject
 
         clone: SQLTask = with_subject(task, subject)  # type: ignore[assignment]
         return clone
@@ -145,7 +145,7 @@ def validate_options(task: Task) -> None:
             )
     subject = getattr(task, "subject", None)
     if subject is not None:
-        from .subject import Subject
+        from .core.subject import Subject
 
         if not isinstance(subject, Subject):
             raise InvalidTask(

@@ -118,7 +118,7 @@ def scalar(sql: str, params: list[Any] | None = None) -> Any:
     """Run ``sql``, riding out the restart like a worker does; return the first value."""
     from django.db import connection
 
-    from django_sqltasks.database import run_with_retries
+    from django_sqltasks.worker.retries import run_with_retries
 
     def run() -> Any:
         with connection.cursor() as cursor:

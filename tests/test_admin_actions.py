@@ -11,8 +11,8 @@ from django.test import Client
 from django.urls import reverse
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.control import CANCELLED
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.store.control import CANCELLED
 from django_sqltasks.worker import Worker
 from tests.factories import staff_client, task_row
 
@@ -82,7 +82,7 @@ def test_cancel_fails_ready_tasks_only(superuser_client: Client) -> None:
 
 
 def test_cancel_leaves_a_task_claimed_meanwhile(superuser_client: Client) -> None:
-    from django_sqltasks import control
+    from django_sqltasks.store import control
 
     ready = task_row(TaskResultStatus.READY)
     stale = TaskRecord.objects.get(pk=ready.pk)

@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from django_sqltasks import error_text
 from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.core import error_text
 from tests.factories import superuser_client, task_row
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_sqltasks import admin_list
+from django_sqltasks.admin import lists as admin_list
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
 from tests.factories import task_row

@@ -15,10 +15,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from django_sqltasks.bounds import MAX_COUNT, MAX_DELAY
 from django_sqltasks.compat import InvalidTask, TaskResultStatus, task_backends
+from django_sqltasks.core.bounds import MAX_COUNT, MAX_DELAY
+from django_sqltasks.core.options import BackendOptions, OptionError
 from django_sqltasks.models import TaskRecord
-from django_sqltasks.options import BackendOptions, OptionError
 from django_sqltasks.task import Policy
 from django_sqltasks.worker import Worker
 from tests import tasks

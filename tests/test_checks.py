@@ -10,9 +10,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
-from django_sqltasks import SQLTaskBackend, checks
+from django_sqltasks import SQLTaskBackend
 from django_sqltasks.compat import InvalidTaskBackend, task_backends
-from django_sqltasks.options import BackendOptions, OptionError
+from django_sqltasks.core.options import BackendOptions, OptionError
+from django_sqltasks.ops import checks
 from django_sqltasks.sql import dialect_for
 from tests import tasks
 

@@ -7,8 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_sqltasks import SQLTaskBackend, checks
+from django_sqltasks import SQLTaskBackend
 from django_sqltasks.models import WorkerRecord
+from django_sqltasks.ops import checks
 from tests.factories import task_row
 
 

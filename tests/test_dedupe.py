@@ -101,7 +101,7 @@ def test_keys_are_scoped_to_backend_and_task_and_fit_the_column() -> None:
 
 
 def test_retrying_a_failed_task_whose_key_is_taken_is_skipped() -> None:
-    from django_sqltasks import control
+    from django_sqltasks.store import control
 
     old = tasks.refresh_report.enqueue(3)
     TaskRecord.objects.filter(id=old.id).update(status=TaskResultStatus.FAILED)

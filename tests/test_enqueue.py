@@ -11,8 +11,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections, transaction
 
-from django_sqltasks import aio
 from django_sqltasks.compat import TaskResultStatus, task_backends, task_enqueued
+from django_sqltasks.enqueue import coalescer as aio
 from django_sqltasks.exceptions import InvalidTaskArguments
 from django_sqltasks.models import TaskRecord
 from tests import tasks

@@ -13,7 +13,7 @@ from django.db import connection
 from django_sqltasks.compat import InvalidTask, Task, TaskResult, task, task_backends
 from django_sqltasks.exceptions import InvalidTaskArguments, PayloadTooLarge
 from django_sqltasks.models import TaskRecord
-from django_sqltasks.packet import max_allowed_packet
+from django_sqltasks.sql.packet import max_allowed_packet
 from tests import tasks, tasks_hardening
 from tests.conftest import set_backend_options
 

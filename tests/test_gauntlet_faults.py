@@ -19,9 +19,9 @@ import pytest
 from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 
-from django_sqltasks.database import run_with_retries
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker import Worker
+from django_sqltasks.worker.retries import run_with_retries
 from tests import gauntlet_tasks
 from tests.conftest import ROOT, WORKER_APPLICATION_NAME, WorkerProcess, wait_for, worker_env
 from tests.gauntlet_postgres import PrivatePostgres, find_bindir

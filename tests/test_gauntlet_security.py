@@ -15,9 +15,9 @@ from django.test import Client
 from django.urls import reverse
 
 from django_sqltasks.compat import InvalidTask, TaskResultStatus
+from django_sqltasks.core.options import BackendOptions, OptionError
+from django_sqltasks.core.resolve import _import_task
 from django_sqltasks.models import TaskRecord
-from django_sqltasks.options import BackendOptions, OptionError
-from django_sqltasks.results import _import_task
 from django_sqltasks.worker import Worker
 from tests import tasks
 from tests.conftest import set_backend_options

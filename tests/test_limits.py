@@ -15,9 +15,9 @@ from django.db import connection
 from django.utils import timezone
 
 from django_sqltasks.compat import InvalidTask, TaskResultStatus, task
-from django_sqltasks.limits import Limit, parse_rate
+from django_sqltasks.core.limits import Limit, parse_rate
+from django_sqltasks.core.options import BackendOptions, OptionError
 from django_sqltasks.models import TaskLimit, TaskRecord
-from django_sqltasks.options import BackendOptions, OptionError
 from django_sqltasks.sql import ClaimedRow, dialect_for
 from django_sqltasks.worker.limited import LimitedClaim
 from tests import tasks_limits
@@ -318,8 +318,8 @@ def test_overview_metrics_and_admin_show_limited_and_paused(tmp_path: Path) -> N
 
     from django.core.management import call_command
 
-    from django_sqltasks import overview
     from django_sqltasks.compat import task_backends
+    from django_sqltasks.ops import overview
     from tests.factories import superuser_client
 
     log = str(tmp_path / "log")
@@ -347,7 +347,7 @@ def test_metrics_expose_paused_queues_and_limited_tasks(tmp_path: Path) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from django_sqltasks.compat import task_backends
-    from django_sqltasks.metrics import QueueCollector
+    from django_sqltasks.ops.metrics import QueueCollector
 
     tasks_limits.two_at_once.enqueue(str(tmp_path / "log"), "l")
     make_due()

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from django_sqltasks import metrics
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import WorkerRecord
+from django_sqltasks.ops import metrics
 from django_sqltasks.worker import Worker
 from tests import tasks
 from tests.factories import task_row

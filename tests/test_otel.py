@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.core import checks
 
-from django_sqltasks import otel
 from django_sqltasks.compat import task_backends
+from django_sqltasks.core import tracing as otel
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.testing import run_tasks
 from django_sqltasks.worker import Worker

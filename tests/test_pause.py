@@ -206,7 +206,7 @@ def test_pausing_needs_the_csrf_token() -> None:
 
 
 def test_a_paused_queue_is_told_apart_in_the_overview_data() -> None:
-    from django_sqltasks import overview
+    from django_sqltasks.ops import overview
 
     task_row(queue_name="slow", available_at=timezone.now())
     task_backends["default"].pause_queue("slow")

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from django_sqltasks.compat import TaskResultStatus, task_backends
-from django_sqltasks.models import TaskRecord
-from django_sqltasks.progress_report import (
+from django_sqltasks.core.progress import (
     MAX_METADATA_BYTES,
     MAX_NOTE_CHARS,
     AttemptReport,
     ProgressReport,
 )
-from django_sqltasks.results import SQLTaskResult
+from django_sqltasks.core.resolve import SQLTaskResult
+from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from tests import tasks_progress
 from tests.conftest import set_backend_options, wait_for, worker_thread
@@ -141,7 +141,7 @@ def test_a_task_that_reports_nothing_writes_nothing(run_worker: RunWorker) -> No
 def test_a_failing_write_neither_fails_the_task_nor_stops_the_worker(
     run_worker: RunWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_sqltasks.progress_report import ProgressReport
+    from django_sqltasks.core.progress import ProgressReport
 
     def broken(self: ProgressReport) -> dict[str, Any]:
         raise RuntimeError("the write failed")
@@ -225,7 +225,7 @@ def test_aget_result_reads_the_report_and_the_subject(run_worker: RunWorker) -> 
     from asgiref.sync import async_to_sync
     from django.contrib.auth.models import User
 
-    from django_sqltasks.subject import Subject, with_subject
+    from django_sqltasks.core.subject import Subject, with_subject
 
     user = User.objects.create(username="ada")
     result = with_subject(tasks_progress.report_steps, user).enqueue(2)

@@ -62,7 +62,7 @@ def test_the_detail_page_shows_the_report_and_its_metadata(admin_client: Client)
 
 @pytest.mark.django_db(transaction=True)
 def test_metrics_show_the_progress_of_running_tasks(settings: Any, tmp_path: Path) -> None:
-    metrics = pytest.importorskip("django_sqltasks.metrics")
+    metrics = pytest.importorskip("django_sqltasks.ops.metrics")
     pytest.importorskip("prometheus_client")
     set_backend_options(settings, HEARTBEAT_INTERVAL=0.2, LEASE_TIMEOUT=5)
     recorder = metrics.Metrics("default")

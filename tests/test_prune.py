@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
-from django_sqltasks.pruning import prune
+from django_sqltasks.store.pruning import prune
 from tests.factories import task_row
 
 pytestmark = pytest.mark.django_db
@@ -98,7 +98,7 @@ def test_command_rejects_bad_input(args: list[str], message: str) -> None:
 
 
 def test_retention_prunes_then_waits_for_its_interval() -> None:
-    from django_sqltasks.pruning import Retention
+    from django_sqltasks.store.pruning import Retention
 
     task_row(TaskResultStatus.SUCCESSFUL, finished_ago=3 * DAY)
     task_row(TaskResultStatus.FAILED, finished_ago=3 * DAY)
@@ -110,8 +110,8 @@ def test_retention_prunes_then_waits_for_its_interval() -> None:
 
 def test_retention_comes_from_the_options() -> None:
     from django_sqltasks import SQLTaskBackend
-    from django_sqltasks.options import OptionError
-    from django_sqltasks.pruning import Retention
+    from django_sqltasks.core.options import OptionError
+    from django_sqltasks.store.pruning import Retention
 
     def backend(**options: object) -> SQLTaskBackend:
         return SQLTaskBackend(

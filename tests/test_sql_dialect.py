@@ -13,7 +13,7 @@ from django.utils import timezone
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import NewTask, Outcome, dialect_for, unsupported_version
-from django_sqltasks.sql.base import Dialect, suspect_at
+from django_sqltasks.sql.dialect import Dialect, suspect_at
 from tests.factories import task_row
 
 WORKER = "dialect-worker"
@@ -277,7 +277,7 @@ def test_the_claim_rescue_and_prune_statements_have_plans(dialect: Dialect) -> N
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's prepared claim")
 def test_the_claim_is_prepared_only_where_the_project_allows_prepared_statements() -> None:
     psycopg = pytest.importorskip("psycopg")
-    from django_sqltasks.pg import connection_params
+    from django_sqltasks.sql.pg import connection_params
     from django_sqltasks.sql.postgresql import _can_prepare
 
     with psycopg.connect(**connection_params("default")) as raw:

@@ -12,9 +12,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from django_sqltasks import overview
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import WorkerRecord
+from django_sqltasks.ops import overview
 from tests.factories import task_row
 
 pytestmark = pytest.mark.django_db

@@ -18,15 +18,15 @@ from django.db.models.signals import post_delete
 from django.test import Client, RequestFactory
 from django.utils import timezone
 
-from django_sqltasks.admin_subject import SubjectTasksMixin
+from django_sqltasks.admin.subject import SubjectTasksMixin
 from django_sqltasks.compat import InvalidTask, TaskResultStatus, task, task_backends
-from django_sqltasks.models import TaskRecord
-from django_sqltasks.subject import (
+from django_sqltasks.core.subject import (
     Subject,
     cancel_ready_tasks,
     cancel_tasks_on_delete,
     with_subject,
 )
+from django_sqltasks.models import TaskRecord
 from tests import tasks, tasks_tools
 from tests.factories import task_row
 

@@ -21,13 +21,13 @@ from django.db import connection, connections
 from django.test import Client
 from django.urls import reverse
 
-from django_sqltasks import checks, health
 from django_sqltasks.compat import task_backends
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.ops import checks, health
 from django_sqltasks.worker import maintenance as maintenance_module
 from django_sqltasks.worker.lease import Lease
+from django_sqltasks.worker.liveness import Progress
 from django_sqltasks.worker.maintenance import Maintenance
-from django_sqltasks.worker.progress import Progress
 from tests.conftest import wait_for
 
 TABLE = TaskRecord._meta.db_table
@@ -66,7 +66,7 @@ def look(client: Client) -> Seen:
     assert page.status_code == 200
     registry = None
     if health_metrics_available():
-        from django_sqltasks.metrics import Metrics
+        from django_sqltasks.ops.metrics import Metrics
 
         registry = Metrics("default").registry
         registry.get_sample_value("sqltasks_workers")  # one collection: the reading
@@ -74,7 +74,7 @@ def look(client: Client) -> Seen:
 
 
 def health_metrics_available() -> bool:
-    from django_sqltasks.metrics import available
+    from django_sqltasks.ops.metrics import available
 
     return available()
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from django.db import connection
 
-from django_sqltasks import wakeup
+from django_sqltasks.worker import wakeup
 
 pytestmark = [
     pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's wake-up"),

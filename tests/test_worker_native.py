@@ -203,7 +203,7 @@ def test_a_killed_claim_connection_falls_back_and_runs_each_task_once(
 
 
 def test_the_aenqueue_pool_runs_djangos_session_setup_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    from django_sqltasks.aio import PostgresWriter
+    from django_sqltasks.enqueue.coalescer import PostgresWriter
 
     monkeypatch.setenv("PGTZ", "Asia/Kolkata")  # libpq's default for the session's time zone
 

@@ -23,8 +23,8 @@ from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import Outcome
 from django_sqltasks.worker.completer import MAX_BATCH, Completer
 from django_sqltasks.worker.lease import Lease, WorkerIdInUse
+from django_sqltasks.worker.liveness import Progress
 from django_sqltasks.worker.maintenance import Maintenance
-from django_sqltasks.worker.progress import Progress
 from django_sqltasks.worker.threads import SignalThread, TaskThreads
 from tests.conftest import wait_for
 from tests.factories import task_row

@@ -14,8 +14,8 @@ from django.db import connection
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.core.storable import MAX_TRACEBACK_CHARS
 from django_sqltasks.models import TaskRecord
-from django_sqltasks.storable import MAX_TRACEBACK_CHARS
 from tests import tasks, tasks_wedges
 from tests.conftest import WorkerProcess, run_burst_or_fail, set_backend_options
 

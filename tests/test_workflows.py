@@ -16,12 +16,12 @@ from django.utils import timezone
 
 from django_sqltasks import chain, group
 from django_sqltasks.compat import InvalidTask, TaskResultStatus
+from django_sqltasks.core.workflows import get_workflow, signature, workflow_of
 from django_sqltasks.exceptions import InvalidWorkflow
 from django_sqltasks.models import TaskRecord, WorkflowRecord
-from django_sqltasks.sql.base import PARKED
+from django_sqltasks.sql.dialect import PARKED
+from django_sqltasks.store.workflows import SKIPPED
 from django_sqltasks.worker import Worker
-from django_sqltasks.workflow_store import SKIPPED
-from django_sqltasks.workflows import get_workflow, signature, workflow_of
 
 from . import tasks
 from . import tasks_workflows as wf
@@ -176,8 +176,8 @@ def test_cancel_fails_every_step_that_has_not_run(run_worker: RunWorker) -> None
 
 
 def test_a_step_cancelled_on_its_own_moves_the_workflow_on(run_worker: RunWorker) -> None:
-    from django_sqltasks import control
-    from django_sqltasks.workflow_store import reconcile
+    from django_sqltasks.store import control
+    from django_sqltasks.store.workflows import reconcile
 
     workflow = chain(wf.add.s(1, 1), wf.double.s(), wf.double.s()).enqueue()
     parked = TaskRecord.objects.filter(pk=workflow.task_ids[1])
@@ -190,8 +190,8 @@ def test_a_step_cancelled_on_its_own_moves_the_workflow_on(run_worker: RunWorker
 
 
 def test_the_sweep_moves_on_a_workflow_whose_step_ended_elsewhere() -> None:
-    from django_sqltasks import control
-    from django_sqltasks.workflow_store import reconcile
+    from django_sqltasks.store import control
+    from django_sqltasks.store.workflows import reconcile
 
     workflow = chain(wf.add.s(1, 1), wf.double.s()).enqueue()
     first = TaskRecord.objects.filter(pk=workflow.task_ids[0])

@@ -10,11 +10,11 @@ import pytest
 
 from django_sqltasks import chain, group
 from django_sqltasks.compat import InvalidTask, TaskResultStatus
+from django_sqltasks.core.serialization import dumps
+from django_sqltasks.core.workflows import MAX_WORKFLOW_TASKS
 from django_sqltasks.exceptions import InvalidWorkflow, PayloadTooLarge
 from django_sqltasks.models import WorkflowRecord
-from django_sqltasks.serialization import dumps
 from django_sqltasks.worker import Worker
-from django_sqltasks.workflows import MAX_WORKFLOW_TASKS
 
 from . import tasks_workflows as wf
 

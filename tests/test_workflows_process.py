@@ -18,11 +18,11 @@ from django.utils import timezone
 
 from django_sqltasks import chain, group, signature
 from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.core.workflows import WorkflowResult, get_workflow
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql import Outcome, dialect_for
-from django_sqltasks.sql.base import PARKED
-from django_sqltasks.workflow_store import SKIPPED, complete
-from django_sqltasks.workflows import WorkflowResult, get_workflow
+from django_sqltasks.sql.dialect import PARKED
+from django_sqltasks.store.workflows import SKIPPED, complete
 from tests import tasks_processes
 from tests import tasks_workflows as wf
 from tests.conftest import WorkerProcess, wait_for

@@ -10,9 +10,9 @@ from django.db import connection
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.core.workflows import workflow_of
 from django_sqltasks.models import TaskRecord, WorkflowRecord
-from django_sqltasks.pruning import prune
-from django_sqltasks.workflows import workflow_of
+from django_sqltasks.store.pruning import prune
 
 pytestmark = pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits on MySQL
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from django_sqltasks.bounds import MAX_DAYS, MAX_DELAY
+from ..core.bounds import MAX_DAYS, MAX_DELAY
 
 MAX_NAME_LENGTH = 64  # characters: TaskRecord.queue_name and WorkerRecord.id
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -149,8 +149,8 @@ def level_number(name: str) -> int:
 def sql_backend(alias: str) -> Any:
     """The ``SQLTaskBackend`` named by ``--backend``; raise ``CommandError`` for an unknown alias
     or a backend of another kind."""
-    from django_sqltasks.backend import SQLTaskBackend
-    from django_sqltasks.compat import InvalidTaskBackend, task_backends
+    from ..backend import SQLTaskBackend
+    from ..compat import InvalidTaskBackend, task_backends
 
     try:
         backend = task_backends[alias]

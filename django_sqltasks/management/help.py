@@ -17,6 +17,6 @@ def package_version() -> str:
     try:
         return f"django-sqltasks {version('django-sqltasks')}"
     except PackageNotFoundError:  # run from a source tree that was never installed
-        from django_sqltasks import __version__
+        from .. import __version__
 
         return f"django-sqltasks {__version__}"

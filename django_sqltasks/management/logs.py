@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from django_sqltasks.compat import TASKS_LOGGER
+from ..compat import TASKS_LOGGER
 
 # Django's ``django.tasks`` (``django_tasks`` on 5.2) logs each task's start and finish; the
 # worker's own lines come from ``django_sqltasks``. -v and --loglevel govern both.

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError, connections
 
-from django_sqltasks.sql import dialect_for
+from ..sql import dialect_for
 
 logger = logging.getLogger("django_sqltasks")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .base import ANY_LIMIT, UNLIMITED, ClaimedRow, Dialect, NewTask, Outcome, Scope, TableHealth
+from .dialect import ANY_LIMIT, UNLIMITED, ClaimedRow, Dialect, NewTask, Outcome, Scope, TableHealth
 
 _dialects: dict[tuple[str, str], Dialect] = {}
 

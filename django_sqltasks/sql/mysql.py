@@ -15,7 +15,7 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, InterfaceError, transaction
 from django.db.backends.utils import CursorWrapper
 
-from .base import (
+from .dialect import (
     CORRUPT_TASK,
     OUTCOME_COLUMNS,
     RETURNED_COLUMNS,

@@ -10,8 +10,8 @@ from django.db import InterfaceError, OperationalError
 from django.db.backends.utils import CursorWrapper
 from orjson import Fragment
 
-from ..serialization import dumps, loads
-from .base import (
+from ..core.serialization import dumps, loads
+from .dialect import (
     INSERT_COLUMNS,
     JSON_SHAPES,
     RETURNED_COLUMNS,

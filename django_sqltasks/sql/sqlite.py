@@ -11,7 +11,7 @@ from django.db import DatabaseError, OperationalError
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from .base import (
+from .dialect import (
     OUTCOME_COLUMNS,
     RETURNED_COLUMNS,
     UNLIMITED,

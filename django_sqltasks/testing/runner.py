@@ -31,10 +31,10 @@ from ..compat import (
     task_started,
 )
 from ..exceptions import Snooze, TaskTimeout
-from ..signals import Receivers
 from ..sql import ANY_LIMIT, ClaimedRow, Outcome, Scope, dialect_for
 from ..worker import attempt as attempts
 from ..worker.completer import send
+from ..worker.receivers import Receivers
 from ..worker.reporter import log_failure, store
 
 DEFAULT_MAX_TASKS = 1000  # attempts one run_tasks() makes before it decides tasks loop for ever
@@ -65,7 +65,7 @@ def backend_for(alias: str) -> Any:
 
 def _ready(backend: Any, queues: list[str] | None) -> Any:
     from ..models import TaskRecord
-    from ..sql.base import parked_at
+    from ..sql.dialect import parked_at
 
     return (
         TaskRecord.objects.using(backend.database)
@@ -271,7 +271,7 @@ class Runner:
             if outcome.workflow_id is None:
                 write()
             else:
-                from ..workflow_store import complete
+                from ..store.workflows import complete
 
                 complete(self.connection.alias, [outcome], write)
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from ..database import run_with_retries
 from . import attempt as attempts
 from .completer import Completer
+from .retries import run_with_retries
 
 logger = logging.getLogger("django_sqltasks")
 

@@ -14,8 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from ..bounds import MAX_DELAY
 from ..compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+from ..core.bounds import MAX_DELAY
+from ..core.progress import AttemptReport, ReportSink, SQLTaskContext
+from ..core.resolve import errors_from_json, rebind_task, resolve_task
+from ..core.serialization import check_json, dumps
+from ..core.storable import storable_class_path, storable_traceback
 from ..exceptions import (
     CorruptTask,
     InvalidReturnValue,
@@ -23,15 +27,11 @@ from ..exceptions import (
     PayloadTooLarge,
     SnoozeLimitReached,
 )
-from ..progress_report import AttemptReport, ReportSink, SQLTaskContext
-from ..results import errors_from_json, rebind_task, resolve_task
-from ..serialization import check_json, dumps
 from ..sql import ClaimedRow, Outcome
-from ..storable import storable_class_path, storable_traceback
 from ..task import Policy, policy_for
 
 if TYPE_CHECKING:
-    from ..options import BackendOptions
+    from ..core.options import BackendOptions
 
 try:
     from django.utils.json import normalize_json

@@ -31,12 +31,12 @@ from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
 from ..compat import task_finished
-from ..database import is_transient, run_with_retries
 from ..exceptions import OutcomeNotStored
-from ..signals import Receivers
 from ..sql import Dialect, Outcome, dialect_for
 from . import attempt as attempts
-from .progress import Progress
+from .liveness import Progress
+from .receivers import Receivers
+from .retries import is_transient, run_with_retries
 from .threads import SignalThread
 
 logger = logging.getLogger("django_sqltasks")
@@ -275,7 +275,7 @@ class Completer:
         write = partial(dialect.complete, cursor, self._worker_id, outcomes)
         if all(o.workflow_id is None for o in outcomes):
             return write()
-        from ..workflow_store import complete
+        from ..store.workflows import complete
 
         return complete(self._database, outcomes, write)
 

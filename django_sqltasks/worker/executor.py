@@ -18,14 +18,14 @@ from functools import lru_cache, partial
 from typing import Any
 
 from ..compat import TaskResultStatus, logs_task_finished, task_finished
+from ..core.resolve import resolve_task
+from ..core.tracing import Tracing
 from ..exceptions import Snooze, TaskCancelled, TaskTimeout
-from ..otel import Tracing
-from ..results import resolve_task
-from ..signals import Receivers
 from ..sql import ClaimedRow, Outcome
 from . import attempt as attempts
 from .completer import Completer, send
 from .link import SupervisorLink
+from .receivers import Receivers
 from .reporter import FINAL_WAIT, Reporter, end_report
 from .threads import SignalThread, TaskThreads
 

@@ -22,8 +22,8 @@ from typing import Any
 from django.db import transaction
 from django.db.backends.utils import CursorWrapper
 
-from ..limits import Limit, queue_key, rate_key, record_starts, room, task_limit, task_path_of
-from ..results import resolve_task
+from ..core.limits import Limit, queue_key, rate_key, record_starts, room, task_limit, task_path_of
+from ..core.resolve import resolve_task
 from ..sql import ClaimedRow, Dialect, Scope
 
 logger = logging.getLogger("django_sqltasks.worker")

@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 
 from django.utils import timezone
 
-from .. import health
-from ..database import run_with_retries
+from ..ops import health
 from .lease import Lease
-from .progress import Progress
+from .liveness import Progress
 from .reporter import Reporter
+from .retries import run_with_retries
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -53,7 +53,7 @@ class Maintenance:
         on_beat: Callable[[bool], None] | None = None,
         reporter: Reporter | None = None,
     ) -> None:
-        from ..pruning import Retention  # imports the models: not at module import
+        from ..store.pruning import Retention  # imports the models: not at module import
 
         self.backend = backend
         self.database: str = backend.database
@@ -144,7 +144,7 @@ class Maintenance:
             self._guarded("Pruning", self.retention.run)
 
     def _sweep_workflows(self) -> int:
-        from ..workflow_store import reconcile  # imports the models: not at module import
+        from ..store.workflows import reconcile  # imports the models: not at module import
 
         return reconcile(self.database, self.backend.alias)
 
@@ -175,7 +175,7 @@ class Maintenance:
 
     def _schedule_loop(self) -> None:
         """Enqueue periodic tasks at their slots (a thread that sleeps until the next slot)."""
-        from ..periodic import Scheduler
+        from ..core.schedules import Scheduler
 
         scheduler = Scheduler(self.backend)
         if not scheduler.schedules:

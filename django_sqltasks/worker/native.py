@@ -74,7 +74,7 @@ class LoopDatabase:
     async def start(self) -> None:
         """Read the connection settings (from Django's settings: no query) and, to listen,
         connect now; if that fails, the next claim tries again."""
-        from ..pg import connection_params
+        from ..sql.pg import connection_params
 
         self._loop = asyncio.get_running_loop()
         self._params = connection_params(self.database)
@@ -120,7 +120,7 @@ class LoopDatabase:
     async def _connect(self) -> Any:
         import psycopg
 
-        from ..pg import open_async
+        from ..sql.pg import open_async
 
         connection = await open_async(
             self._params, self._session, cursor_factory=psycopg.AsyncClientCursor

@@ -18,15 +18,15 @@ from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
 from ..compat import task_started
-from ..database import run_with_retries
 from ..exceptions import TaskCancelled
-from ..signals import Receivers
 from ..sql import ClaimedRow, Dialect, Scope, dialect_for
 from .completer import Completer
 from .executor import Executor
 from .limited import limited_claim_for
+from .liveness import Progress
 from .native import LoopDatabase
-from .progress import Progress
+from .receivers import Receivers
+from .retries import run_with_retries
 from .slots import Slots
 
 logger = logging.getLogger("django_sqltasks")

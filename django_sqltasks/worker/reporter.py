@@ -18,8 +18,8 @@ from concurrent.futures import Executor, Future
 from django.db import DatabaseError
 from django.db.models import Q
 
-from ..database import is_transient, reset
-from ..progress_report import AttemptReport
+from ..core.progress import AttemptReport
+from .retries import is_transient, reset
 
 logger = logging.getLogger("django_sqltasks")
 

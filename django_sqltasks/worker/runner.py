@@ -21,21 +21,21 @@ from django.db import DatabaseError, connections
 from django.utils.crypto import get_random_string
 
 from ..backend import SQLTaskBackend
-from ..bounds import MAX_DELAY, MAX_INTERVAL, is_number
 from ..compat import task_backends
+from ..core.bounds import MAX_DELAY, MAX_INTERVAL, is_number
 from ..sql import dialect_for, unsupported_version
-from ..wakeup import Wakeup, wakeup_for
 from .completer import Completer
 from .executor import Executor
 from .lease import Lease
 from .link import SupervisorLink
+from .liveness import Progress
 from .maintenance import Maintenance
 from .native import LoopDatabase
 from .producer import Producer
-from .progress import Progress
 from .reporter import Reporter
 from .slots import Slots
 from .threads import SignalThread, TaskThreads
+from .wakeup import Wakeup, wakeup_for
 
 logger = logging.getLogger("django_sqltasks")
 

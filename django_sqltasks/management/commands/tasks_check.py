@@ -7,15 +7,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_sqltasks.installation import is_missing_table, not_migrated
-from django_sqltasks.management.arguments import (
-    backend_alias,
-    queue_names,
-    refuse_unknown_queues,
-    whole_number,
-)
-from django_sqltasks.management.help import HelpFormatter, package_version
-from django_sqltasks.stranded import DEFAULT_SAMPLE, Problem, check_live_tasks
+from ...ops.stranded import DEFAULT_SAMPLE, Problem, check_live_tasks
+from ...sql.installation import is_missing_table, not_migrated
+from ..arguments import backend_alias, queue_names, refuse_unknown_queues, whole_number
+from ..help import HelpFormatter, package_version
 
 COLUMNS = ("backend", "task", "ready", "running", "example id", "problem")
 MAX_SAMPLE = 100_000  # rows per task path
@@ -70,7 +65,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django_sqltasks.admin_list import sql_backends
+        from ...admin.lists import sql_backends
 
         backends = sql_backends()
         aliases = options["backend"] or sorted(backends)

@@ -6,22 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS
-from django_sqltasks.management.arguments import (
-    backend_alias,
-    days,
-    positive_int,
-    refuse_unknown_queues,
-    sql_backend,
-    text,
-)
-from django_sqltasks.management.help import package_version
-from django_sqltasks.pruning import (
-    BATCH_SIZE,
-    DEFAULT_FAILED_DAYS,
-    DEFAULT_SUCCESSFUL_DAYS,
-    prune,
-)
+from ...compat import DEFAULT_TASK_BACKEND_ALIAS
+from ...store.pruning import BATCH_SIZE, DEFAULT_FAILED_DAYS, DEFAULT_SUCCESSFUL_DAYS, prune
+from ..arguments import backend_alias, days, positive_int, refuse_unknown_queues, sql_backend, text
+from ..help import package_version
 
 
 def queue_name(value: str) -> str:
@@ -90,7 +78,7 @@ class Command(BaseCommand):
             dry_run=options["dry_run"],
         )
         if queue is not None and not pruned.total:
-            from django_sqltasks.models import TaskRecord
+            from ...models import TaskRecord
 
             tasks = TaskRecord.objects.using(backend.database).filter(backend_name=backend.alias)
             if not tasks.filter(queue_name=queue).exists():

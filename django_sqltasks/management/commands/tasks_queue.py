@@ -7,10 +7,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS
-from django_sqltasks.exceptions import UnknownQueue
-from django_sqltasks.management.arguments import backend_alias, sql_backend, text
-from django_sqltasks.management.help import package_version
+from ...compat import DEFAULT_TASK_BACKEND_ALIAS
+from ...exceptions import UnknownQueue
+from ..arguments import backend_alias, sql_backend, text
+from ..help import package_version
 
 
 def queue_name(value: str) -> str:

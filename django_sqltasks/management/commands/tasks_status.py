@@ -9,9 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_sqltasks import health, overview
-from django_sqltasks.installation import is_missing_table, not_migrated
-from django_sqltasks.management.help import package_version
+from ...ops import health, overview
+from ...sql.installation import is_missing_table, not_migrated
+from ..help import package_version
 
 QUEUE_COLUMNS = (
     "backend",
@@ -47,7 +47,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django_sqltasks.admin_list import sql_backends
+        from ...admin.lists import sql_backends
 
         backends = sql_backends()
         if options["backend"] is not None:

@@ -10,10 +10,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_sqltasks.bounds import MAX_INTERVAL
-from django_sqltasks.compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
-from django_sqltasks.management import logs, startup
-from django_sqltasks.management.arguments import (
+from ...compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
+from ...core.bounds import MAX_INTERVAL
+from ...worker import Worker
+from ...worker.lease import EXIT_ID_IN_USE, WorkerIdInUse
+from ...worker.link import SupervisorLink, die_with_parent
+from ...worker.processes.health_file import toucher
+from ...worker.processes.supervisor import Supervisor
+from ...worker.runner import check_database, default_worker_id
+from .. import logs, startup
+from ..arguments import (
     MAX_NAME_LENGTH,
     backend_alias,
     level_number,
@@ -27,13 +33,7 @@ from django_sqltasks.management.arguments import (
     text,
     whole_number,
 )
-from django_sqltasks.management.help import HelpFormatter, package_version
-from django_sqltasks.worker import Worker
-from django_sqltasks.worker.health import toucher
-from django_sqltasks.worker.lease import EXIT_ID_IN_USE, WorkerIdInUse
-from django_sqltasks.worker.link import SupervisorLink, die_with_parent
-from django_sqltasks.worker.runner import check_database, default_worker_id
-from django_sqltasks.worker.supervisor import Supervisor
+from ..help import HelpFormatter, package_version
 
 DEFAULT_CONCURRENCY = 10
 # Ceilings that catch a typo (an extra zero or three) before it becomes thousands of threads
@@ -234,7 +234,7 @@ class Command(BaseCommand):
         loglevel = options["loglevel"]
         logs.configure(options["verbosity"], level_number(loglevel) if loglevel else None)
         try:
-            from django_sqltasks.compat import task_backends
+            from ...compat import task_backends
 
             backend = task_backends[options["backend"]]
         except InvalidTaskBackend as e:
@@ -276,7 +276,7 @@ class Command(BaseCommand):
             raise CommandError(str(e)) from e
         self._connect(worker.check_database, worker.database, options)
         if options["metrics_port"] is not None:
-            from django_sqltasks import metrics
+            from ...ops import metrics
 
             try:
                 metrics.serve(

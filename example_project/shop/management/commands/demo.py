@@ -15,7 +15,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from django.utils import timezone
 
-from django_sqltasks import chain, error_text, signature
+from django_sqltasks import chain, signature
+from django_sqltasks.core import error_text
 from django_sqltasks.worker import Worker
 from shop.tasks import (
     charge_card,

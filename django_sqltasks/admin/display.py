@@ -1,0 +1,70 @@
+"""How a task reads in the admin: status badges, an error's summary, times, JSON values."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.html import format_html
+
+from ..core import error_text
+
+STATUS_COLOURS = {
+    "READY": "#2563eb",
+    "RUNNING": "#d97706",
+    "SUCCESSFUL": "#16a34a",
+    "FAILED": "#dc2626",
+}
+SUMMARY_CHARACTERS = 80  # of an error's summary in the list; the full line is its tooltip
+
+
+def pretty(value: Any) -> str:
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def status_badge_html(status: str, label: str) -> str:
+    return format_html(
+        '<span class="sqltasks-status" data-status="{}" style="background:{};color:#fff;'
+        "padding:2px 8px;border-radius:10px;font-size:11px;font-weight:600;"
+        'white-space:nowrap">{}</span>',
+        status,
+        STATUS_COLOURS.get(status, "#6b7280"),
+        label,
+    )
+
+
+def error_summary_html(errors: list[dict[str, Any]]) -> str:
+    """The last error as ``Class: first line of the message``, cut to fit a list column."""
+    if not errors:
+        return "—"
+    text = error_text.summary(errors[-1])
+    shown = text if len(text) <= SUMMARY_CHARACTERS else text[: SUMMARY_CHARACTERS - 1] + "…"
+    return cut_html(shown, text, "sqltasks-error-summary")
+
+
+def cut_html(text: str, title: str | None = None, css_class: str = "sqltasks-cut") -> str:
+    """``text`` on one line, cut by the list's CSS where too wide; ``title`` whole on hover."""
+    return format_html('<span class="{}" title="{}">{}</span>', css_class, title or text, text)
+
+
+def moment_html(value: datetime | None) -> str:
+    """A time as short as a list column allows: ``14:05:09`` today, ``Mar 01 14:05`` this year,
+    ``2025-03-01`` before; the full time is its tooltip."""
+    if value is None:
+        return "—"
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    today = timezone.localtime() if timezone.is_aware(value) else datetime.now()
+    if local.date() == today.date():
+        short = local.strftime("%H:%M:%S")
+    elif local.year == today.year:
+        short = local.strftime("%b %d %H:%M")
+    else:
+        short = local.strftime("%Y-%m-%d")
+    return format_html(
+        '<time datetime="{}" title="{}" style="white-space:nowrap">{}</time>',
+        value.isoformat(),
+        local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        short,
+    )

@@ -1,0 +1,332 @@
+"""Periodic tasks: declared in OPTIONS["PERIODIC"], enqueued by the workers themselves.
+
+Every worker computes the latest slot of each schedule (cron, or a fixed interval aligned to the
+Unix epoch) and tries to advance the schedule's row to it with a guarded UPDATE; the worker whose
+UPDATE changes the row enqueues the task in the same transaction. So each slot is enqueued once,
+however many workers run, and a restart neither fires a slot twice nor replays every missed one:
+after downtime, only the latest missed slot fires. A schedule seen for the first time starts at
+its latest past slot without firing it.
+
+Cron expressions are read in a time zone (the schedule's, else the backend's TIME_ZONE option,
+else settings.TIME_ZONE when USE_TZ is on, else UTC), on the wall clock of that zone. Where
+daylight saving time skips a wall time, its slot fires once, at the change; where it repeats a
+wall time, its slot fires once, at the first occurrence.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone as django_timezone
+
+from .serialization import check_arguments
+
+if TYPE_CHECKING:
+    from ..backend import SQLTaskBackend
+
+logger = logging.getLogger("django_sqltasks")
+
+UTC = timezone.utc
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_NAME_LENGTH = 200  # ScheduleRecord.name
+# Bounds of 'every', in seconds. Below a second the schedule would flood the table (and a
+# worker's periodic thread); over a year, a cron expression says it better, and huge values
+# (1e300) overflow datetime arithmetic.
+MIN_EVERY = 1.0
+MAX_EVERY = 366 * 24 * 3600.0
+# Cron slots walked past, at most, to find the one around a daylight-saving change: a repeated
+# hour of a per-second expression holds 3,600.
+MAX_SLOTS_WALKED = 10_000
+KEYS = {"task", "cron", "every", "args", "kwargs", "time_zone"}
+
+
+class ScheduleError(ValueError):
+    """A PERIODIC entry breaks its rule; the message names the entry and the field."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One periodic task: what to enqueue, and when."""
+
+    name: str
+    task_path: str
+    cron: str | None = None
+    every: float | None = None
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    time_zone: str = "UTC"  # an IANA name; the wall clock cron expressions are read on
+
+    def latest_slot(self, now: datetime) -> datetime:
+        """The latest slot at or before ``now`` (an aware datetime, in UTC)."""
+        if self.cron is None:
+            assert self.every is not None
+            elapsed = (now - EPOCH).total_seconds()
+            return EPOCH + timedelta(seconds=math.floor(elapsed / self.every) * self.every)
+        from croniter import croniter
+
+        zone = ZoneInfo(self.time_zone)
+        wall = _wall(now, zone)
+        # In a repeated hour, wall times up to the end of its first pass have happened already.
+        walls = croniter(self.cron, wall + _fold_shift(wall, zone) + timedelta(microseconds=1))
+        for _ in range(MAX_SLOTS_WALKED):
+            slot = _instant(walls.get_prev(datetime), zone)
+            if slot <= now:
+                return slot
+        raise ScheduleError(f"No slot of {self.cron!r} found before {now.isoformat()}.")
+
+    def next_slot(self, now: datetime) -> datetime:
+        """The first slot after ``now`` (an aware datetime, in UTC)."""
+        if self.cron is None:
+            assert self.every is not None
+            return self.latest_slot(now) + timedelta(seconds=self.every)
+        from croniter import croniter
+
+        zone = ZoneInfo(self.time_zone)
+        wall = _wall(now, zone)
+        # In a repeated hour, wall times of its second pass may still be ahead.
+        walls = croniter(self.cron, wall - _fold_shift(wall, zone))
+        for _ in range(MAX_SLOTS_WALKED):
+            slot = _instant(walls.get_next(datetime), zone)
+            if slot > now:
+                return slot
+        raise ScheduleError(f"No slot of {self.cron!r} found after {now.isoformat()}.")
+
+
+def _wall(moment: datetime, zone: ZoneInfo) -> datetime:
+    """The naive wall-clock time of ``moment`` in ``zone``."""
+    return moment.astimezone(zone).replace(tzinfo=None)
+
+
+def _offset(wall: datetime, zone: ZoneInfo, fold: int) -> timedelta:
+    offset = wall.replace(tzinfo=zone, fold=fold).utcoffset()
+    assert offset is not None
+    return offset
+
+
+def _fold_shift(wall: datetime, zone: ZoneInfo) -> timedelta:
+    """How far apart the two occurrences of ``wall`` are (zero unless the clocks repeat it)."""
+    return abs(_offset(wall, zone, 0) - _offset(wall, zone, 1))
+
+
+def _instant(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The moment (UTC) a cron slot at ``wall`` fires: its first occurrence if the clocks
+    repeat it, the end of the gap if they skip it."""
+    moment = wall.replace(tzinfo=zone).astimezone(UTC)  # fold=0: the first occurrence
+    if _wall(moment, zone) == wall:
+        return moment
+    # Skipped: fold 0 and 1 read the wall time with the offsets before and after the change,
+    # which lies between them. Find it to the second (time zone changes fall on whole seconds).
+    ends = sorted(int(wall.replace(tzinfo=zone, fold=f).timestamp()) for f in (0, 1))
+    low, high = ends[0], ends[1]
+
+    def offset_at(second: int) -> timedelta | None:
+        return datetime.fromtimestamp(second, zone).utcoffset()
+
+    after = offset_at(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if offset_at(middle) == after:
+            high = middle
+        else:
+            low = middle
+    return datetime.fromtimestamp(high, UTC)
+
+
+def default_time_zone() -> str:
+    """settings.TIME_ZONE when USE_TZ is on (the zone the project works in), else UTC."""
+    from django.conf import settings
+
+    return settings.TIME_ZONE if settings.USE_TZ and settings.TIME_ZONE else "UTC"
+
+
+def check_time_zone(where: str, name: Any) -> str:
+    """Return ``name`` if it is a time zone zoneinfo knows; raise ``ScheduleError`` if not."""
+    try:
+        if not isinstance(name, str):
+            raise TypeError
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, TypeError) as e:
+        raise ScheduleError(
+            f"{where} must be an IANA time zone name such as 'Europe/Paris' or 'UTC', not {name!r}."
+        ) from e
+    return name
+
+
+def parse_schedules(where: str, raw: Any, time_zone: str = "UTC") -> dict[str, Schedule]:
+    """Build schedules from OPTIONS["PERIODIC"]; raise ``ScheduleError`` naming what is wrong.
+
+    ``time_zone`` is the zone of cron schedules that name none.
+    """
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ScheduleError(f"{where}['PERIODIC'] must be a dict of name -> schedule, not {raw!r}.")
+    schedules = {}
+    for name, entry in raw.items():
+        at = f"{where}['PERIODIC'][{name!r}]"
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_LENGTH:
+            raise ScheduleError(
+                f"{at}: names must be strings of 1 to {MAX_NAME_LENGTH} characters."
+            )
+        if not isinstance(entry, Mapping):
+            raise ScheduleError(f"{at} must be a dict with 'task' and 'cron' or 'every'.")
+        schedules[name] = _parse_one(at, name, entry, time_zone)
+    return schedules
+
+
+def _parse_one(at: str, name: str, entry: Mapping[str, Any], time_zone: str) -> Schedule:
+    unknown = sorted(set(entry) - KEYS, key=str)
+    if unknown:
+        raise ScheduleError(f"{at} has unknown key(s) {', '.join(map(str, unknown))}.")
+    task_path = entry.get("task")
+    if not isinstance(task_path, str) or "." not in task_path:
+        raise ScheduleError(f"{at}['task'] must be the dotted path of a @task function.")
+    cron, every = entry.get("cron"), entry.get("every")
+    if (cron is None) == (every is None):
+        raise ScheduleError(f"{at} needs exactly one of 'cron' and 'every'.")
+    if cron is not None:
+        _check_cron(at, cron)
+        if "time_zone" in entry:
+            time_zone = check_time_zone(f"{at}['time_zone']", entry["time_zone"])
+    else:
+        if "time_zone" in entry:
+            raise ScheduleError(
+                f"{at}['time_zone'] applies to 'cron' only: 'every' counts seconds from the "
+                "Unix epoch, the same in every time zone."
+            )
+        every = _check_every(at, every)
+    args, kwargs = entry.get("args", []), entry.get("kwargs", {})
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, Mapping):
+        raise ScheduleError(f"{at}: 'args' must be a list and 'kwargs' a dict.")
+    try:
+        check_arguments(list(args), dict(kwargs))
+    except TypeError as e:  # InvalidTaskArguments: it names the argument and the rule
+        raise ScheduleError(f"{at}: {e}") from e
+    return Schedule(
+        name=name,
+        task_path=task_path,
+        cron=cron,
+        every=every,
+        args=list(args),
+        kwargs=dict(kwargs),
+        time_zone=time_zone,
+    )
+
+
+def _check_cron(at: str, cron: Any) -> None:
+    from croniter import CroniterBadDateError, croniter
+
+    if not isinstance(cron, str) or not croniter.is_valid(cron):
+        raise ScheduleError(f"{at}['cron'] is not a valid cron expression: {cron!r}.")
+    try:
+        croniter(cron, datetime.now(UTC).replace(tzinfo=None)).get_next(datetime)
+    except CroniterBadDateError as e:
+        raise ScheduleError(
+            f"{at}['cron'] {cron!r} never fires (no such date, such as 31 February)."
+        ) from e
+
+
+def _check_every(at: str, every: Any) -> float:
+    seconds = every.total_seconds() if isinstance(every, timedelta) else every
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or not MIN_EVERY <= seconds <= MAX_EVERY
+    ):
+        raise ScheduleError(
+            f"{at}['every'] must be a number of seconds from {MIN_EVERY:g} to {MAX_EVERY:g} "
+            f"(366 days), not {every!r}; use 'cron' for longer periods."
+        )
+    return float(seconds)
+
+
+class Scheduler:
+    """Enqueue the due slots of a backend's schedules (on the worker's database thread)."""
+
+    def __init__(self, backend: SQLTaskBackend) -> None:
+        self.backend = backend
+        self.schedules = backend.config.periodic
+
+    def next_wakeup(self, now: datetime) -> datetime | None:
+        """When the next slot of any schedule comes; a schedule that fails is logged and left
+        out, so one broken schedule never holds up the others."""
+        upcoming = []
+        for schedule in self.schedules.values():
+            try:
+                upcoming.append(schedule.next_slot(now))
+            except Exception:
+                logger.exception(
+                    "Periodic task %s: its next slot cannot be computed; the other schedules go on",
+                    schedule.name,
+                    extra={"action": "periodic_failed", "schedule": schedule.name},
+                )
+        return min(upcoming, default=None)
+
+    def database_now(self) -> datetime:
+        """The current time by the database's clock: every worker computes the same slots,
+        whatever its own clock says (a fast one would fire slots early, then stall the others
+        until their clocks caught up with the slot it stored)."""
+        from django.db import connections
+
+        from ..sql import dialect_for
+
+        connection = connections[self.backend.database]
+        with connection.cursor() as cursor:
+            now = dialect_for(connection).db_now(cursor)
+        return now if now.tzinfo is not None else django_timezone.make_aware(now)
+
+    def run_due(self, now: datetime | None = None) -> list[str]:
+        """Enqueue every schedule whose latest slot has not fired yet; return their names."""
+        now = now or self.database_now()
+        fired = []
+        for schedule in self.schedules.values():
+            try:
+                if self._fire(schedule, schedule.latest_slot(now)):
+                    fired.append(schedule.name)
+            except Exception:  # one broken schedule must never stop the others
+                logger.exception(
+                    "Periodic task %s could not be enqueued; the other schedules go on",
+                    schedule.name,
+                    extra={"action": "periodic_failed", "schedule": schedule.name},
+                )
+        return fired
+
+    def _fire(self, schedule: Schedule, slot: datetime) -> bool:
+        from ..models import ScheduleRecord
+        from .resolve import resolve_task
+
+        database = self.backend.database
+        records = ScheduleRecord.objects.using(database)
+        with transaction.atomic(using=database):
+            # The guarded UPDATE is the election: one worker per slot gets a row changed.
+            advanced = records.filter(
+                backend_name=self.backend.alias, name=schedule.name, last_slot__lt=slot
+            ).update(last_slot=slot)
+            if not advanced:
+                if records.filter(backend_name=self.backend.alias, name=schedule.name).exists():
+                    return False  # this slot fired already
+                try:
+                    with transaction.atomic(using=database):
+                        records.create(
+                            backend_name=self.backend.alias, name=schedule.name, last_slot=slot
+                        )
+                except IntegrityError:
+                    pass  # another worker created it first
+                return False  # a new schedule starts at its latest slot without firing it
+            task = resolve_task(schedule.task_path, backend=self.backend.alias)
+            task.enqueue(*schedule.args, **schedule.kwargs)
+        logger.info(
+            "Enqueued periodic task %s for %s",
+            schedule.name,
+            slot.isoformat(),
+            extra={"action": "periodic", "schedule": schedule.name},
+        )
+        return True

@@ -1,0 +1,329 @@
+"""``aenqueue`` without a thread per call: concurrent enqueues on one event loop share INSERTs.
+
+On PostgreSQL with psycopg 3, rows are written on the loop itself through a small async
+connection pool (one per event loop, closed when the loop shuts down). Elsewhere (SQLite,
+MySQL) there is no async driver, so a batch is written by one ``sync_to_async`` call: one
+thread hop and one INSERT per batch instead of per task.
+
+Either way a batch gathers for one turn of the loop (no timer) and holds at most
+``MAX_BATCH`` rows. If a batch INSERT fails, its rows are written one by one, so each caller
+gets its own result or its own error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+from ..sql import NewTask, dialect_for, packet
+
+if TYPE_CHECKING:
+    from ..backend import SQLTaskBackend
+
+logger = logging.getLogger("django_sqltasks")
+
+MAX_BATCH = 500  # rows per INSERT
+# A batch this large is written at once, without waiting for the end of the loop's turn, so
+# the database writes it while the loop builds the next rows.
+EAGER_BATCH = 100
+POOL_SIZE = 4  # connections per event loop; batches beyond this wait for one
+
+
+class Coalescer:
+    """Gather rows from concurrent ``aenqueue`` calls on one loop into few INSERTs."""
+
+    def __init__(self, backend: SQLTaskBackend, loop: asyncio.AbstractEventLoop) -> None:
+        self.backend = backend
+        self.database = backend.database
+        self.loop = loop
+        self._pending: list[tuple[NewTask, asyncio.Future[None]]] = []
+        self._results: dict[Any, Any] = {}  # row id -> TaskResult, for the enqueued signal
+        self._scheduled = False
+        self._writer: Writer | None = None
+        self._writer_task: asyncio.Task[Writer] | None = None
+
+    async def submit(self, row: NewTask, result: Any) -> None:
+        """Write ``row`` with whatever else is being enqueued now; raise its own error.
+
+        ``task_enqueued`` is sent for the whole batch in one thread hop once it is written.
+        """
+        future: asyncio.Future[None] = self.loop.create_future()
+        self._pending.append((row, future))
+        self._results[row.id] = result
+        if len(self._pending) >= EAGER_BATCH:
+            batch, self._pending = self._pending, []
+            self.loop.create_task(self._flush(batch))
+        elif not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._start_flush)  # after the callers of this turn
+        await future
+
+    def _start_flush(self) -> None:
+        self._scheduled = False
+        while self._pending:
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self.loop.create_task(self._flush(batch))
+
+    async def _flush(self, batch: list[tuple[NewTask, asyncio.Future[None]]]) -> None:
+        results = [self._results.pop(row.id) for row, _ in batch]
+        try:
+            writer = await self._get_writer()
+            await writer.insert([row for row, _ in batch], self.backend.config.notify)
+        except Exception as e:
+            if len(batch) > 1:
+                await self._flush_one_by_one(batch, results)
+                return
+            _settle(batch, [e])
+            return
+        _settle(batch, await self._send_enqueued(results))
+
+    async def _flush_one_by_one(
+        self, batch: list[tuple[NewTask, asyncio.Future[None]]], results: list[Any]
+    ) -> None:
+        """A batch failed: write its rows alone, so only the bad ones fail."""
+        try:
+            writer = await self._get_writer()
+        except Exception as e:  # no connection to the database: every caller gets the error
+            _settle(batch, [e] * len(batch))
+            return
+        errors: list[Exception | None] = []
+        for row, _ in batch:
+            try:
+                await writer.insert([row], self.backend.config.notify)
+            except Exception as e:
+                errors.append(e)
+            else:
+                errors.append(None)
+        written = [result for result, e in zip(results, errors, strict=True) if e is None]
+        sent = iter(await self._send_enqueued(written))
+        _settle(batch, [e if e is not None else next(sent) for e in errors])
+
+    async def _send_enqueued(self, results: list[Any]) -> list[Exception | None]:
+        """Send ``task_enqueued`` for each written task in one thread hop; return each one's
+        receiver error (which fails that caller's ``aenqueue`` only: its row is written)."""
+        if not results:
+            return []
+        try:
+            return await sync_to_async(_send_enqueued)(type(self.backend), results)
+        except Exception as e:  # the hop itself failed: no caller may wait forever
+            return [e] * len(results)
+
+    async def get_result(self, result_id: str) -> Any:
+        """Read a result: on the loop on PostgreSQL, else through Django's async path."""
+        writer = await self._get_writer()
+        if isinstance(writer, PostgresWriter):
+            return await writer.get_result(self.backend, result_id)
+        return await sync_to_async(self.backend.get_result)(result_id)
+
+    async def _get_writer(self) -> Writer:
+        # Concurrent first batches share one creation, or each would open a pool.
+        if self._writer_task is None:
+            self._writer_task = self.loop.create_task(Writer.create(self.database, self.loop))
+        try:
+            self._writer = await asyncio.shield(self._writer_task)
+        except Exception:
+            self._writer_task = None  # let a later batch try again (database back up?)
+            raise
+        return self._writer
+
+    async def aclose(self) -> None:
+        if self._writer is not None:
+            await self._writer.aclose()
+            self._writer = None
+
+
+def _send_enqueued(sender: type, results: list[Any]) -> list[Exception | None]:
+    from ..compat import task_enqueued
+
+    errors: list[Exception | None] = []
+    for result in results:
+        try:
+            task_enqueued.send(sender, task_result=result)
+        except Exception as e:  # raised to that task's caller, as a sync enqueue() would
+            errors.append(e)
+        else:
+            errors.append(None)
+    return errors
+
+
+def _settle(
+    batch: list[tuple[NewTask, asyncio.Future[None]]], errors: Sequence[Exception | None]
+) -> None:
+    """Resolve each caller's future: with its error, or done."""
+    for (_, future), error in zip(batch, errors, strict=True):
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
+class Writer:
+    """Writes batches of rows: natively on PostgreSQL, through one thread hop elsewhere."""
+
+    @staticmethod
+    async def create(database: str, loop: asyncio.AbstractEventLoop) -> Writer:
+        if dialect_for(connections[database]).async_driver:
+            try:
+                return await PostgresWriter.open(database)
+            except ImportError:
+                logger.info("psycopg 3 is not installed: aenqueue writes through a thread")
+        return ThreadWriter(database)
+
+    async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        return None
+
+
+class ThreadWriter(Writer):
+    """One ``sync_to_async`` call (on the thread Django's async ORM uses) per batch."""
+
+    def __init__(self, database: str) -> None:
+        self.database = database
+        self._insert = sync_to_async(self._insert_sync, thread_sensitive=True)
+
+    def _insert_sync(self, rows: Sequence[NewTask], notify: bool) -> None:
+        connection = connections[self.database]
+        dialect = dialect_for(connection)
+        limit = dialect.max_statement_bytes()
+        # A coalesced batch of rows that each fit may not fit as one INSERT (MySQL).
+        batches = [rows] if limit is None else list(packet.statements(rows, limit))
+        with connection.cursor() as cursor:
+            for batch in batches:
+                dialect.insert(cursor, batch, notify=notify)
+
+    async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
+        await self._insert(rows, notify)
+
+
+class SmallPool:
+    """At most ``size`` psycopg async connections, opened on demand and reused.
+
+    Not ``psycopg_pool``: its background tasks are cancelled when ``asyncio.run`` ends, before
+    async generators are finalized, so it could not close its connections at that point.
+    """
+
+    def __init__(
+        self, params: dict[str, Any], size: int, setup: Sequence[tuple[str, list[Any]]] = ()
+    ) -> None:
+        self.params = params
+        self.setup = setup  # statements each new connection runs first (Django's session)
+        self._idle: list[Any] = []
+        self._open: set[Any] = set()
+        self._slots = asyncio.Semaphore(size)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        from ..sql.pg import open_async
+
+        async with self._slots:
+            if self._idle:
+                connection = self._idle.pop()
+            else:
+                connection = await open_async(self.params, self.setup)
+                self._open.add(connection)
+            try:
+                yield connection
+            finally:
+                if connection.closed or connection.broken:
+                    self._open.discard(connection)
+                else:
+                    self._idle.append(connection)
+
+    async def close(self) -> None:
+        connections, self._open, self._idle = list(self._open), set(), []
+        for connection in connections:
+            await connection.close()
+
+
+class PostgresWriter(Writer):
+    """A small pool of psycopg async connections on the caller's event loop."""
+
+    def __init__(self, database: str, pool: SmallPool) -> None:
+        self.database = database
+        self.pool = pool
+        self.dialect = dialect_for(connections[database])
+
+    @classmethod
+    async def open(cls, database: str) -> PostgresWriter:
+        import psycopg  # noqa: F401  (ImportError: fall back to the thread writer)
+
+        from ..sql.pg import connection_params
+
+        setup = dialect_for(connections[database]).session_statements()
+        return cls(database, SmallPool(connection_params(database), POOL_SIZE, setup))
+
+    async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
+        sql, params = self.dialect.insert_statement(rows, notify)
+        async with self.pool.connection() as connection:
+            await connection.execute(sql, params)
+
+    async def get_result(self, backend: SQLTaskBackend, result_id: str) -> Any:
+        import uuid
+
+        from ..compat import TaskResultDoesNotExist
+        from ..core.resolve import result_from_row
+        from ..models import TaskRecord
+
+        try:
+            task_id = uuid.UUID(str(result_id))
+        except ValueError as e:
+            raise TaskResultDoesNotExist(result_id) from e
+        columns = [f.attname for f in TaskRecord._meta.concrete_fields]
+        async with self.pool.connection() as connection:
+            cursor = await connection.execute(
+                self.dialect.select_result_sql(columns), [task_id, backend.alias]
+            )
+            values = await cursor.fetchone()
+        if values is None:
+            raise TaskResultDoesNotExist(result_id)
+        return result_from_row(dict(zip(columns, values, strict=True)))
+
+    async def aclose(self) -> None:
+        await self.pool.close()
+
+
+_coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Coalescer]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def coalescer_for(backend: SQLTaskBackend) -> Coalescer:
+    """Return this loop's coalescer for ``backend``, closing it when the loop shuts down."""
+    loop = asyncio.get_running_loop()
+    per_loop = _coalescers.get(loop)
+    if per_loop is None:
+        per_loop = _coalescers[loop] = {}
+    coalescer = per_loop.get(backend.alias)
+    if coalescer is None:
+        coalescer = per_loop[backend.alias] = Coalescer(backend, loop)
+        await _close_at_loop_shutdown(coalescer.aclose)
+    return coalescer
+
+
+_keep_alive: set[AsyncIterator[None]] = set()
+
+
+async def _close_at_loop_shutdown(close: Callable[[], Any]) -> None:
+    """Run ``close`` when the loop finalizes async generators (``asyncio.run`` does, at exit)."""
+
+    async def closer() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            _keep_alive.discard(agen)
+            await close()
+
+    agen = closer()
+    _keep_alive.add(agen)
+    await agen.__anext__()

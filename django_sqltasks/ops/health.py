@@ -1,0 +1,237 @@
+"""The task table under a long life: what keeps old row versions from being cleaned up.
+
+Every claim and every outcome leaves a dead row version behind (and dead entries in the ready
+indexes, which each claim walks past). Vacuum (PostgreSQL) or purge (InnoDB) removes them,
+unless autovacuum is off or a transaction older than them is still open. Read by the overview,
+so the database checks, ``tasks_status``, the admin's overview page and the metrics all say the
+same thing with the same words.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connections
+
+from ..sql import TableHealth, dialect_for
+
+logger = logging.getLogger("django_sqltasks")
+
+DEAD_ROWS_FLOOR = 10_000  # dead rows under this never warn: a vacuum is due soon anyway
+# How old another session's transaction may grow before it is said to hold cleanup back;
+# settings.SQLTASKS_OLD_TRANSACTION_SECONDS overrides it. One minute: longer than a web
+# request's transaction (servers time requests out after about 30 s) or a short atomic task's,
+# and a minute is already costly: at a full drain (about 3,800 tasks/s measured) it leaves some
+# 450,000 dead row versions behind, and claims grew 0.17-0.19 ms per 1,000 tasks drained with
+# a snapshot open (docs/reliability.md), so about 40 ms slower after one minute.
+OLD_TRANSACTION_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class HealthWarning:
+    """One reason the task table's old rows are not being cleaned up."""
+
+    check_id: str  # the system check that reports it
+    code: str  # the metric's label
+    message: str
+    hint: str
+    session: int | None = None  # the session it names (an old transaction's), if any
+
+    @property
+    def key(self) -> tuple[str, int | None]:
+        """What makes it the same condition from one reading to the next."""
+        return (self.check_id, self.session)
+
+
+CODES = ("autovacuum_off", "dead_rows", "old_transaction")
+
+
+def _setting() -> object:
+    return getattr(settings, "SQLTASKS_OLD_TRANSACTION_SECONDS", OLD_TRANSACTION_SECONDS)
+
+
+def setting_problem() -> str | None:
+    """Say what is wrong with SQLTASKS_OLD_TRANSACTION_SECONDS, if anything."""
+    value = _setting()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        return (
+            f"SQLTASKS_OLD_TRANSACTION_SECONDS is {value!r}; it must be a number of seconds, "
+            "over 0."
+        )
+    return None
+
+
+def old_transaction_seconds() -> float:
+    """The age, in seconds, past which another session's transaction is warned of (the
+    default while the setting is invalid: the system check E011 says so)."""
+    value = _setting()
+    if setting_problem() is not None or not isinstance(value, (int, float)):
+        return OLD_TRANSACTION_SECONDS
+    return float(value)
+
+
+def read(using: str = "default") -> TableHealth:
+    """What database ``using`` says about the upkeep of its task table."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        return dialect_for(connection).table_health(cursor)
+
+
+def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]:
+    """The warnings ``health`` calls for, on database ``using``."""
+    from ..models import TaskRecord
+
+    table = TaskRecord._meta.db_table
+    found = []
+    if health.autovacuum is False:
+        where = " and ".join(
+            "the server's autovacuum setting is off"
+            if setting == "autovacuum"
+            else "the table's autovacuum_enabled storage parameter is false"
+            for setting in health.autovacuum_off_by
+        )
+        found.append(
+            HealthWarning(
+                "django_sqltasks.W003",
+                "autovacuum_off",
+                f"Autovacuum does not clean the task table {table} on database {using!r}: "
+                f"{where}. Every claim and outcome leaves a dead row behind, and claims slow "
+                "down as they pile up.",
+                "Turn it on ("
+                + " and ".join(
+                    "autovacuum = on in postgresql.conf"
+                    if setting == "autovacuum"
+                    else f"ALTER TABLE {table} RESET (autovacuum_enabled)"
+                    for setting in health.autovacuum_off_by
+                )
+                + "), or VACUUM the table from cron every few minutes.",
+            )
+        )
+    age = health.oldest_transaction_seconds
+    old = age is not None and age > old_transaction_seconds()
+    dialect = dialect_for(connections[using])
+    ending, timeout = dialect.end_session, dialect.idle_transaction_timeout
+    pid = health.oldest_transaction_pid
+    end_it = (
+        f"End that transaction (commit it, or end session {pid} with {ending}), and set "
+        f"{timeout} so that a forgotten one ends by itself"
+    )
+    dead, live = health.dead_rows, health.live_rows
+    if dead is not None and live is not None and dead > max(live, DEAD_ROWS_FLOOR):
+        message = (
+            f"The task table {table} on database {using!r} holds more dead rows than live ones "
+            f"(about {dead:,} dead, {live:,} live): claims walk past them."
+        )
+        if old:
+            # PostgreSQL reads only sessions whose snapshot or xid holds the horizon back.
+            found.append(
+                HealthWarning(
+                    "django_sqltasks.W004",
+                    "dead_rows",
+                    f"{message} A transaction open for {short(age or 0)} ({session(health)}) "
+                    "holds their cleanup back: no vacuum can remove a row that died after it "
+                    "began, so they pile up until it ends.",
+                    f"{end_it}; then run VACUUM {table}.",
+                    session=pid,
+                )
+            )
+        else:
+            found.append(
+                HealthWarning(
+                    "django_sqltasks.W004",
+                    "dead_rows",
+                    message,
+                    f"Run VACUUM {table}, and see why autovacuum does not keep up: it is off, "
+                    "its thresholds are too high for this table, or an old transaction holds "
+                    "it back (see docs/operations.md).",
+                )
+            )
+    if old:
+        found.append(
+            HealthWarning(
+                "django_sqltasks.W005",
+                "old_transaction",
+                f"A transaction has been open for {short(age or 0)} on database {using!r} "
+                f"({session(health)}): until it ends, the dead rows of the task table {table} "
+                "cannot be cleaned up, and claims slow down.",
+                f"{end_it}.",
+                session=pid,
+            )
+        )
+    return found
+
+
+def session(health: TableHealth) -> str:
+    """The session of the oldest transaction, as a message names it."""
+    parts = [f"session {health.oldest_transaction_pid}"]
+    if health.oldest_transaction_state:
+        parts.append(health.oldest_transaction_state)
+    if health.oldest_transaction_application:
+        parts.append(f"application {health.oldest_transaction_application!r}")
+    return ", ".join(parts)
+
+
+def short(seconds: float) -> str:
+    """A duration as an operator reads it: 42s, 17m, 5h, 3d."""
+    from .overview import short_age
+
+    return short_age(timedelta(seconds=seconds))
+
+
+def summary(health: TableHealth) -> str:
+    """One line on the task table's upkeep, for ``tasks_status`` ("" if nothing is known)."""
+    parts = []
+    if health.autovacuum is not None:
+        parts.append(
+            "autovacuum on"
+            if health.autovacuum
+            else f"autovacuum OFF ({', '.join(health.autovacuum_off_by)})"
+        )
+    if health.live_rows is not None and health.dead_rows is not None:
+        parts.append(f"about {health.live_rows:,} live and {health.dead_rows:,} dead rows")
+    if health.history_length is not None:
+        parts.append(f"InnoDB history length {health.history_length:,}")
+    if health.oldest_transaction_seconds is not None:
+        parts.append(
+            f"oldest other transaction {short(health.oldest_transaction_seconds)} "
+            f"({session(health)})"
+        )
+    elif health.known:
+        parts.append("no other transaction open")
+    return "; ".join(parts)
+
+
+class Watch:
+    """Say once when each warning appears, and once when it clears: for a worker, which reads
+    the task table's health now and then (``Maintenance``) and must not repeat itself."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self._current: dict[tuple[str, int | None], HealthWarning] = {}
+
+    def update(self, found: list[HealthWarning]) -> list[HealthWarning]:
+        """Log the warnings of ``found`` not seen at the last reading, and those gone since;
+        return the new ones."""
+        now = {warning.key: warning for warning in found}
+        new = [warning for key, warning in now.items() if key not in self._current]
+        for warning in new:
+            logger.warning(
+                "%s: %s Hint: %s",
+                warning.check_id,
+                warning.message,
+                warning.hint,
+                extra={"action": "table_warning", "check_id": warning.check_id},
+            )
+        for key, warning in self._current.items():
+            if key not in now:
+                logger.info(
+                    "%s cleared on database %r",
+                    warning.check_id,
+                    self.using,
+                    extra={"action": "table_warning_cleared", "check_id": warning.check_id},
+                )
+        self._current = now
+        return new

@@ -1,0 +1,120 @@
+"""Operator controls on stored tasks: retry failed ones, cancel ones not started, delete finished.
+
+Each change is one guarded UPDATE or DELETE per task, conditioned on the status (and, where the
+errors list is rewritten, the attempt count) read just before, so a task that a worker claims or
+finishes in between is left alone rather than overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db import IntegrityError, connections, transaction
+from django.utils import timezone
+
+from ..compat import TaskResultStatus
+from ..models import FINISHED_STATUSES, TaskRecord
+from ..sql import dialect_for
+
+CANCELLED = "django_sqltasks.exceptions.TaskCancelled"
+
+
+def database_now(using: str) -> datetime:
+    """The database's time, which decides when tasks run and which workers are live: the
+    operator's machine may have a clock of its own."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        return dialect_for(connection).db_now(cursor)
+
+
+def retry(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
+    """Put FAILED tasks back to READY, keeping their errors, worker ids and attempt count.
+
+    The task keeps its id, so code holding its ``TaskResult`` sees the new attempt, and its
+    history stays on one row. Return the tasks that were retried.
+    """
+    now = database_now(using)  # due now by the clock the claim reads
+    retried = []
+    for record in tasks:
+        try:
+            with transaction.atomic(using=using):
+                changed = (
+                    TaskRecord.objects.using(using)
+                    .filter(pk=record.pk, status=TaskResultStatus.FAILED)
+                    .update(
+                        status=TaskResultStatus.READY,
+                        available_at=now,
+                        finished_at=None,
+                        return_value=None,
+                        owner=None,
+                    )
+                )
+        except IntegrityError:
+            # A newer live task holds this task's dedupe key: that one will do the work.
+            continue
+        if changed:
+            retried.append(record)
+    return retried
+
+
+def cancel(tasks: Iterable[TaskRecord], using: str, reason: str) -> list[TaskRecord]:
+    """Mark READY tasks FAILED with a ``TaskCancelled`` error; return the tasks cancelled.
+
+    A task claimed meanwhile is RUNNING, or has a higher attempt count, and is not touched.
+    """
+    now = timezone.now()
+    cancelled = []
+    for record in tasks:
+        with transaction.atomic(using=using):
+            # Lock the row, if still READY, so a claim (SKIP LOCKED) passes it by meanwhile.
+            current = (
+                TaskRecord.objects.using(using)
+                .select_for_update(skip_locked=True)
+                .filter(pk=record.pk, status=TaskResultStatus.READY)
+                .only("errors", "attempts")
+                .first()
+            )
+            if current is None:
+                continue
+            errors = [*current.errors, {"exception_class_path": CANCELLED, "traceback": reason}]
+            changed = (
+                TaskRecord.objects.using(using)
+                .filter(pk=record.pk, status=TaskResultStatus.READY, attempts=current.attempts)
+                .update(status=TaskResultStatus.FAILED, errors=errors, finished_at=now)
+            )
+        if changed:
+            cancelled.append(record)
+    return cancelled
+
+
+def delete_finished(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
+    """Delete the tasks that are SUCCESSFUL or FAILED; return the ones deleted."""
+    deleted = []
+    for record in tasks:
+        count, _ = (
+            TaskRecord.objects.using(using)
+            .filter(pk=record.pk, status__in=FINISHED_STATUSES)
+            .delete()
+        )
+        if count:
+            deleted.append(record)
+    return deleted
+
+
+def request_cancel(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
+    """Ask the workers of RUNNING tasks to cancel them; return the tasks asked.
+
+    An async task is cancelled at its worker's next heartbeat and ends FAILED with a
+    ``TaskCancelled`` error; a sync task cannot be interrupted and runs to its end.
+    """
+    asked = []
+    for record in tasks:
+        changed = (
+            TaskRecord.objects.using(using)
+            .filter(pk=record.pk, status=TaskResultStatus.RUNNING)
+            .update(cancel_requested=True)
+        )
+        if changed:
+            asked.append(record)
+    return asked

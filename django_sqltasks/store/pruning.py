@@ -1,0 +1,179 @@
+"""Delete old finished tasks (and workflows) in small batches, so no statement holds locks for
+long."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from ..compat import TaskResultStatus
+from ..models import TaskRecord, WorkflowRecord
+
+logger = logging.getLogger("django_sqltasks")
+
+DEFAULT_SUCCESSFUL_DAYS = 14.0  # long enough to look into last week's results
+DEFAULT_FAILED_DAYS = 30.0  # failures are kept longer: someone may still need the traceback
+BATCH_SIZE = 1000  # rows per DELETE: each batch is its own short transaction
+
+
+@dataclass
+class Pruned:
+    """How many finished tasks were (or, in a dry run, would be) deleted."""
+
+    successful: int = 0
+    failed: int = 0
+    workflows: int = 0  # finished workflows (not counted in ``total``, which counts tasks)
+
+    @property
+    def total(self) -> int:
+        return self.successful + self.failed
+
+
+def prune(
+    *,
+    using: str,
+    successful_days: float | None = DEFAULT_SUCCESSFUL_DAYS,
+    failed_days: float | None = DEFAULT_FAILED_DAYS,
+    backend: str | None = None,
+    queue: str | None = None,
+    dry_run: bool = False,
+    batch_size: int = BATCH_SIZE,
+    max_batches: int | None = None,
+    now: datetime | None = None,
+) -> Pruned:
+    """Delete tasks that finished more than the given days ago; ``None`` keeps that status.
+
+    ``max_batches`` bounds the work of one call per status (the worker prunes a little at a time).
+    """
+    now = now or timezone.now()
+    tasks = TaskRecord.objects.using(using).order_by()
+    if backend is not None:
+        tasks = tasks.for_backend(backend)
+    if queue is not None:
+        tasks = tasks.in_queues([queue])
+    pruned = Pruned()
+    if successful_days is not None:
+        old = tasks.succeeded().filter(finished_at__lte=now - timedelta(days=successful_days))
+        pruned.successful = _delete(old, dry_run, batch_size, max_batches)
+    if failed_days is not None:
+        old = tasks.failed().filter(finished_at__lte=now - timedelta(days=failed_days))
+        pruned.failed = _delete(old, dry_run, batch_size, max_batches)
+    if queue is None:  # a workflow's steps may be in several queues
+        pruned.workflows = _prune_workflows(
+            using, backend, successful_days, failed_days, now, dry_run, batch_size, max_batches
+        )
+    if pruned.total and not dry_run:
+        logger.info(
+            "Pruned finished tasks successful=%d failed=%d",
+            pruned.successful,
+            pruned.failed,
+            extra={"action": "prune", "successful": pruned.successful, "failed": pruned.failed},
+        )
+    return pruned
+
+
+def _prune_workflows(
+    using: str,
+    backend: str | None,
+    successful_days: float | None,
+    failed_days: float | None,
+    now: datetime,
+    dry_run: bool,
+    batch_size: int,
+    max_batches: int | None,
+) -> int:
+    """Delete finished workflows as old as the tasks of their outcome that are deleted."""
+    workflows = WorkflowRecord.objects.using(using).order_by()
+    if backend is not None:
+        workflows = workflows.filter(backend_name=backend)
+    deleted = 0
+    for status, days in (
+        (TaskResultStatus.SUCCESSFUL, successful_days),
+        (TaskResultStatus.FAILED, failed_days),
+    ):
+        if days is not None:
+            cutoff = now - timedelta(days=days)
+            old = workflows.filter(status=status, finished_at__lte=cutoff)
+            deleted += _delete(old, dry_run, batch_size, max_batches)
+    return deleted
+
+
+def _delete(tasks: QuerySet[Any], dry_run: bool, batch_size: int, max_batches: int | None) -> int:
+    if dry_run:
+        return tasks.count()
+    deleted = 0
+    batches = 0
+    while max_batches is None or batches < max_batches:
+        # Select a batch of keys through the finished index, then delete by primary key: each
+        # DELETE locks at most batch_size rows, and only for its own autocommit statement.
+        ids = list(tasks.values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            break
+        # Keep the status and age conditions: a task retried meanwhile is READY and must stay.
+        count, _ = tasks.filter(pk__in=ids).delete()
+        deleted += count
+        batches += 1
+        if len(ids) < batch_size:
+            break
+    return deleted
+
+
+PRUNE_INTERVAL = 600.0  # seconds between a worker's retention runs once it has caught up
+RETENTION_BATCHES = 5  # batches per run, so one run holds the worker's database thread briefly
+
+
+class Retention:
+    """Apply a backend's PRUNE_SUCCESSFUL_DAYS and PRUNE_FAILED_DAYS from a worker's heartbeat."""
+
+    def __init__(
+        self,
+        *,
+        backend: str,
+        using: str,
+        successful_days: float | None,
+        failed_days: float | None,
+        interval: float = PRUNE_INTERVAL,
+    ) -> None:
+        self.backend = backend
+        self.using = using
+        self.successful_days = successful_days
+        self.failed_days = failed_days
+        self.interval = interval
+        self._next = 0.0  # monotonic time of the next run; 0 runs at the first heartbeat
+
+    @classmethod
+    def for_backend(cls, backend: Any) -> Retention | None:
+        """Return the backend's retention, or None when neither option is set."""
+        config = backend.config
+        if config.prune_successful_days is None and config.prune_failed_days is None:
+            return None
+        return cls(
+            backend=backend.alias,
+            using=backend.database,
+            successful_days=config.prune_successful_days,
+            failed_days=config.prune_failed_days,
+        )
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._next
+
+    def run(self) -> Pruned:
+        """Prune up to RETENTION_BATCHES batches per status; come back soon if more remain."""
+        pruned = prune(
+            using=self.using,
+            backend=self.backend,
+            successful_days=self.successful_days,
+            failed_days=self.failed_days,
+            max_batches=RETENTION_BATCHES,
+        )
+        behind = pruned.successful >= RETENTION_BATCHES * BATCH_SIZE or (
+            pruned.failed >= RETENTION_BATCHES * BATCH_SIZE
+        )
+        self._next = 0.0 if behind else time.monotonic() + self.interval
+        return pruned

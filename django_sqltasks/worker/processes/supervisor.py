@@ -1,0 +1,484 @@
+"""The supervisor of ``tasks_worker --processes N``: N worker processes, kept running.
+
+It is one thread, with one database connection, that never runs a task. Each child is a fresh
+``python -m django tasks_worker`` process (started with exec, never a fork of this one) with
+its own connections, and reports through a pipe (see ``link``) each task's start and end,
+cancel requests, and heartbeats. From these the supervisor:
+
+- restarts a child that dies, after rescuing its tasks (with backoff if it keeps dying);
+- kills a child whose sync task runs past its timeout or is cancelled, writes that task
+  FAILED itself, puts the child's other tasks back in the queue, and starts a replacement;
+- kills a child whose async task runs ASYNC_GRACE past its timeout (its loop did not end it:
+  the task blocks the loop), in the same way;
+- renews its children's leases, so that a child whose task holds the GIL is not rescued;
+- recycles a child after --max-tasks-per-child tasks or above --max-memory-per-child MB,
+  starting its replacement first;
+- touches --health-file while every child is healthy;
+- stops them all on SIGTERM or SIGINT, and kills them on a second signal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections
+
+from ...compat import task_backends
+from ...exceptions import TaskCancelled, TaskTimeout
+from ..lease import EXIT_ID_IN_USE, WorkerIdInUse
+from ..retries import run_with_retries
+from .health_file import touch
+from .ledger import Ledger, describe_status, rss_bytes
+
+logger = logging.getLogger("django_sqltasks")
+
+TICK = 0.1  # seconds: how late a deadline may be enforced, at most
+STABLE_AFTER = 30.0  # seconds: a child that lived this long did not die "at once"
+FIRST_BACKOFF = 1.0  # seconds before restarting a child that died at once twice in a row
+MAX_BACKOFF = 60.0  # seconds
+FORCE_GRACE = 10.0  # seconds a forced child has to requeue its tasks before SIGKILL
+MEMORY_EVERY = 1.0  # seconds between reads of the children's memory
+# Seconds an async task past its timeout has for its own loop to cancel it and report its end,
+# before the supervisor stops its process (the task blocks the loop, or ignores the cancel).
+ASYNC_GRACE = 2.0
+
+
+@dataclass(eq=False)
+class Child:
+    """One worker process; every field is the supervisor thread's."""
+
+    worker_id: str
+    proc: subprocess.Popen[bytes]
+    reader: int  # the read end of the child's pipe
+    born: float  # time.monotonic()
+    buffer: bytes = b""
+    last_beat: float | None = None  # None until the child has registered
+    beat_ok: bool = True  # False while the child withholds its lease (it cannot progress)
+    claimed: int = 0
+    running: dict[uuid.UUID, float | None] = field(default_factory=dict)  # task: timeout
+    deadlines: dict[uuid.UUID, float] = field(default_factory=dict)  # monotonic
+    retiring: bool = False  # a replacement was started; this one stops by itself or on SIGTERM
+    killed_at: float | None = None  # when a forced stop sent SIGTERM again
+
+
+class Supervisor:
+    """Run ``processes`` worker processes of ``command`` (the child's tasks_worker options)."""
+
+    def __init__(
+        self,
+        *,
+        command: list[str],
+        processes: int,
+        worker_id: str,
+        backend: str = "default",
+        burst: bool = False,
+        shutdown_timeout: float | None = None,
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: int | None = None,  # MB
+        health_file: str | None = None,
+    ) -> None:
+        task_backend: Any = task_backends[backend]
+        config = task_backend.config
+        self.command = command
+        self.processes = processes
+        self.worker_id = worker_id
+        self.backend_name: str = task_backend.alias
+        self.database: str = task_backend.database
+        self.lease_timeout: float = config.lease_timeout
+        self.interval: float = config.heartbeat_interval
+        self.max_rescues: int | None = config.max_rescues
+        self.burst = burst
+        self.shutdown_timeout = shutdown_timeout
+        self.max_tasks_per_child = max_tasks_per_child
+        self.max_memory_bytes = None if max_memory_per_child is None else max_memory_per_child << 20
+        self.health_file = health_file
+        self._children: dict[int, Child] = {}  # by the read end of its pipe
+        self._started = 0  # children started: the next one's id suffix
+        self._starts: list[float] = []  # monotonic times at which to start a child
+        self._failures = 0  # children in a row that died soon after they started
+        self._signals: list[int] = []  # received, not yet handled (appended by the handler)
+        self._stopping_at: float | None = None
+        self._forced = False
+        self._ledger = Ledger(
+            database=self.database,
+            backend_name=self.backend_name,
+            lease_timeout=self.lease_timeout,
+            max_rescues=self.max_rescues,
+        )
+        self._selector = selectors.DefaultSelector()
+        self._status = 0  # the exit status when no stop was forced (EXIT_ID_IN_USE, say)
+
+    def refuse_live_ids(self) -> None:
+        """Raise ``WorkerIdInUse`` if a live worker holds this supervisor's id, or the id of
+        one of the processes it would start (``worker_id``-N): two supervisors of one id would
+        take each other's workers for dead ones."""
+        live = run_with_retries(self.database, lambda: self._ledger.live_ids(self.worker_id))
+        if live:
+            raise WorkerIdInUse(
+                f"--worker-id: {self.worker_id!r} is in use: live worker(s) "
+                + ", ".join(f"{name} (pid {pid} on {host!r})" for name, pid, host in live)
+                + f" heartbeat within the last {self.lease_timeout:g}s; give each supervisor "
+                "its own id."
+            )
+
+    def run(self) -> int:
+        """Run until stopped (or, with ``burst``, until every child has exited); return the
+        exit status: 0 after a graceful stop, 1 after a forced one, EXIT_ID_IN_USE when a
+        process found its id taken by a live worker."""
+        self.refuse_live_ids()
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        self._selector.register(wake_r, selectors.EVENT_READ)
+        signal.set_wakeup_fd(wake_w)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda signum, _frame: self._signals.append(signum))
+        logger.info(
+            "Supervisor started worker_id=%s processes=%d",
+            self.worker_id,
+            self.processes,
+            extra={"action": "supervisor_start", "worker_id": self.worker_id},
+        )
+        for _ in range(self.processes):
+            self._start_child()
+        next_beat = next_memory = time.monotonic()
+        try:
+            while True:
+                for key, _ in self._selector.select(TICK):
+                    if key.fd == wake_r:
+                        while True:
+                            try:
+                                if not os.read(wake_r, 512):
+                                    break
+                            except BlockingIOError:
+                                break
+                    else:
+                        self._read(self._children[key.fd])
+                self._handle_signals()
+                self._reap()
+                self._enforce_deadlines()
+                now = time.monotonic()
+                if now >= next_beat:
+                    next_beat = now + self.interval
+                    self._renew_leases()
+                    self._touch_health()
+                if self.max_memory_bytes is not None and now >= next_memory:
+                    next_memory = now + MEMORY_EVERY
+                    self._check_memory()
+                self._ledger.flush()
+                self._start_due()
+                if self._stopping_at is not None:
+                    if not self._children:
+                        break
+                    self._escalate()
+                elif self.burst and not self._children and not self._starts:
+                    break
+        finally:
+            signal.set_wakeup_fd(-1)
+            connections.close_all()
+        logger.info(
+            "Supervisor stopped worker_id=%s",
+            self.worker_id,
+            extra={"action": "supervisor_stop", "worker_id": self.worker_id},
+        )
+        return 1 if self._forced else self._status
+
+    # Children ------------------------------------------------------------------------------
+
+    def _start_child(self) -> None:
+        self._started += 1
+        worker_id = f"{self.worker_id}-{self._started}"
+        reader, writer = os.pipe()
+        os.set_blocking(reader, False)
+        env = dict(os.environ)
+        # The child imports the project as this process did (manage.py's directory).
+        paths = [sys.path[0]] if sys.path and sys.path[0] else []
+        env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
+        argv = [sys.executable, "-m", "django", "tasks_worker", *self.command]
+        argv += ["--worker-id", worker_id, "--supervisor", f"{writer},{os.getpid()}"]
+        # A session of its own: a terminal's Ctrl-C reaches the supervisor alone, which then
+        # stops each child once (not twice, which would force it).
+        proc = subprocess.Popen(argv, env=env, pass_fds=(writer,), start_new_session=True)
+        os.close(writer)
+        child = Child(worker_id=worker_id, proc=proc, reader=reader, born=time.monotonic())
+        self._children[reader] = child
+        self._selector.register(reader, selectors.EVENT_READ)
+        logger.info(
+            "Started worker process pid=%d worker_id=%s",
+            proc.pid,
+            worker_id,
+            extra={"action": "child_start", "worker_id": worker_id},
+        )
+
+    def _read(self, child: Child) -> bool:
+        """Handle what ``child`` wrote; return whether it may write more now."""
+        try:
+            data = os.read(child.reader, 65536)
+        except (BlockingIOError, InterruptedError):
+            return False
+        if not data:  # the child is gone
+            if child.reader in self._selector.get_map():
+                self._selector.unregister(child.reader)
+            return False
+        child.buffer += data
+        *lines, child.buffer = child.buffer.split(b"\n")
+        for line in lines:
+            if child.reader in self._children:  # an event may have killed it
+                self._on_event(child, json.loads(line))
+        return child.reader in self._children
+
+    def _on_event(self, child: Child, event: dict[str, Any]) -> None:
+        kind, now = event["e"], time.monotonic()
+        if kind == "run":
+            task_id, timeout = uuid.UUID(event["id"]), event["timeout"]
+            child.running[task_id] = timeout
+            if timeout is not None:
+                # An async task's loop enforces its timeout; the process is stopped only if
+                # the loop has not ended it a little later.
+                grace = ASYNC_GRACE if event.get("on_loop") else 0.0
+                child.deadlines[task_id] = now + timeout + grace
+        elif kind == "end":
+            task_id = uuid.UUID(event["id"])
+            child.running.pop(task_id, None)
+            child.deadlines.pop(task_id, None)
+        elif kind == "cancel":
+            error = TaskCancelled("Cancelled while running, at the request of a user.")
+            self._kill_for(child, {uuid.UUID(event["id"]): error}, "task_cancelled")
+        elif kind == "beat":
+            child.last_beat, child.beat_ok, child.claimed = now, event["ok"], event["claimed"]
+            limit = self.max_tasks_per_child
+            if limit is not None and child.claimed >= limit:
+                # It stops claiming at the limit (--max-tasks) and exits once they are done.
+                self._retire(child, f"it claimed {child.claimed} tasks", stop=False)
+
+    def _reap(self) -> None:
+        for child in list(self._children.values()):
+            status = child.proc.poll()
+            if status is None:
+                continue
+            self._read_rest(child)
+            if child.reader not in self._children:
+                continue  # an event it sent last had it killed, and handled
+            self._forget(child)
+            lived = time.monotonic() - child.born
+            if status == EXIT_ID_IN_USE:
+                # Another worker took the id after the check at start: stop, or each restart
+                # would be refused again. Its row, and its tasks, stay with that worker.
+                logger.error(
+                    "Worker process pid=%d worker_id=%s found its id in use by a live worker; "
+                    "stopping",
+                    child.proc.pid,
+                    child.worker_id,
+                    extra={"action": "worker_id_in_use", "worker_id": child.worker_id},
+                )
+                self._status = EXIT_ID_IN_USE
+                if self._stopping_at is None:
+                    self._stopping_at = time.monotonic()
+                    self._signal_all(signal.SIGTERM)
+                continue
+            if child.retiring or self._stopping_at is not None:
+                # Whatever its status: a process that exits mid-task, even with 0, leaves tasks.
+                self._rescue(child, "stopped" if status == 0 else "died while stopping")
+                continue
+            if status == 0:
+                # It stopped at --max-tasks-per-child before a beat said so, or a task ended
+                # the process (sys.exit(0) in a thread does not; os._exit(0) does): rescue what
+                # it may have left RUNNING now, not a lease later.
+                self._rescue(child, "exited with status 0")
+                if not self.burst:
+                    self._retire(child, "it exited (status 0)", stop=False)
+                continue
+            self._rescue(child, "died")
+            self._failures = self._failures + 1 if lived < STABLE_AFTER else 1
+            delay = (
+                0.0
+                if self._failures < 2
+                else min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (self._failures - 2))
+            )
+            logger.error(
+                "Worker process pid=%d worker_id=%s exited with %s after %.1fs; restarting it "
+                "in %.1fs",
+                child.proc.pid,
+                child.worker_id,
+                describe_status(status),
+                lived,
+                delay,
+                extra={"action": "child_died", "worker_id": child.worker_id, "status": status},
+            )
+            self._starts.append(time.monotonic() + delay)
+
+    def _read_rest(self, child: Child) -> None:
+        while self._read(child):
+            pass
+
+    def _forget(self, child: Child) -> None:
+        if child.reader in self._selector.get_map():
+            self._selector.unregister(child.reader)
+        os.close(child.reader)
+        del self._children[child.reader]
+
+    def _start_due(self) -> None:
+        if self._stopping_at is not None:
+            self._starts.clear()
+            return
+        now = time.monotonic()
+        due = [at for at in self._starts if at <= now]
+        self._starts = [at for at in self._starts if at > now]
+        for _ in due:
+            self._start_child()
+
+    def _retire(self, child: Child, why: str, *, stop: bool) -> None:
+        """Start a replacement for ``child``, then let it stop (SIGTERM if ``stop``)."""
+        if child.retiring or self._stopping_at is not None:
+            return
+        child.retiring = True
+        logger.info(
+            "Recycling worker process pid=%d worker_id=%s: %s; its replacement starts first",
+            child.proc.pid,
+            child.worker_id,
+            why,
+            extra={"action": "child_recycle", "worker_id": child.worker_id},
+        )
+        self._start_child()
+        if stop:
+            child.proc.send_signal(signal.SIGTERM)
+
+    def _check_memory(self) -> None:
+        assert self.max_memory_bytes is not None
+        for child in list(self._children.values()):
+            rss = rss_bytes(child.proc.pid)
+            if rss is not None and rss > self.max_memory_bytes:
+                self._retire(child, f"it uses {rss >> 20} MB", stop=True)
+
+    # Hard stops ----------------------------------------------------------------------------
+
+    def _enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        for child in list(self._children.values()):
+            if not any(at <= now for at in child.deadlines.values()):
+                continue
+            if not self._read(child) and child.reader not in self._children:
+                continue  # it was killed for a cancel it sent meanwhile
+            late = {
+                task_id: TaskTimeout(
+                    f"The task ran longer than its timeout of {child.running[task_id]}s; its "
+                    "worker process was stopped."
+                )
+                for task_id, at in child.deadlines.items()
+                if at <= now  # not ended meanwhile: _read dropped those
+            }
+            if late:
+                self._kill_for(child, late, "task_timeout")
+
+    def _kill_for(self, child: Child, errors: Mapping[uuid.UUID, Exception], action: str) -> None:
+        """Kill ``child`` to stop the tasks of ``errors``, fail each with its error, put the
+        child's other tasks back in the queue, and start a replacement."""
+        for task_id, error in errors.items():
+            logger.error(
+                "Task id=%s: %s Killing worker process pid=%d worker_id=%s and putting its "
+                "other tasks back in the queue",
+                task_id,
+                error,
+                child.proc.pid,
+                child.worker_id,
+                extra={"action": action, "task_id": task_id, "worker_id": child.worker_id},
+            )
+        child.proc.kill()
+        child.proc.wait()
+        self._forget(child)
+        reason = (
+            f"Worker process {child.worker_id} was stopped to end task(s) "
+            f"{', '.join(map(str, errors))} before this task finished."
+        )
+        self._ledger.end_tasks(child.worker_id, child.proc.pid, errors, reason)
+        if not child.retiring and self._stopping_at is None:
+            self._start_child()
+
+    def _rescue(self, child: Child, how: str) -> None:
+        """Rescue the tasks of a child that is gone, as its lease running out would (a task
+        that keeps killing its worker fails after MAX_RESCUES)."""
+        self._ledger.rescue(child.worker_id, child.proc.pid, how)
+
+    # Leases and health ---------------------------------------------------------------------
+
+    def _renew_leases(self) -> None:
+        """Renew the lease of each healthy child: a child whose task (sync or async) holds the
+        GIL cannot heartbeat, and must not be rescued while it runs. A child that withholds its
+        lease, or that is silent with no task running (frozen, deadlocked), is left to lapse."""
+        self._ledger.renew([c.worker_id for c in self._children.values() if self.healthy(c)])
+
+    def healthy(self, child: Child) -> bool:
+        """Whether ``child`` has registered, keeps its lease, and heartbeats (or is busy in a
+        task, which may hold the GIL)."""
+        if child.last_beat is None or not child.beat_ok:
+            return False
+        return bool(child.running) or time.monotonic() - child.last_beat <= self.lease_timeout
+
+    def _touch_health(self) -> None:
+        if self.health_file is None or self._stopping_at is not None:
+            return
+        active = [c for c in self._children.values() if not c.retiring]
+        if len(active) >= self.processes and all(map(self.healthy, active)):
+            touch(self.health_file)
+
+    # Stopping ------------------------------------------------------------------------------
+
+    def _handle_signals(self) -> None:
+        while self._signals:
+            name = signal.Signals(self._signals.pop(0)).name
+            if self._stopping_at is None:
+                logger.warning(
+                    "Received %s: stopping %d worker process(es) (send it again to stop now)",
+                    name,
+                    len(self._children),
+                )
+                self._stopping_at = time.monotonic()
+                self._signal_all(signal.SIGTERM)
+            elif not self._forced:
+                logger.warning("Received %s again: stopping the worker processes now", name)
+                self._force()
+
+    def _force(self) -> None:
+        self._forced = True
+        for child in self._children.values():
+            child.killed_at = time.monotonic()
+        self._signal_all(signal.SIGTERM)  # a second one: the child requeues and exits
+
+    def _escalate(self) -> None:
+        """Force the stop after --shutdown-timeout, and kill children that a forced stop has
+        not ended within FORCE_GRACE (one stuck holding the GIL, say)."""
+        assert self._stopping_at is not None
+        now = time.monotonic()
+        if (
+            not self._forced
+            and self.shutdown_timeout is not None
+            and now > self._stopping_at + self.shutdown_timeout + FORCE_GRACE
+        ):
+            logger.warning("Worker processes still running after the shutdown timeout")
+            self._force()
+        for child in list(self._children.values()):
+            if child.killed_at is not None and now > child.killed_at + FORCE_GRACE:
+                child.proc.kill()
+                child.proc.wait()
+                self._forget(child)
+                self._ledger.requeue(
+                    child.worker_id,
+                    child.proc.pid,
+                    "The worker process was killed while stopping, before this task finished.",
+                )
+
+    def _signal_all(self, signum: int) -> None:
+        for child in self._children.values():
+            if child.proc.poll() is None:
+                child.proc.send_signal(signum)

@@ -1,0 +1,157 @@
+"""Waking an idle worker when a task is enqueued, instead of waiting for its next poll.
+
+PostgreSQL: ``LISTEN``/``NOTIFY`` (the enqueue's INSERT notifies, so the message arrives at
+commit), on the worker's event loop (``worker/native.py``). SQLite: enqueues in the same
+process wake workers directly, and a thread waits for writes to the database files (inotify on
+Linux) or else polls ``PRAGMA data_version``, which changes when another process commits. MySQL
+has neither; its workers poll, faster while work keeps arriving. Polling stays on everywhere as
+the fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
+
+from ..enqueue import wakeup as local
+from ..enqueue.wakeup import OnWake
+from ..sql import dialect_for
+
+logger = logging.getLogger("django_sqltasks")
+
+WAIT_TIMEOUT = 1.0  # seconds between checks for a stop while waiting
+SQLITE_PROBE_INTERVAL = 0.002  # seconds between PRAGMA data_version checks
+
+
+class Wakeup:
+    """Calls ``on_wake`` from a background thread when new tasks may be due."""
+
+    def __init__(self, database: str, on_wake: OnWake) -> None:
+        self.database = database
+        self.on_wake = on_wake
+        self._stop = threading.Event()  # set by stop(), read by the wake-up thread
+        # Set by start() and cleared by stop(), both on the worker's loop thread; the wake-up
+        # thread only reads the pipe's read end, which stop() closes after joining it.
+        self._thread: threading.Thread | None = None
+        self._pipe: tuple[int, int] | None = None  # written to by stop(): ends a wait at once
+
+    def start(self) -> None:
+        local.listen(self.database, self.on_wake)
+        target = self._target()
+        if target is not None:
+            self._pipe = os.pipe()
+            self._thread = threading.Thread(target=target, name="sqltasks-wakeup", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        local.unlisten(self.database, self.on_wake)
+        self._stop.set()
+        if self._pipe is not None:
+            os.write(self._pipe[1], b"x")
+        if self._thread is not None:
+            self._thread.join(timeout=WAIT_TIMEOUT + 1)
+            if self._thread.is_alive():
+                return  # leave its pipe open: it may still wait on it
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
+
+    def _target(self) -> Callable[[], None] | None:
+        return None
+
+    def _wait(self, source: Any) -> bool:
+        """Wait up to WAIT_TIMEOUT for ``source`` (a file descriptor or object with one) to
+        be readable; return False at once on a stop."""
+        assert self._pipe is not None
+        readable, _, _ = select.select([source, self._pipe[0]], [], [], WAIT_TIMEOUT)
+        return source in readable and not self._stop.is_set()
+
+
+class SQLiteProbe(Wakeup):
+    """Wake on commits of other processes to the database file.
+
+    On Linux, inotify reports each write to the database, its WAL or its journal, so the
+    thread sleeps until one happens. Elsewhere (or where inotify is unavailable), it polls
+    ``PRAGMA data_version``, which changes when another connection commits, every
+    ``SQLITE_PROBE_INTERVAL``.
+    """
+
+    def _target(self) -> Callable[[], None] | None:
+        name = str(connections[self.database].settings_dict["NAME"])
+        if not name or name == ":memory:" or name.startswith("file::memory:"):
+            return None
+        if name.startswith("file:"):
+            return lambda: self._probe(name)
+        watcher = _watch_directory(name)
+        if watcher is None:
+            return lambda: self._probe(name)
+        return lambda: self._watch(watcher, name)
+
+    def _watch(self, watcher: Any, name: str) -> None:
+        base = os.path.basename(name)
+        names = {base, f"{base}-wal", f"{base}-journal"}
+        try:
+            while not self._stop.is_set():
+                if self._wait(watcher) and any(
+                    event.name in names for event in watcher.read(timeout=0)
+                ):
+                    self.on_wake(None)
+        finally:
+            watcher.close()
+
+    def _probe(self, name: str) -> None:
+        from ..sql.sqlite import DATA_VERSION_SQL
+
+        connection = sqlite3.connect(name, check_same_thread=False, uri=name.startswith("file:"))
+        try:
+            last = None
+            while not self._stop.wait(SQLITE_PROBE_INTERVAL):
+                try:
+                    version = connection.execute(DATA_VERSION_SQL).fetchone()[0]
+                except sqlite3.Error:
+                    continue
+                if last is not None and version != last:
+                    self.on_wake(None)
+                last = version
+        finally:
+            connection.close()
+
+
+def _watch_directory(path: str) -> Any:
+    """An inotify watch of the directory holding ``path``, or None where there is none."""
+    try:
+        from inotify_simple import INotify, flags
+    except ImportError:  # not Linux
+        return None
+    try:
+        watcher = INotify()
+    except OSError as e:
+        logger.info("inotify is unavailable (%s): SQLite workers poll for commits", e)
+        return None
+    try:
+        # The WAL and journal come and go: watch the directory, not the files.
+        watcher.add_watch(
+            os.path.dirname(os.path.abspath(path)), flags.MODIFY | flags.CREATE | flags.MOVED_TO
+        )
+    except OSError as e:
+        watcher.close()
+        logger.info("Cannot watch %s (%s): SQLite workers poll for commits", path, e)
+        return None
+    return watcher
+
+
+def wakeup_for(database: str, on_wake: OnWake) -> Wakeup:
+    """Return the way workers on ``database`` learn about new tasks (``Dialect.wakeup``): on
+    PostgreSQL the worker's event loop listens itself (``worker/native.py``), so this only
+    registers it for the enqueues of its own process."""
+    if dialect_for(connections[database]).wakeup == "files":
+        return SQLiteProbe(database, on_wake)
+    return Wakeup(database, on_wake)
