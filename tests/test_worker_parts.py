@@ -25,6 +25,7 @@ from django_sqltasks.worker.completer import MAX_BATCH, Completer
 from django_sqltasks.worker.lease import Lease, WorkerIdInUse
 from django_sqltasks.worker.liveness import Progress
 from django_sqltasks.worker.maintenance import Maintenance
+from django_sqltasks.worker.outcomes import Ended
 from django_sqltasks.worker.threads import SignalThread, TaskThreads
 from tests.conftest import wait_for
 from tests.factories import task_row
@@ -73,20 +74,22 @@ def _running(count: int) -> list[uuid.UUID]:
     return [task_row(TaskResultStatus.RUNNING, owner=WORKER).id for _ in range(count)]
 
 
-def _succeeded(task_id: uuid.UUID, value: str = "1") -> Outcome:
-    return Outcome(
+def _succeeded(task_id: uuid.UUID, value: str = "1") -> Ended:
+    """A task's success, as a worker's completer gets it (no attempt: nothing to report)."""
+    outcome = Outcome(
         id=task_id,
         status=TaskResultStatus.SUCCESSFUL,
         finished_at=timezone.now(),
         return_value=value,
     )
+    return Ended(outcome)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_completer_writes_many_outcomes_in_batches(completing: Completing) -> None:
     ids = _running(MAX_BATCH + 100)
     for task_id in ids:
-        completing.completer.submit(_succeeded(task_id), None)
+        completing.completer.submit(_succeeded(task_id))
     assert completing.completer.wait_idle(30)
     assert completing.completer.written == len(ids)
     assert completing.completer.pending_ids() == set()

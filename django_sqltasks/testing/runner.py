@@ -1,10 +1,11 @@
 """Running due tasks in the test's own process, on the test's own connection and transaction.
 
 The worker's own pieces do the work: the backend's claim statement (``Dialect.claim``), the
-attempt's outcomes (``worker.attempt``), the retry policy, and the batched outcome write
-(``Dialect.complete``). What differs from a worker is only where the function runs: on the
-calling thread, one task at a time, so the task sees the rows the test made inside its
-transaction (a ``TestCase``, or pytest-django's ``db``).
+attempt (``worker.attempt``), and how it ends (``worker.outcomes``: the retry, snooze or
+failure decision, the outcome write, which moves a workflow on, and the finished signal).
+What differs from a worker is only where the function runs: on the calling thread, one task
+at a time, so the task sees the rows the test made inside its transaction (a ``TestCase``,
+or pytest-django's ``db``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import contextlib
 import time
 import uuid
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -30,10 +30,10 @@ from ..compat import (
     task_finished,
     task_started,
 )
-from ..exceptions import Snooze, TaskTimeout
+from ..exceptions import TaskTimeout
 from ..sql import ANY_LIMIT, ClaimedRow, Outcome, Scope, dialect_for
 from ..worker import attempt as attempts
-from ..worker.completer import send
+from ..worker import outcomes
 from ..worker.receivers import Receivers
 from ..worker.reporter import log_failure, store
 
@@ -185,28 +185,22 @@ class Runner:
 
     def run(self, row: ClaimedRow) -> TaskResult:
         """Run one claimed task as a worker would, write its outcome, and return its result."""
+        config = self.backend.config
         try:
-            attempt = attempts.prepare(row, self.backend.config)
+            attempt = attempts.prepare(row, config)
         except Exception as e:  # TaskNotFound, CorruptTask: recorded as the worker does
-            failure = attempts.failure(row.id, e)
-            failure.workflow_id = row.workflow_id
-            self._write(failure)
+            self._write(outcomes.unstarted(row, e).outcome)
             return self.backend.get_result(str(row.id))
-        send(Receivers(task_started, self.sender), attempt)
-        exc: BaseException | None = None
-        value: Any = None
+        Receivers(task_started, self.sender).send_for(attempt.result)
         try:
-            raw = self._call(attempt)
-            outcome, value = attempts.success(row.id, raw, self.backend.config.max_payload_bytes)
+            ended = outcomes.succeeded(attempt, self._call(attempt), config.max_payload_bytes)
         except BaseException as e:  # a task's SystemExit fails it only, as in the worker
             exc = attempts.from_task_frame(e)
-            outcome, exc = self._failed(attempt, exc)
-        outcome.workflow_id = row.workflow_id  # a workflow's step moves it on when it ends
+            ended = outcomes.after_error(attempt, exc, config.max_snoozes)
+            _by_test_clock(ended.outcome)
         self._store_report(attempt)
-        self._write(outcome)
-        attempts.apply(attempt.result, outcome, value)
-        if outcome.status != TaskResultStatus.READY:
-            self._send_finished(attempt, exc)
+        self._write(ended.outcome)
+        outcomes.report(ended, ended.outcome, Receivers(task_finished, self.sender))
         return self.backend.get_result(str(row.id))
 
     def _call(self, attempt: attempts.Attempt) -> Any:
@@ -236,22 +230,6 @@ class Runner:
                 raise TaskTimeout(f"The task ran longer than its timeout of {timeout}s.")
         return value
 
-    def _failed(
-        self, attempt: attempts.Attempt, exc: BaseException
-    ) -> tuple[Outcome, BaseException]:
-        """The outcome of an attempt that raised ``exc``, and the error it records."""
-        number, policy = attempt.row.attempts, attempt.policy
-        if isinstance(exc, Snooze):
-            snoozes, most = attempt.row.snoozes, self.backend.config.max_snoozes
-            if snoozes < most:
-                return _by_test_clock(attempts.snooze(attempt.row.id, exc.seconds)), exc
-            exc = attempts.snooze_limit_reached(exc, snoozes, most)
-        else:
-            delay = attempts.retry_delay(policy, number, exc)
-            if delay is not None:
-                return _by_test_clock(attempts.retry(attempt.row.id, exc, delay)), exc
-        return attempts.failure(attempt.row.id, exc), exc
-
     def _store_report(self, attempt: attempts.Attempt) -> None:
         """Write what the attempt reported (``context.set_progress``), in a savepoint: a failed
         write must not break the test's transaction."""
@@ -264,35 +242,19 @@ class Runner:
             log_failure(attempt.report, e)
 
     def _write(self, outcome: Outcome) -> None:
-        with self.connection.cursor() as cursor:
-            write = partial(
-                dialect_for(self.connection).complete, cursor, self.worker_id, [outcome]
+        connection = self.connection
+        with connection.cursor() as cursor:
+            outcomes.write_outcomes(
+                connection.alias, self.worker_id, dialect_for(connection), cursor, [outcome]
             )
-            if outcome.workflow_id is None:
-                write()
-            else:
-                from ..store.workflows import complete
-
-                complete(self.connection.alias, [outcome], write)
-
-    def _send_finished(self, attempt: attempts.Attempt, exc: BaseException | None) -> None:
-        receivers = Receivers(task_finished, self.sender)
-        if exc is None:
-            send(receivers, attempt)
-            return
-        try:
-            raise exc
-        except BaseException:  # receivers read the task's exception from sys.exc_info()
-            send(receivers, attempt)
 
 
-def _by_test_clock(outcome: Outcome) -> Outcome:
+def _by_test_clock(outcome: Outcome) -> None:
     """Make a retry or snooze due by the test's clock (see advance()), not the database's: in
     a test's transaction, PostgreSQL's clock stands still at the transaction's start."""
     if outcome.delay is not None:
         outcome.available_at = timezone.now() + timedelta(seconds=outcome.delay)
         outcome.delay = None
-    return outcome
 
 
 async def _call_async(

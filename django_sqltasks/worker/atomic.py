@@ -20,8 +20,9 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from . import attempt as attempts
+from .attempt import Attempt
 from .completer import Completer
+from .outcomes import succeeded
 from .retries import run_with_retries
 
 logger = logging.getLogger("django_sqltasks")
@@ -29,20 +30,19 @@ logger = logging.getLogger("django_sqltasks")
 
 def run_atomic(
     completer: Completer,
-    attempt: attempts.Attempt,
+    attempt: Attempt,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     max_bytes: int | None,
     exit_if_forked: Callable[[], None],
 ) -> bool:
-    """Run ``attempt`` on this task thread and store its success in the same transaction;
-    return whether its timeout fired first (then its slot was freed already, and its
-    transaction is rolled back). If the task is no longer this worker's, its transaction is
-    rolled back. A task that raises is rolled back, and the caller records the failure as for
-    any task."""
+    """Run ``attempt`` on this task thread and write its success in the same transaction (the
+    completer reports it once committed); return whether its timeout fired first (then its
+    slot was freed already, and its transaction is rolled back). If the task is no longer this
+    worker's, its transaction is rolled back. A task that raises is rolled back, and the caller
+    records the failure as for any task."""
     database = completer.database
     timeout = attempt.policy.timeout
-    stored = False
     # The transaction lasts as long as the task: it holds this thread's connection and the
     # task's row locks (on SQLite, the write lock) until then. That is the price of the
     # guarantee (docs/workflows.md).
@@ -52,8 +52,7 @@ def run_atomic(
             return True  # its timeout fired while it waited for SQLite's write lock: not run
         returned = attempt.task.func(*args, **kwargs)
         exit_if_forked()
-        outcome, value = attempts.success(attempt.row.id, returned, max_bytes)
-        outcome.workflow_id = attempt.row.workflow_id
+        ended = succeeded(attempt, returned, max_bytes)
         if timeout is not None and not attempt.settle():
             # Failed by its timeout meanwhile (the TaskTimeout is stored, or about to be: on
             # SQLite it waits for this transaction's write lock): its effects are not kept.
@@ -61,8 +60,7 @@ def run_atomic(
             return True
         # The outcome's UPDATE locks the task's row until the commit: a rescue written
         # meanwhile by another worker waits for it and then finds the task finished.
-        stored = completer.store_here(outcome)
-        if not stored:
+        if not completer.write_here(ended):
             # Rescued meanwhile: its effects are not to be kept.
             transaction.set_rollback(True, using=database)
             logger.warning(
@@ -71,12 +69,10 @@ def run_atomic(
                 attempt.result.id,
                 extra={"task_id": attempt.result.id},
             )
-    if stored:
-        completer.stored_elsewhere(outcome, (attempt, None, value))
     return False
 
 
-def _begin(stack: contextlib.ExitStack, database: str, attempt: attempts.Attempt) -> None:
+def _begin(stack: contextlib.ExitStack, database: str, attempt: Attempt) -> None:
     """Open the task's transaction on ``stack``; on SQLite, wait for the write lock first (not
     if the task's timeout fires meanwhile)."""
     connection = connections[database]

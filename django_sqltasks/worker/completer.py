@@ -14,6 +14,8 @@ that this worker is not making progress. Only a transient error that keeps comin
 the database answers pings (JUDGE_AFTER rounds) is taken to be the statement's fault.
 
 ``task_finished`` is sent for a task only after its outcome is stored, on the signal thread.
+An ``atomic=True`` task's outcome is written in the task's own transaction instead
+(``write_here``), and reported the same way once that transaction commits.
 """
 
 from __future__ import annotations
@@ -25,16 +27,16 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from ..compat import task_finished
 from ..exceptions import OutcomeNotStored
 from ..sql import Dialect, Outcome, dialect_for
-from . import attempt as attempts
 from .liveness import Progress
+from .outcomes import Ended, failure, report, write_outcomes
 from .receivers import Receivers
 from .retries import is_transient, run_with_retries
 from .threads import SignalThread
@@ -71,11 +73,10 @@ class Batch:
     to the writer thread, and after ``on_written`` to the signal thread.
     """
 
-    __slots__ = ("contexts", "outcomes", "salvaged", "settled", "written")
+    __slots__ = ("ended", "salvaged", "settled", "written")
 
     def __init__(self) -> None:
-        self.outcomes: list[Outcome] = []
-        self.contexts: list[Any] = []  # whatever the submitter needs back, per outcome
+        self.ended: list[Ended] = []
         self.written: set[uuid.UUID] = set()  # stored while the task was still ours
         self.settled: set[uuid.UUID] = set()  # written, salvaged, or given up on
         self.salvaged: dict[uuid.UUID, Outcome] = {}  # what was stored instead, by task id
@@ -116,13 +117,12 @@ class Completer:
 
     # Called from any thread -------------------------------------------------------------
 
-    def submit(self, outcome: Outcome, context: Any = None) -> None:
-        """Queue ``outcome`` for writing; ``context`` comes back to the finished signal."""
+    def submit(self, ended: Ended) -> None:
+        """Queue ``ended`` for writing; it is reported once stored."""
         with self._lock:
             batch = self._current
-            batch.outcomes.append(outcome)
-            batch.contexts.append(context)
-            if len(batch.outcomes) >= MAX_BATCH:
+            batch.ended.append(ended)
+            if len(batch.ended) >= MAX_BATCH:
                 self._full.append(batch)
                 self._current = Batch()
             start = not self._flushing
@@ -144,25 +144,23 @@ class Completer:
             batches = [*self._full, self._current]
             if self._writing is not None:
                 batches.append(self._writing)
-            return {o.id for b in batches for o in b.outcomes if o.id not in b.settled}
+            return {e.outcome.id for b in batches for e in b.ended if e.outcome.id not in b.settled}
 
-    def store_here(self, outcome: Outcome) -> bool:
-        """Write ``outcome`` on the calling thread's connection, in its open transaction (an
-        ``atomic=True`` task's); return whether the task was still this worker's."""
+    def write_here(self, ended: Ended) -> bool:
+        """Write ``ended`` on the calling thread's connection, in its open transaction (an
+        ``atomic=True`` task's), to be reported once that transaction commits; return whether
+        the task was still this worker's."""
         connection = connections[self._database]
         with connection.cursor() as cursor:
-            return bool(self._complete(dialect_for(connection), cursor, [outcome]))
-
-    def stored_elsewhere(self, outcome: Outcome, context: Any) -> None:
-        """Report ``outcome``, committed by ``store_here``'s transaction, as a written one."""
+            written = self._complete(dialect_for(connection), cursor, [ended.outcome])
+        if not written:
+            return False
         batch = Batch()
-        batch.outcomes.append(outcome)
-        batch.contexts.append(context)
-        batch.written.add(outcome.id)
-        batch.settled.add(outcome.id)
-        with self._lock:
-            self._written += 1
-        self._signals.post(self._send_finished, batch)
+        batch.ended.append(ended)
+        batch.written |= written
+        batch.settled |= written
+        transaction.on_commit(partial(self._settled, batch), using=self._database)
+        return True
 
     @property
     def database(self) -> str:
@@ -181,7 +179,7 @@ class Completer:
                 self._writing = self._full.popleft()
                 return self._writing
             batch = self._current
-            if not batch.outcomes:
+            if not batch.ended:
                 self._writing = None
                 self._flushing = False
                 self._idle.set()
@@ -195,10 +193,8 @@ class Completer:
             try:
                 self._write(batch)
             except BaseException:  # a bug here must not leave outcomes waiting for ever
-                logger.exception("Writing %d task outcome(s) failed", len(batch.outcomes))
-            with self._lock:
-                self._written += len(batch.settled)
-            missing = len(batch.outcomes) - len(batch.written)
+                logger.exception("Writing %d task outcome(s) failed", len(batch.ended))
+            missing = len(batch.ended) - len(batch.written)
             if missing:
                 logger.warning(
                     "%d task outcome(s) were not recorded as they were: those tasks were no "
@@ -206,12 +202,19 @@ class Completer:
                     "was refused",
                     missing,
                 )
-            self._signals.post(self._send_finished, batch)
+            self._settled(batch)
+
+    def _settled(self, batch: Batch) -> None:
+        """Count ``batch`` as written and report it (the writer thread, or the thread of an
+        atomic task once its transaction commits)."""
+        with self._lock:
+            self._written += len(batch.settled)
+        self._signals.post(self._send_finished, batch)
 
     def _write(self, batch: Batch) -> None:
         """Settle every outcome of ``batch``, waiting for the database while it is away."""
         rounds = answered = 0
-        while unsettled := [o for o in batch.outcomes if o.id not in batch.settled]:
+        while unsettled := [e.outcome for e in batch.ended if e.outcome.id not in batch.settled]:
             try:
                 self._store(batch, unsettled, judging=answered >= JUDGE_AFTER)
             except DatabaseAway as e:
@@ -272,12 +275,7 @@ class Completer:
         self, dialect: Dialect, cursor: CursorWrapper, outcomes: list[Outcome]
     ) -> set[uuid.UUID]:
         """Write ``outcomes``; a workflow step's also moves its workflow on, in one transaction."""
-        write = partial(dialect.complete, cursor, self._worker_id, outcomes)
-        if all(o.workflow_id is None for o in outcomes):
-            return write()
-        from ..store.workflows import complete
-
-        return complete(self._database, outcomes, write)
+        return write_outcomes(self._database, self._worker_id, dialect, cursor, outcomes)
 
     def _salvage(self, batch: Batch, outcome: Outcome, reason: str) -> None:
         """Mark ``outcome``'s task FAILED with an OutcomeNotStored error saying ``reason``."""
@@ -294,7 +292,7 @@ class Completer:
             )
             batch.settled.add(outcome.id)
             return
-        stored = attempts.failure(outcome.id, OutcomeNotStored(reason))
+        stored = failure(outcome.id, OutcomeNotStored(reason))
         batch.salvaged[outcome.id] = stored
         batch.written |= written
         batch.settled.add(outcome.id)
@@ -333,37 +331,10 @@ class Completer:
     def _send_finished(self, batch: Batch) -> None:
         """Update each finished task's result as stored, and send ``task_finished`` for it."""
         receivers = Receivers(task_finished, self._sender)
-        for outcome, context in zip(batch.outcomes, batch.contexts, strict=True):
-            if context is None or outcome.id not in batch.written:
-                continue  # a task that never started, or that another worker holds now
-            attempt, exc, value = context
-            stored = batch.salvaged.get(outcome.id, outcome)
-            attempts.apply(attempt.result, stored, value)
-            if stored.status == "READY":
-                continue  # retried: not finished yet
-            if exc is None:
-                send(receivers, attempt)
-                continue
-            tb = exc.__traceback__
-            try:
-                raise exc
-            except BaseException:
-                # Receivers see the task's exception (sys.exc_info()), with the traceback it
-                # was stored with: from the task's own frame, without this one.
-                exc.__traceback__ = tb
-                send(receivers, attempt)
-
-
-def send(receivers: Receivers, attempt: attempts.Attempt) -> None:
-    """Send a signal for ``attempt``'s result; log a receiver's error, never raise it."""
-    for receiver, response in receivers.send(task_result=attempt.result):
-        if isinstance(response, Exception):
-            logger.error(
-                "Signal receiver %r failed for task id=%s",
-                receiver,
-                attempt.result.id,
-                exc_info=response,
-            )
+        for ended in batch.ended:
+            task_id = ended.outcome.id
+            if task_id in batch.written:  # not: a task that another worker holds now
+                report(ended, batch.salvaged.get(task_id, ended.outcome), receivers)
 
 
 def _describe(error: BaseException) -> str:

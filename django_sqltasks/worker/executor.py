@@ -1,8 +1,8 @@
 """The executor: runs claimed tasks (sync ones on task threads, async ones on the event loop),
 enforces their timeouts and cancellation, and hands each outcome to the completer.
 
-It reports back through two narrow calls: ``completer.submit(outcome, context)`` and
-``done(task_id)`` ("this task's slot is free").
+Each claimed task is resolved once, when it is started. The executor reports back through two
+narrow calls: ``completer.submit(ended)`` and ``done(task_id)`` ("this task's slot is free").
 """
 
 from __future__ import annotations
@@ -14,36 +14,26 @@ import os
 import threading
 import uuid
 from collections.abc import Callable
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any
 
-from ..compat import TaskResultStatus, logs_task_finished, task_finished
-from ..core.resolve import resolve_task
 from ..core.tracing import Tracing
-from ..exceptions import Snooze, TaskCancelled, TaskTimeout
-from ..sql import ClaimedRow, Outcome
+from ..exceptions import TaskCancelled, TaskTimeout
+from ..sql import ClaimedRow
 from . import attempt as attempts
-from .completer import Completer, send
+from . import outcomes
+from .attempt import Attempt
+from .completer import Completer
 from .link import SupervisorLink
+from .outcomes import Ended
 from .receivers import Receivers
 from .reporter import FINAL_WAIT, Reporter, end_report
 from .threads import SignalThread, TaskThreads
 
 logger = logging.getLogger("django_sqltasks")
 
-
-@lru_cache(maxsize=1024)
-def _task_is_async(task_path: str) -> bool:
-    return attempts.is_async(resolve_task(task_path))  # an error is raised, not cached
-
-
-def is_async(task_path: str) -> bool:
-    """Whether the task at ``task_path`` runs on the event loop; an unknown path runs on a task
-    thread, which records why it cannot run."""
-    try:
-        return _task_is_async(task_path)
-    except Exception:
-        return False
+# An attempt to start, and the task_started receivers of the claim that took it.
+Starting = tuple[Attempt, Receivers]
 
 
 class Executor:
@@ -78,7 +68,7 @@ class Executor:
         self._reporter = reporter  # writes what tasks report through their context
         self._tracing: Tracing | None = backend.tracing  # OPTIONS["TRACING"]: a span per run
         # Owned by the loop thread.
-        self._async_starting: list[tuple[ClaimedRow, Receivers]] = []  # start this turn
+        self._async_starting: list[Starting] = []  # start this turn
         self._jobs: set[asyncio.Task[None]] = set()  # async tasks, and batches starting
         self._by_id: dict[uuid.UUID, asyncio.Task[None]] = {}  # running async tasks
         self._cancel_requested: set[uuid.UUID] = set()
@@ -88,27 +78,27 @@ class Executor:
 
     def start(self, rows: list[ClaimedRow], started: Receivers) -> None:
         """Start ``rows``, each of which has a slot: sync ones on the task threads, async ones
-        on the loop, with ``started`` the task_started receivers."""
-        async_rows: list[tuple[ClaimedRow, Receivers]] = []
-        sync_rows: list[tuple[ClaimedRow, Receivers]] = []
+        on the loop, with ``started`` the task_started receivers. A row whose task cannot run
+        fails, and its slot is freed."""
+        async_starting: list[Starting] = []
+        sync_starting: list[Starting] = []
         for row in rows:
-            (async_rows if is_async(row.task_path) else sync_rows).append((row, started))
-        if sync_rows:
-            self._threads.submit_many(self._run_sync, sync_rows)
-        if async_rows:
-            if threading.get_ident() == self._loop_thread:
-                self._start_async_soon(async_rows)  # no wake-up of the loop: it is running
-            else:
-                with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
-                    self._loop.call_soon_threadsafe(self._start_async_soon, async_rows)
+            attempt = self._prepare(row)
+            if attempt is not None:
+                is_async = attempts.is_async(attempt.task)
+                (async_starting if is_async else sync_starting).append((attempt, started))
+        if sync_starting:
+            self._threads.submit_many(self._run_sync, sync_starting)
+        if async_starting:
+            self._on_loop(self._start_async_soon, async_starting)
 
-    def fail_unstarted(self, task_id: uuid.UUID, exc: BaseException) -> None:
+    def fail_unstarted(self, row: ClaimedRow, exc: BaseException) -> None:
         """Record ``exc`` for a claimed task that will not start (any thread)."""
-        self._completer.submit(attempts.failure(task_id, exc), None)
+        self._completer.submit(outcomes.unstarted(row, exc))
 
     def take_unstarted(self) -> list[ClaimedRow]:
         """Take back the sync tasks no thread has started yet (any thread)."""
-        return [row for row, _ in self._threads.take_queued()]
+        return [attempt.row for attempt, _ in self._threads.take_queued()]
 
     def threads_waiting(self) -> bool:
         """Add task threads for sync tasks that waited too long for one; return whether any
@@ -119,26 +109,31 @@ class Executor:
     def spawn_after(self) -> float:
         return self._threads.spawn_after
 
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        """Call ``fn(*args)`` on the loop thread: now if this is it, else at its next turn."""
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)  # no wake-up of the loop: it is running
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
+                self._loop.call_soon_threadsafe(fn, *args)
+
     # Loop thread --------------------------------------------------------------------------
 
-    def _start_async_soon(self, rows: list[tuple[ClaimedRow, Receivers]]) -> None:
-        """Start async rows at the end of this turn of the loop, with the others started in it
+    def _start_async_soon(self, starting: list[Starting]) -> None:
+        """Start async tasks at the end of this turn of the loop, with the others started in it
         (tasks finishing together free their slots one by one: one signal hop for them all)."""
         if not self._async_starting:
             self._loop.call_soon(self._start_async_batch)
-        self._async_starting.extend(rows)
+        self._async_starting.extend(starting)
 
     def _start_async_batch(self) -> None:
-        rows, self._async_starting = self._async_starting, []
-        self._track(self._loop.create_task(self._start_async(rows)))
+        starting, self._async_starting = self._async_starting, []
+        self._track(self._loop.create_task(self._start_async(starting)))
 
-    async def _start_async(self, rows: list[tuple[ClaimedRow, Receivers]]) -> None:
+    async def _start_async(self, starting: list[Starting]) -> None:
         """Send task_started for a batch of async tasks in one hop, then run them."""
-        ready = [(a, started) for row, started in rows if (a := self._prepare(row)) is not None]
-        if not ready:
-            return
-        await asyncio.wrap_future(self._signals.post(_send_each, ready))
-        for attempt, _ in ready:
+        await asyncio.wrap_future(self._signals.post(_send_each, starting))
+        for attempt, _ in starting:
             job = self._loop.create_task(self._run_async(attempt))
             self._track(job)
             self._by_id[attempt.row.id] = job
@@ -151,7 +146,7 @@ class Executor:
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
 
-    async def _run_async(self, attempt: attempts.Attempt) -> None:
+    async def _run_async(self, attempt: Attempt) -> None:
         if self._supervisor is not None:  # it renews the lease while the task blocks the loop
             self._supervisor.async_started(attempt.row.id, attempt.policy.timeout)
         try:
@@ -165,7 +160,7 @@ class Executor:
             finally:
                 if attempt.report is not None:
                     await self._end_report(attempt)
-            outcome, value = attempts.success(attempt.row.id, value, self._max_result_bytes)
+            ended = outcomes.succeeded(attempt, value, self._max_result_bytes)
         except asyncio.CancelledError as e:
             if attempt.row.id in self._cancel_requested:
                 cancelled = TaskCancelled("Cancelled while running, at the request of a user.")
@@ -178,14 +173,14 @@ class Executor:
         except BaseException as e:
             self._failed(attempt, e)
         else:
-            self._succeeded(attempt, outcome, value)
+            self._succeeded(ended)
         finally:
             if self._supervisor is not None:
                 self._supervisor.async_ended(attempt.row.id)
             self._done(attempt.row.id)
 
     async def _call_async(
-        self, attempt: attempts.Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, attempt: Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         timeout = attempt.policy.timeout
         if timeout is None:
@@ -203,7 +198,7 @@ class Executor:
             raise TaskTimeout(f"The task ran longer than its timeout of {timeout}s.")
         return job.result()
 
-    async def _end_report(self, attempt: attempts.Attempt) -> None:
+    async def _end_report(self, attempt: Attempt) -> None:
         """Write the ended attempt's last report before its outcome (waits FINAL_WAIT at most)."""
         if self._reporter is None or attempt.report is None:
             return
@@ -237,15 +232,13 @@ class Executor:
 
     # Task threads -------------------------------------------------------------------------
 
-    def _run_sync(self, item: tuple[ClaimedRow, Receivers]) -> None:
+    def _run_sync(self, starting: Starting) -> None:
         """Run a sync task on this task thread, up to queueing its outcome."""
-        row, started = item
+        attempt, started = starting
+        row = attempt.row
         late = False
         try:
-            attempt = self._prepare(row)
-            if attempt is None:
-                return
-            send(started, attempt)
+            started.send_for(attempt.result)
             timeout = attempt.policy.timeout
             if self._supervisor is not None:
                 self._supervisor.sync_started(row.id, timeout)
@@ -272,7 +265,7 @@ class Executor:
                 _exit_if_forked(self._pid, 0)
                 if attempt.report is not None:
                     end_report(self._reporter, attempt.report)
-                outcome, value = attempts.success(row.id, returned, self._max_result_bytes)
+                ended = outcomes.succeeded(attempt, returned, self._max_result_bytes)
             except BaseException as e:  # a task's SystemExit or KeyboardInterrupt fails it only
                 _exit_if_forked(self._pid, 1)
                 if attempt.report is not None:
@@ -283,7 +276,7 @@ class Executor:
             else:
                 late = timeout is not None and not attempt.settle()
                 if not late:
-                    self._succeeded(attempt, outcome, value)
+                    self._succeeded(ended)
         finally:
             if self._supervisor is not None:
                 self._supervisor.sync_ended(row.id)
@@ -293,9 +286,7 @@ class Executor:
             else:
                 self._done(row.id)
 
-    def _run_atomic(
-        self, attempt: attempts.Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> bool:
+    def _run_atomic(self, attempt: Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Run an ``atomic=True`` task in a transaction that also stores its success, so that
         its database writes and its outcome commit together or not at all; return whether its
         timeout fired first (see ``atomic.run_atomic``). A task that raises is rolled back and
@@ -305,7 +296,7 @@ class Executor:
         _exit = partial(_exit_if_forked, self._pid, 0)
         return run_atomic(self._completer, attempt, args, kwargs, self._max_result_bytes, _exit)
 
-    def _sync_timed_out(self, attempt: attempts.Attempt) -> None:
+    def _sync_timed_out(self, attempt: Attempt) -> None:
         """A sync task ran past its timeout (on the loop): fail it and free its slot.
 
         Python cannot stop a thread: the task runs on, on a thread the pool no longer counts.
@@ -327,82 +318,35 @@ class Executor:
 
     # Outcomes (any thread) ----------------------------------------------------------------
 
-    def _prepare(self, row: ClaimedRow) -> attempts.Attempt | None:
+    def _prepare(self, row: ClaimedRow) -> Attempt | None:
+        """Resolve ``row``'s task; None if it cannot run (it fails, and its slot is freed)."""
         try:
             return attempts.prepare(row, self._config)
         except Exception as e:
             logger.error("Task id=%s path=%s cannot run: %s", row.id, row.task_path, e)
-            outcome = attempts.failure(row.id, e)
-            outcome.workflow_id = row.workflow_id
-            self._completer.submit(outcome, None)
+            self._completer.submit(outcomes.unstarted(row, e))
+            self._free_soon(row.id)
             return None
 
-    def _succeeded(self, attempt: attempts.Attempt, outcome: Outcome, value: Any) -> None:
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "Task id=%s path=%s state=SUCCESSFUL attempt=%d",
-                attempt.result.id,
-                attempt.task.module_path,
-                attempt.row.attempts,
-                extra={"action": "task_successful", "task_id": attempt.result.id},
-            )
-        outcome.workflow_id = attempt.row.workflow_id
-        self._completer.submit(outcome, (attempt, None, value))
-
-    def _snoozed(self, attempt: attempts.Attempt, snooze: Snooze) -> bool:
-        """Put a task that raised ``snooze`` back to READY; False if it has used up its
-        MAX_SNOOZES (then it fails)."""
-        if attempt.row.snoozes >= self._config.max_snoozes:
-            return False
-        logger.info(
-            "Task id=%s path=%s snoozed for %.1fs (snooze %d of at most %d)",
-            attempt.result.id,
-            attempt.task.module_path,
-            snooze.seconds,
-            attempt.row.snoozes + 1,
-            self._config.max_snoozes,
-            extra={"action": "task_snoozed", "task_id": attempt.result.id},
-        )
-        outcome = attempts.snooze(attempt.row.id, snooze.seconds)
-        self._completer.submit(outcome, (attempt, None, None))
-        return True
-
-    def _failed(self, attempt: attempts.Attempt, exc: BaseException) -> None:
-        exc = attempts.from_task_frame(exc)
-        number, policy = attempt.row.attempts, attempt.policy
-        if isinstance(exc, Snooze):
-            if self._snoozed(attempt, exc):
-                return
-            exc = attempts.snooze_limit_reached(exc, attempt.row.snoozes, self._config.max_snoozes)
-        delay = attempts.retry_delay(policy, number, exc)
-        if delay is not None:
-            logger.warning(
-                "Task id=%s path=%s failed on attempt %d of %d; retrying in %.1fs",
-                attempt.result.id,
-                attempt.task.module_path,
-                number,
-                policy.max_attempts,
-                delay,
-                exc_info=exc,
-                extra={"action": "task_retry", "task_id": attempt.result.id},
-            )
-            outcome = attempts.retry(attempt.row.id, exc, delay)
+    def _free_soon(self, task_id: uuid.UUID) -> None:
+        """Free the slot of a task that did not start, at the loop's next turn: freed here, it
+        would start the next waiting task from inside ``start``, and a queue of tasks that
+        cannot run would recurse."""
+        if threading.get_ident() == self._loop_thread:
+            self._loop.call_soon(self._done, task_id)
         else:
-            # Django Tasks' own receiver logs the failure with its traceback once it is
-            # stored: one record per failure, not two.
-            if not Receivers(task_finished, self._sender).includes(logs_task_finished):
-                logger.error(
-                    "Task id=%s path=%s state=%s attempt=%d",
-                    attempt.result.id,
-                    attempt.task.module_path,
-                    TaskResultStatus.FAILED,
-                    number,
-                    exc_info=exc,
-                    extra={"action": "task_failed", "task_id": attempt.result.id},
-                )
-            outcome = attempts.failure(attempt.row.id, exc)
-            outcome.workflow_id = attempt.row.workflow_id
-        self._completer.submit(outcome, (attempt, exc, None))
+            with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
+                self._loop.call_soon_threadsafe(self._done, task_id)
+
+    def _succeeded(self, ended: Ended) -> None:
+        outcomes.log(ended, self._config.max_snoozes, self._sender)
+        self._completer.submit(ended)
+
+    def _failed(self, attempt: Attempt, exc: BaseException) -> None:
+        exc = attempts.from_task_frame(exc)
+        ended = outcomes.after_error(attempt, exc, self._config.max_snoozes)
+        outcomes.log(ended, self._config.max_snoozes, self._sender)
+        self._completer.submit(ended)
 
 
 def _exit_if_forked(pid: int, status: int) -> None:
@@ -412,6 +356,6 @@ def _exit_if_forked(pid: int, status: int) -> None:
         os._exit(status)
 
 
-def _send_each(started: list[tuple[attempts.Attempt, Receivers]]) -> None:
-    for attempt, receivers in started:
-        send(receivers, attempt)
+def _send_each(starting: list[Starting]) -> None:
+    for attempt, started in starting:
+        started.send_for(attempt.result)

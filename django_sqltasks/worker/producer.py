@@ -331,12 +331,12 @@ class Producer:
             if task_id in self._cancels_seen:
                 continue
             self._cancels_seen.add(task_id)
-            if self.slots.drop_waiting(task_id):
+            if dropped := self.slots.drop_waiting(task_id):
                 logger.warning(
                     "Cancelled task id=%s before it started, at a user's request", task_id
                 )
                 self.executor.fail_unstarted(
-                    task_id,
+                    dropped[0],
                     TaskCancelled("Cancelled before it started, at the request of a user."),
                 )
             elif self.executor.cancel_running(task_id):

@@ -3,10 +3,15 @@ receivers, instead of one per task."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from django.dispatch import Signal
+
+from ..compat import TaskResult
+
+logger = logging.getLogger("django_sqltasks")
 
 
 class Receivers:
@@ -51,3 +56,14 @@ class Receivers:
             else:
                 responses.append((receiver, response))
         return responses
+
+    def send_for(self, result: TaskResult) -> None:
+        """Send the signal for ``result``; log a receiver's error, never raise it."""
+        for receiver, response in self.send(task_result=result):
+            if isinstance(response, Exception):
+                logger.error(
+                    "Signal receiver %r failed for task id=%s",
+                    receiver,
+                    result.id,
+                    exc_info=response,
+                )

@@ -19,8 +19,8 @@ from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
 from ...sql import Dialect, dialect_for
-from .. import attempt as attempts
 from ..lease import gone_from_this_host
+from ..outcomes import failure
 from ..retries import run_with_retries
 
 logger = logging.getLogger("django_sqltasks")
@@ -47,7 +47,7 @@ class Ledger:
     ) -> None:
         """Fail the tasks of ``errors`` (held by the killed ``worker_id``, process ``pid``)
         with their errors, and put its other tasks back in the queue saying ``reason``."""
-        outcomes = [attempts.failure(task_id, error) for task_id, error in errors.items()]
+        outcomes = [failure(task_id, error) for task_id, error in errors.items()]
 
         def write() -> None:
             with self._cursor() as (dialect, cursor):
