@@ -101,15 +101,17 @@ def _nested(depth: int) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_row_nested_deeper_than_the_decoder_allows_fails_alone() -> None:
+@pytest.mark.parametrize("task_path", ["tests.tasks.add", "tests.tasks.async_add"])
+def test_a_row_nested_deeper_than_the_decoder_allows_fails_alone(task_path: str) -> None:
     """A row written in the database directly (stale or tampered) whose args are 1,030 nested
-    lists: it fails as CorruptTask; the tasks claimed with it run, with no error added."""
+    lists: it fails as CorruptTask, and frees its slot (an async task's too); the tasks claimed
+    with it run, with no error added."""
     others = _others(10)
     bad_id = uuid.uuid4()
     now = timezone.now()
     TaskRecord.objects.create(
         id=bad_id,
-        task_path="tests.tasks.add",
+        task_path=task_path,
         backend_name="default",
         args=[],
         kwargs={},
