@@ -13,7 +13,8 @@ from django.utils import timezone
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import NewTask, Outcome, dialect_for, unsupported_version
-from django_sqltasks.sql.dialect import Dialect, suspect_at
+from django_sqltasks.sql.dialect import Dialect
+from django_sqltasks.sql.rows import RESULT_COLUMNS, suspect_at
 from tests.factories import task_row
 
 WORKER = "dialect-worker"
@@ -241,13 +242,20 @@ def test_ping_result_select_and_error_kinds(dialect: Dialect) -> None:
     with connection.cursor() as cursor:
         dialect.ping(cursor)
         cursor.execute(
-            dialect.select_result_sql(["id", "status"]), [dialect.encode_id(row.id), "default"]
+            dialect.select_result_sql(RESULT_COLUMNS), [dialect.encode_id(row.id), "default"]
         )
-        assert cursor.fetchone()[1] == "READY"
+        values = dict(zip(RESULT_COLUMNS, cursor.fetchone(), strict=True))
+        assert values["status"] == "READY"
+        assert values["task_path"] == row.task_path
         with pytest.raises(DatabaseError) as refused:
             cursor.execute("SELECT no_such_column FROM django_sqltasks_nothing")
     assert not dialect.is_transient(refused.value)
     assert not dialect.is_contention(refused.value)
+
+
+def test_result_columns_are_the_task_tables_columns() -> None:
+    """What reading a result selects without the model: every column of TaskRecord, in order."""
+    assert tuple(field.attname for field in TaskRecord._meta.concrete_fields) == RESULT_COLUMNS
 
 
 def _plan(dialect: Dialect, sql: str, params: list) -> str:

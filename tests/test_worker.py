@@ -22,7 +22,7 @@ from django_sqltasks.compat import (
     task_started,
 )
 from django_sqltasks.models import TaskRecord, WorkerRecord
-from django_sqltasks.sql.dialect import suspect_at
+from django_sqltasks.sql.rows import suspect_at
 from django_sqltasks.worker import Worker
 from tests import tasks
 from tests.conftest import set_backend_options, wait_for, worker_thread

@@ -19,7 +19,7 @@ from django_sqltasks.compat import InvalidTask, TaskResultStatus
 from django_sqltasks.core.workflows import get_workflow, signature, workflow_of
 from django_sqltasks.exceptions import InvalidWorkflow
 from django_sqltasks.models import TaskRecord, WorkflowRecord
-from django_sqltasks.sql.dialect import PARKED
+from django_sqltasks.sql.rows import PARKED
 from django_sqltasks.store.workflows import SKIPPED
 from django_sqltasks.worker import Worker
 

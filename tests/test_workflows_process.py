@@ -21,7 +21,7 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.core.workflows import WorkflowResult, get_workflow
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql import Outcome, dialect_for
-from django_sqltasks.sql.dialect import PARKED
+from django_sqltasks.sql.rows import PARKED
 from django_sqltasks.store.workflows import SKIPPED, complete
 from tests import tasks_processes
 from tests import tasks_workflows as wf

@@ -6,9 +6,20 @@ transaction on MySQL) that the ORM cannot express; everything else goes through 
 
 from __future__ import annotations
 
+from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .dialect import ANY_LIMIT, UNLIMITED, ClaimedRow, Dialect, NewTask, Outcome, Scope, TableHealth
+from .dialect import Dialect
+from .mysql import MySQLDialect
+from .postgresql import PostgreSQLDialect
+from .rows import ANY_LIMIT, UNLIMITED, ClaimedRow, NewTask, Outcome, Scope, TableHealth
+from .sqlite import SQLiteDialect
+
+DIALECTS: dict[str, type[Dialect]] = {
+    "postgresql": PostgreSQLDialect,
+    "sqlite": SQLiteDialect,
+    "mysql": MySQLDialect,
+}
 
 _dialects: dict[tuple[str, str], Dialect] = {}
 
@@ -23,43 +34,25 @@ def dialect_for(connection: BaseDatabaseWrapper) -> Dialect:
 
 
 def _make_dialect(connection: BaseDatabaseWrapper) -> Dialect:
-    vendor = connection.vendor
-    if vendor == "postgresql":
-        from .postgresql import PostgreSQLDialect
-
-        return PostgreSQLDialect(connection)
-    if vendor == "sqlite":
-        from .sqlite import SQLiteDialect
-
-        return SQLiteDialect(connection)
-    if vendor == "mysql":
-        from .mysql import MySQLDialect
-
-        return MySQLDialect(connection)
-    raise NotImplementedError(
-        f"django-sqltasks supports PostgreSQL, SQLite and MySQL/MariaDB, not {vendor!r}."
-    )
+    dialect = DIALECTS.get(connection.vendor)
+    if dialect is None:
+        raise NotImplementedError(
+            "django-sqltasks supports PostgreSQL, SQLite and MySQL/MariaDB, "
+            f"not {connection.vendor!r}."
+        )
+    return dialect(connection)
 
 
 def names_missing_table(error: BaseException) -> bool:
     """Whether ``error``, from any supported database, says a table or column is missing."""
-    from .mysql import MySQLDialect
-    from .postgresql import PostgreSQLDialect
-    from .sqlite import SQLiteDialect
-
-    return any(
-        dialect.names_missing_table(error)
-        for dialect in (PostgreSQLDialect, MySQLDialect, SQLiteDialect)
-    )
+    return any(dialect.names_missing_table(error) for dialect in DIALECTS.values())
 
 
 def unsupported_version(alias: str) -> str | None:
     """Say which version is needed if ``alias`` runs a server too old for django-sqltasks, or
     a database it does not support at all."""
-    from django.db import connections
-
     connection = connections[alias]
-    if connection.vendor not in {"postgresql", "sqlite", "mysql"}:
+    if connection.vendor not in DIALECTS:
         return (
             f"Database {alias!r} is {connection.display_name}; django-sqltasks needs PostgreSQL, "
             "SQLite, MariaDB or MySQL."

@@ -1,11 +1,11 @@
-"""What every SQL dialect provides, and the row shapes passed to and from it."""
+"""What every SQL dialect provides: the facts about its database and the statements on the
+task, worker and paused-queue tables, run on a Django connection's cursor."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -16,71 +16,28 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone as dj_timezone
 
 from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
-from ..core.serialization import dumps, loads
+from ..core.serialization import dumps
 from ..core.storable import storable
-
-UTC = timezone.utc
-
-RETURNED_COLUMNS = (
-    "id",
-    "task_path",
-    "backend_name",
-    "queue_name",
-    "priority",
-    "args",
-    "kwargs",
-    "enqueued_at",
-    "run_after",
-    "started_at",
-    "last_attempted_at",
-    "errors",
-    "worker_ids",
-    "attempts",
-    "snoozes",
-    "workflow_id",
-    "trace_parent",
+from .rows import (
+    ANY_LIMIT,
+    INSERT_COLUMNS,
+    OUTCOME_NOT_STORED,
+    UNLIMITED,
+    UTC,
+    WORKER_LOST,
+    WORKER_STOPPED,
+    ClaimedRow,
+    NewTask,
+    Outcome,
+    Scope,
+    TableHealth,
+    json_column,
+    parked_at,
+    suspect_at,
 )
-# The JSON columns a claim reads, and the type each must decode to.
-JSON_SHAPES: dict[str, type] = {"args": list, "kwargs": dict, "errors": list, "worker_ids": list}
-OUTCOME_COLUMNS = (
-    "id",
-    "status",
-    "finished_at",
-    "return_value",
-    "error_class",
-    "error_traceback",
-    "available_at",
-    "snoozed",
-    "delay",
-)
-# available_at of a workflow step whose turn has not come: READY, but never due by a clock;
-# the outcome of the step before it makes it due (workflow_store).
-PARKED = datetime(9999, 1, 1, tzinfo=UTC)
 
-
-def parked_at() -> datetime:
-    """PARKED as Django reads and writes datetimes here: naive without USE_TZ."""
-    return PARKED if settings.USE_TZ else PARKED.replace(tzinfo=None)
-
-
-# available_at of a suspect: a task that was running when its worker died beside others, so
-# any of them may have killed it. No claim by the clock takes it; a worker with nothing else
-# running takes it alone (claim_suspect), and it keeps this mark while it runs, so that if its
-# worker dies again the rescue knows it ran alone and charges it (MAX_RESCUES).
-SUSPECT = datetime(9998, 1, 1, tzinfo=UTC)
 SUSPECT_CANDIDATES = 8  # suspects read per claim_suspect: the next ones if others took the first
-
-
-def suspect_at() -> datetime:
-    """SUSPECT as Django reads and writes datetimes here: naive without USE_TZ."""
-    return SUSPECT if settings.USE_TZ else SUSPECT.replace(tzinfo=None)
-
-
-CORRUPT_TASK = "django_sqltasks.exceptions.CorruptTask"
-OUTCOME_NOT_STORED = "django_sqltasks.exceptions.OutcomeNotStored"
 MAX_REASON = 10_000  # characters of a salvage reason kept
-WORKER_LOST = "django_sqltasks.exceptions.WorkerLost"
-WORKER_STOPPED = "django_sqltasks.exceptions.WorkerStopped"
 # Text around the lost worker's id in the error a rescue appends to a task.
 ORPHAN_MESSAGE = (
     "Worker ",
@@ -97,149 +54,6 @@ ORPHAN_GIVE_UP = (
     " stopped heartbeating while running this task; it had been put back in the queue {n} "
     "time(s) after losing its worker (MAX_RESCUES is {n}), so it failed."
 )
-INSERT_COLUMNS = (
-    "id",
-    "task_path",
-    "backend_name",
-    "queue_name",
-    "priority",
-    "status",
-    "args",
-    "kwargs",
-    "errors",
-    "worker_ids",
-    "attempts",
-    "enqueued_at",
-    "run_after",
-    "available_at",
-    "dedupe_key",
-    "limit_key",
-    "trace_parent",
-)
-
-
-@dataclass(slots=True)
-class NewTask:
-    """A row to insert: arguments already checked and normalized."""
-
-    id: uuid.UUID
-    task_path: str
-    backend_name: str
-    queue_name: str
-    priority: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    enqueued_at: datetime
-    run_after: datetime | None
-    args_json: str = ""  # args and kwargs encoded once, by the backend
-    kwargs_json: str = ""
-    dedupe_key: str | None = None
-    limit_key: str | None = None
-    trace_parent: str | None = None  # the enqueue span's W3C traceparent (OPTIONS["TRACING"])
-
-
-ANY_LIMIT = "*any*"  # Scope.limit_key: limited or not (the testing runner's in-process claim)
-
-
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """Which READY tasks a claim may take besides their queues: those of no limit (the main
-    claim), those of one limit key, or (``ANY_LIMIT``) all; never those of ``exclude_queues``
-    (the limited queues, which the limited claim takes)."""
-
-    limit_key: str | None = None
-    exclude_queues: tuple[str, ...] = ()
-
-
-UNLIMITED = Scope()
-
-
-@dataclass(slots=True)
-class ClaimedRow:
-    """A task a worker has just claimed, with the values the claim wrote."""
-
-    id: uuid.UUID
-    task_path: str
-    backend_name: str
-    queue_name: str
-    priority: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    enqueued_at: datetime
-    run_after: datetime | None
-    started_at: datetime
-    last_attempted_at: datetime
-    errors: list[dict[str, str]]
-    worker_ids: list[str]
-    attempts: int
-    snoozes: int = 0  # how many times it snoozed before this attempt
-    workflow_id: uuid.UUID | None = None  # the workflow it is a step of, if any
-    # Why the stored row cannot be run (JSON that does not parse or has the wrong shape).
-    corrupt: str | None = None
-    trace_parent: str | None = None  # the enqueue span's W3C traceparent, if it was traced
-
-
-@dataclass(slots=True)
-class Outcome:
-    """How an attempt ended: SUCCESSFUL with a JSON return value, or FAILED with one error."""
-
-    id: uuid.UUID
-    status: str
-    finished_at: datetime | None
-    return_value: str | None  # encoded JSON, or None for SQL NULL
-    error_class: str | None = None  # the failed attempt's exception class path
-    error_traceback: str | None = None
-    available_at: datetime | None = None  # for a retry (status READY): when to run again
-    # 1 for a snooze (status READY): the attempt is given back and a snooze counted instead.
-    snoozed: int = 0
-    # For a retry or a snooze (status READY): seconds after the write, by the database's
-    # clock, when it runs again (a worker's own clock may be off). available_at wins if set.
-    delay: float | None = None
-    # The workflow of a task that is one of its steps: its final outcome moves it on, in the
-    # transaction that stores it. Not a column of the outcome's write.
-    workflow_id: uuid.UUID | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TableHealth:
-    """What the database says about the upkeep of the task table; None where it says nothing
-    (SQLite has no vacuum horizon to hold back, nor dead rows that slow a claim)."""
-
-    autovacuum: bool | None = None  # whether autovacuum may clean the task table
-    autovacuum_off_by: tuple[str, ...] = ()  # the settings that turn it off, if it is off
-    live_rows: int | None = None  # the statistics' estimates, not counts
-    dead_rows: int | None = None
-    # The oldest transaction of another session that holds back the cleanup of old rows.
-    oldest_transaction_seconds: float | None = None
-    oldest_transaction_pid: int | None = None  # its backend pid or connection id
-    oldest_transaction_state: str | None = None
-    oldest_transaction_application: str | None = None  # its application_name (PostgreSQL)
-    history_length: int | None = None  # InnoDB: undo records not yet purged
-
-    @property
-    def known(self) -> bool:
-        """Whether the database reported anything."""
-        return any(getattr(self, name) not in (None, ()) for name in self.__slots__)
-
-
-def _json_column(column: str, value: Any, *, decoded: bool, problems: list[str]) -> Any:
-    """A JSON column's value, decoded and of its JSON_SHAPES type; or, if it is not, an empty
-    one, with the problem added to ``problems``."""
-    kind = JSON_SHAPES[column]
-    if not decoded:
-        try:
-            value = loads(value)
-        except (ValueError, TypeError, RecursionError) as e:
-            # orjson also refuses nesting deeper than 1024 levels: such a row fails alone.
-            problems.append(f"column {column} holds text that cannot be decoded as JSON ({e})")
-            return kind()
-    if not isinstance(value, kind):
-        problems.append(
-            f"column {column} holds a JSON {type(value).__name__}, not a "
-            f"{'list' if kind is list else 'object'}"
-        )
-        return kind()
-    return value
 
 
 def driver_error(error: BaseException) -> BaseException:
@@ -439,7 +253,7 @@ class Dialect:
         ) = values  # fmt: skip  (RETURNED_COLUMNS, in order)
         # A row damaged outside this package must fail alone, not break the whole claim.
         problems: list[str] = []
-        json_column = partial(_json_column, decoded=json_decoded, problems=problems)
+        decode_json = partial(json_column, decoded=json_decoded, problems=problems)
         decode = partial(self._decode_datetime, problems=problems)
         return ClaimedRow(
             id=self.decode_id(id_),
@@ -447,14 +261,14 @@ class Dialect:
             backend_name=backend_name,
             queue_name=queue_name,
             priority=priority,
-            args=json_column("args", args),
-            kwargs=json_column("kwargs", kwargs),
+            args=decode_json("args", args),
+            kwargs=decode_json("kwargs", kwargs),
             enqueued_at=decode(enqueued_at),  # type: ignore[arg-type]
             run_after=decode(run_after),
             started_at=decode(started_at),  # type: ignore[arg-type]
             last_attempted_at=decode(last_attempted_at),  # type: ignore[arg-type]
-            errors=json_column("errors", errors),
-            worker_ids=json_column("worker_ids", worker_ids),
+            errors=decode_json("errors", errors),
+            worker_ids=decode_json("worker_ids", worker_ids),
             attempts=attempts,
             snoozes=snoozes,
             workflow_id=None if workflow_id is None else self.decode_id(workflow_id),

@@ -15,18 +15,17 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, InterfaceError, transaction
 from django.db.backends.utils import CursorWrapper
 
-from .dialect import (
+from .dialect import Dialect, driver_error
+from .rows import (
     CORRUPT_TASK,
     OUTCOME_COLUMNS,
     RETURNED_COLUMNS,
     UNLIMITED,
     ClaimedRow,
-    Dialect,
     NewTask,
     Outcome,
     Scope,
     TableHealth,
-    driver_error,
     suspect_at,
 )
 

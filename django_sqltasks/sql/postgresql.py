@@ -11,18 +11,17 @@ from django.db.backends.utils import CursorWrapper
 from orjson import Fragment
 
 from ..core.serialization import dumps, loads
-from .dialect import (
+from .dialect import Dialect, driver_error
+from .rows import (
     INSERT_COLUMNS,
     JSON_SHAPES,
     RETURNED_COLUMNS,
     UNLIMITED,
     ClaimedRow,
-    Dialect,
     NewTask,
     Outcome,
     Scope,
     TableHealth,
-    driver_error,
     suspect_at,
 )
 

@@ -11,12 +11,12 @@ from django.db import DatabaseError, OperationalError
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from .dialect import (
+from .dialect import Dialect
+from .rows import (
     OUTCOME_COLUMNS,
     RETURNED_COLUMNS,
     UNLIMITED,
     ClaimedRow,
-    Dialect,
     Outcome,
     Scope,
     suspect_at,

@@ -13,7 +13,7 @@ from ..compat import TaskResultDoesNotExist, TaskResultStatus
 from ..exceptions import UnknownQueue
 from ..models import PausedQueue, TaskRecord
 from ..sql import dialect_for
-from ..sql.dialect import parked_at
+from ..sql.rows import parked_at
 
 
 def check_queue(alias: str, known: Collection[str], queue_name: object) -> str:

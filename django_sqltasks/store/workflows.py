@@ -31,7 +31,7 @@ from ..exceptions import InvalidWorkflow, PayloadTooLarge
 from ..ids import new_task_id
 from ..models import FINISHED_STATUSES, TaskRecord, WorkflowRecord
 from ..sql import NewTask, Outcome, dialect_for
-from ..sql.dialect import parked_at
+from ..sql.rows import parked_at
 from . import control
 
 logger = logging.getLogger("django_sqltasks")

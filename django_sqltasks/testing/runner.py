@@ -65,7 +65,7 @@ def backend_for(alias: str) -> Any:
 
 def _ready(backend: Any, queues: list[str] | None) -> Any:
     from ..models import TaskRecord
-    from ..sql.dialect import parked_at
+    from ..sql.rows import parked_at
 
     return (
         TaskRecord.objects.using(backend.database)
