@@ -32,6 +32,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check django_sqltasks tests
 	$(VENV)/bin/mypy django_sqltasks tests
+	$(VENV)/bin/lint-imports
 
 format: venv
 	$(VENV)/bin/ruff check --fix .

@@ -1,8 +1,60 @@
-"""django-sqltasks: a Django Tasks backend that keeps every task in the project's own database."""
+"""django-sqltasks: a Django Tasks backend that keeps every task in the project's database.
 
-from .backend import SQLTaskBackend
-from .core.workflows import chain, group, signature
-from .exceptions import Snooze
+The names below are imported on first use, so ``import django_sqltasks`` (as Django does for
+``INSTALLED_APPS``, and pytest for the plugin) loads no other module of the package.
+"""
 
-__all__ = ["SQLTaskBackend", "Snooze", "chain", "group", "signature"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports each on first use
+    from .backend import SQLTaskBackend
+    from .core.progress import SQLTaskContext
+    from .core.workflows import chain, get_workflow, group, signature, workflow_of
+    from .exceptions import Snooze
+    from .store.subjects import cancel_tasks_on_delete
+    from .task import with_subject
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "SQLTaskBackend": ".backend",
+    "Snooze": ".exceptions",
+    "SQLTaskContext": ".core.progress",
+    "chain": ".core.workflows",
+    "group": ".core.workflows",
+    "signature": ".core.workflows",
+    "get_workflow": ".core.workflows",
+    "workflow_of": ".core.workflows",
+    "with_subject": ".task",
+    "cancel_tasks_on_delete": ".store.subjects",
+}
+__all__ = [
+    "SQLTaskBackend",
+    "SQLTaskContext",
+    "Snooze",
+    "cancel_tasks_on_delete",
+    "chain",
+    "get_workflow",
+    "group",
+    "signature",
+    "with_subject",
+    "workflow_of",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import each name on first use (PEP 562), so importing this package loads nothing else."""
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -10,8 +10,21 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskResultStatus
+from .core.columns import (
+    MAX_DEDUPE_KEY_LENGTH,
+    MAX_HOSTNAME_LENGTH,
+    MAX_LIMIT_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_SCHEDULE_NAME_LENGTH,
+    MAX_SUBJECT_ID_LENGTH,
+    MAX_SUBJECT_TYPE_LENGTH,
+    MAX_TASK_PATH_LENGTH,
+    MAX_TRACE_PARENT_LENGTH,
+)
+from .core.subject import subject_of
 from .ids import new_task_id
 from .indexes import LiveDedupeConstraint, PartialIndex
+from .task import result_from_row
 
 if TYPE_CHECKING:
     from .compat import TaskResult
@@ -64,8 +77,6 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
 
     def for_subject(self, obj: Any) -> TaskRecordQuerySet:
         """Tasks enqueued about ``obj``, a saved model instance (or a ``Subject``)."""
-        from .core.subject import subject_of
-
         subject = subject_of(obj)
         return self.filter(subject_type=subject.type, subject_id=subject.id)
 
@@ -74,9 +85,9 @@ class TaskRecord(models.Model):
     """One enqueued task: its call, its state, and every attempt to run it."""
 
     id = models.UUIDField(primary_key=True, default=new_task_id, editable=False)
-    task_path = models.CharField(_("task path"), max_length=255)
-    backend_name = models.CharField(_("backend"), max_length=64)
-    queue_name = models.CharField(_("queue"), max_length=64)
+    task_path = models.CharField(_("task path"), max_length=MAX_TASK_PATH_LENGTH)
+    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
+    queue_name = models.CharField(_("queue"), max_length=MAX_NAME_LENGTH)
     priority = models.SmallIntegerField(_("priority"), default=0)
     status = models.CharField(
         _("status"),
@@ -105,7 +116,7 @@ class TaskRecord(models.Model):
     # NULL, not "", means unowned: the running-index and the owner guards compare on it.
     owner = models.CharField(  # noqa: DJ001
         _("owner"),
-        max_length=64,
+        max_length=MAX_NAME_LENGTH,
         null=True,
         blank=True,
         help_text=_("The worker holding this task while it runs."),
@@ -130,7 +141,7 @@ class TaskRecord(models.Model):
     )
     dedupe_key = models.CharField(  # noqa: DJ001 - NULL: no deduplication
         _("dedupe key"),
-        max_length=255,
+        max_length=MAX_DEDUPE_KEY_LENGTH,
         null=True,
         blank=True,
         help_text=_(
@@ -141,17 +152,17 @@ class TaskRecord(models.Model):
     # The model row the task is about (task.using(subject=obj)): its concrete model's label
     # and its primary key as text. NULL: about no row.
     subject_type = models.CharField(  # noqa: DJ001 - NULL: no subject
-        _("subject type"), max_length=100, null=True, blank=True
+        _("subject type"), max_length=MAX_SUBJECT_TYPE_LENGTH, null=True, blank=True
     )
     subject_id = models.CharField(  # noqa: DJ001 - NULL: no subject
-        _("subject id"), max_length=255, null=True, blank=True
+        _("subject id"), max_length=MAX_SUBJECT_ID_LENGTH, null=True, blank=True
     )
 
     # The limit this task counts against (@task(concurrency_limit=..., rate_limit=...)):
     # a TaskLimit's key. NULL: no limit of its task; the worker's main claim takes only these.
     limit_key = models.CharField(  # noqa: DJ001 - NULL: no limit
         _("limit key"),
-        max_length=255,
+        max_length=MAX_LIMIT_KEY_LENGTH,
         null=True,
         blank=True,
         db_default=None,  # the enqueue's raw INSERT leaves it out for unlimited tasks
@@ -169,7 +180,11 @@ class TaskRecord(models.Model):
     )
     # The W3C traceparent of the enqueue's span (OPTIONS["TRACING"]); NULL: not traced.
     trace_parent = models.CharField(  # noqa: DJ001 - NULL: not traced
-        _("trace parent"), max_length=64, null=True, blank=True, db_default=None
+        _("trace parent"),
+        max_length=MAX_TRACE_PARENT_LENGTH,
+        null=True,
+        blank=True,
+        db_default=None,
     )
 
     # The workflow (chain or group) this task is a step of; NULL: none. No index: a workflow
@@ -279,8 +294,6 @@ class TaskRecord(models.Model):
     @property
     def task_result(self) -> TaskResult:
         """Return this row as a Django Tasks ``TaskResult``."""
-        from .core.resolve import result_from_row
-
         return result_from_row(
             {f.attname: getattr(self, f.attname) for f in self._meta.concrete_fields}
         )
@@ -298,10 +311,10 @@ class QueueOverview(TaskRecord):
 class WorkerRecord(models.Model):
     """A running worker process; its heartbeat is the lease on every task it holds."""
 
-    id = models.CharField(_("worker id"), primary_key=True, max_length=64)
-    backend_name = models.CharField(_("backend"), max_length=64)
+    id = models.CharField(_("worker id"), primary_key=True, max_length=MAX_NAME_LENGTH)
+    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
     queue_names = models.JSONField(_("queues"), default=list)
-    hostname = models.CharField(_("hostname"), max_length=255, blank=True)
+    hostname = models.CharField(_("hostname"), max_length=MAX_HOSTNAME_LENGTH, blank=True)
     pid = models.PositiveIntegerField(_("pid"), null=True, blank=True)
     concurrency = models.PositiveIntegerField(_("concurrency"), default=1)
     started_at = models.DateTimeField(_("started at"), default=timezone.now)
@@ -319,8 +332,8 @@ class WorkerRecord(models.Model):
 class ScheduleRecord(models.Model):
     """The last slot a periodic task was enqueued for; advancing it is the election."""
 
-    backend_name = models.CharField(_("backend"), max_length=64)
-    name = models.CharField(_("name"), max_length=200)
+    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
+    name = models.CharField(_("name"), max_length=MAX_SCHEDULE_NAME_LENGTH)
     last_slot = models.DateTimeField(_("last slot"))
 
     class Meta:
@@ -338,8 +351,8 @@ class ScheduleRecord(models.Model):
 class PausedQueue(models.Model):
     """A queue of one backend whose READY tasks no worker claims until it is resumed."""
 
-    backend_name = models.CharField(_("backend"), max_length=64)
-    queue_name = models.CharField(_("queue"), max_length=64)
+    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
+    queue_name = models.CharField(_("queue"), max_length=MAX_NAME_LENGTH)
     paused_at = models.DateTimeField(_("paused at"), default=timezone.now)
 
     class Meta:
@@ -369,9 +382,9 @@ class TaskLimit(models.Model):
     are counted, not stored, so a rescued task gives its slot back with no bookkeeping.
     """
 
-    backend_name = models.CharField(_("backend"), max_length=64)
+    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
     # "task:<path>", "task:<path>#<key>" or "queue:<name>".
-    key = models.CharField(_("key"), max_length=255)
+    key = models.CharField(_("key"), max_length=MAX_LIMIT_KEY_LENGTH)
     concurrency = models.PositiveIntegerField(
         _("concurrency limit"), null=True, blank=True, help_text=_("At most this many RUNNING.")
     )
@@ -405,7 +418,7 @@ class WorkflowRecord(models.Model):
     """
 
     id = models.UUIDField(primary_key=True, default=new_task_id, editable=False)
-    backend_name = models.CharField(_("backend"), max_length=64)
+    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
     status = models.CharField(
         _("status"),
         max_length=10,

@@ -1,31 +1,26 @@
-"""The backend's Task class: Django's Task plus retries, a timeout and deduplication.
+"""The task nouns: the backend's Task class (Django's Task plus retries, a timeout,
+deduplication, limits, a subject) and its result (Django's TaskResult plus progress, subject
+and workflow), built from a stored row.
 
 On Django 6.1+ (and the backport) the extra fields come from ``@task(...)`` keyword arguments;
-the backend's OPTIONS give the defaults on every version.
+the backend's OPTIONS give the defaults on every version. The rules about those options live
+in ``core/policy.py``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import random
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from inspect import iscoroutinefunction
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any
 
-from .compat import InvalidTask, Task
-from .core.bounds import MAX_COUNT, MAX_DELAY, is_count, is_number
-from .core.limits import key_of_call, validate_task_limits
-from .core.options import DEFAULT_RETRY_BACKOFF_MAX
-from .core.serialization import dumps
-
-if TYPE_CHECKING:
-    from .core.options import BackendOptions
-    from .core.subject import Subject
-    from .core.workflows import Signature
-
-MAX_DEDUPE_KEY_LENGTH = 255  # TaskRecord.dedupe_key
-MAX_DOUBLINGS = 1023  # of the backoff: 2.0 ** 1024 is past the largest float
+from .compat import Task, TaskError, TaskResult, TaskResultStatus
+from .core.progress import NO_METADATA, current_report, no_metadata
+from .core.resolve import check_backend, resolve_task
+from .core.subject import Subject, subject_of
+from .core.workflows import Signature
+from .exceptions import TaskNotFound
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,8 +54,6 @@ class SQLTask(Task):
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """Return this task with these arguments, as a step of a chain or group."""
-        from .core.workflows import Signature
-
         return Signature(self, args, kwargs)
 
     def using(self, *, subject: Any = ..., **changes: Any) -> SQLTask:
@@ -69,124 +62,215 @@ class SQLTask(Task):
         task: SQLTask = Task.using(self, **changes)  # type: ignore[assignment]
         if subject is ...:
             return task
-        from .core.subject import with_subject
-
         clone: SQLTask = with_subject(task, subject)  # type: ignore[assignment]
         return clone
 
 
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """How one task is retried and timed out, with the backend's defaults filled in."""
-
-    max_attempts: int
-    retry_on: tuple[type[BaseException], ...]
-    backoff: float
-    backoff_max: float
-    timeout: float | None
-
-    def should_retry(self, attempt: int, exc: BaseException) -> bool:
-        from .exceptions import SnoozeLimitReached, TaskCancelled
-
-        return (
-            attempt < self.max_attempts
-            and isinstance(exc, self.retry_on)
-            and not isinstance(exc, (TaskCancelled, SnoozeLimitReached))
-        )
-
-    def delay(self, attempt: int) -> float:
-        """Seconds before the attempt after ``attempt``: exponential, capped, half jittered;
-        always a number from 0 to MAX_DELAY, whatever the policy holds."""
-        # A float power cannot raise (an int one of a large attempt would not fit a float),
-        # and a product past the largest float is inf, which the cap takes.
-        doubled = self.backoff * 2.0 ** min(max(attempt - 1, 0), MAX_DOUBLINGS)
-        delay = min(self.backoff_max, doubled, MAX_DELAY)
-        if not 0 <= delay <= MAX_DELAY:  # NaN or negative: a policy built past validation
-            delay = DEFAULT_RETRY_BACKOFF_MAX
-        return delay / 2 + random.random() * delay / 2
+def with_subject(task: Task, obj: Any) -> Task:
+    """Return a copy of ``task`` whose enqueues are about ``obj`` (None: about nothing)."""
+    subject = None if obj is None else subject_of(obj)
+    clone = object.__new__(type(task) if isinstance(task, SQLTask) else SQLTask)
+    for f in dataclasses.fields(task):
+        object.__setattr__(clone, f.name, getattr(task, f.name))
+    if not isinstance(task, SQLTask):  # a Django 6.0 Task: our options take their defaults
+        for f in dataclasses.fields(SQLTask):
+            if not hasattr(task, f.name):
+                object.__setattr__(clone, f.name, f.default)
+    object.__setattr__(clone, "subject", subject)
+    return clone
 
 
-def policy_for(task: Task, config: BackendOptions) -> Policy:
-    """The retry and timeout policy of ``task``."""
-    max_attempts = getattr(task, "max_attempts", None)
-    retry_on = getattr(task, "retry_on", None)
-    backoff = getattr(task, "retry_backoff", None)
-    timeout = getattr(task, "timeout", None)
-    return Policy(
-        max_attempts=config.max_attempts if max_attempts is None else max_attempts,
-        retry_on=(Exception,) if retry_on is None else tuple(retry_on),
-        backoff=config.retry_backoff if backoff is None else backoff,
-        backoff_max=config.retry_backoff_max,
-        timeout=config.timeout if timeout is None else timeout,
+# Levels of a stored value kept when a row is read; deeper parts are replaced by CUT_MARKER.
+# Above serialization.MAX_DEPTH, so no value enqueue accepted is ever cut.
+MAX_READ_DEPTH = 100
+CUT_MARKER = f"<cut by django-sqltasks: nested deeper than {MAX_READ_DEPTH} levels>"
+
+
+# What a SQLTaskResult adds to Django's TaskResult, copied by refresh() with Django's own.
+EXTRA_ATTRS = (
+    "progress",
+    "progress_note",
+    "metadata",
+    "progress_updated_at",
+    "subject",
+    "workflow_id",
+)
+
+
+# django-stubs declare TaskResult without frozen=True, which it is at runtime.
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SQLTaskResult(TaskResult):  # type: ignore[misc]
+    """Django's ``TaskResult`` with what this backend also stores: the latest attempt's
+    progress report, the task's subject, and the workflow it is a step of."""
+
+    progress: float | None = None  # 0 to 1, as the latest attempt last reported it
+    progress_note: str = ""
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=no_metadata)
+    progress_updated_at: datetime | None = None
+    subject: Subject | None = None  # the model row it was enqueued about
+    workflow_id: str | None = None  # the workflow it is a step of (see workflows.get_workflow)
+
+    def refresh(self) -> None:
+        """Reload the task's state from the database, this backend's attributes included."""
+        self._copy(self.task.get_backend().get_result(self.id))
+
+    async def arefresh(self) -> None:
+        """Async ``refresh``."""
+        self._copy(await self.task.get_backend().aget_result(self.id))
+
+    def _copy(self, fresh: TaskResult) -> None:
+        names = [f.name for f in dataclasses.fields(TaskResult) if f.name not in ("task", "id")]
+        for name in (*names, *EXTRA_ATTRS):
+            if hasattr(fresh, name):
+                object.__setattr__(self, name, getattr(fresh, name))
+
+
+def rebind_task(
+    task: Task, *, priority: int, queue_name: str, run_after: datetime | None, backend: str
+) -> Task:
+    """Return a copy of ``task`` with the stored options, without validating it again.
+
+    ``Task.using()`` validates against today's settings; a row enqueued under older settings
+    (a queue since removed, say) must still be readable and runnable. The task must be declared
+    for ``backend``: a row of one backend cannot run another backend's task.
+    """
+    check_backend(task, backend)
+    if (task.priority, task.queue_name, task.run_after) == (priority, queue_name, run_after):
+        return task
+    clone = object.__new__(type(task))
+    for f in dataclasses.fields(task):
+        object.__setattr__(clone, f.name, getattr(task, f.name))
+    object.__setattr__(clone, "priority", priority)
+    object.__setattr__(clone, "queue_name", queue_name)
+    object.__setattr__(clone, "run_after", run_after)
+    return clone
+
+
+def _never_runs(*args: Any, **kwargs: Any) -> None:
+    raise TaskNotFound("This stored task's path no longer resolves to a task.")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MissingTask(SQLTask):
+    """Stands in for the task of a stored row whose path no longer resolves (renamed or removed
+    by a deploy, or refused): the row's result can still be read, never run or enqueued."""
+
+    task_path: str = ""
+    reason: str = ""  # why the path does not resolve: the TaskNotFound message
+
+    def __post_init__(self) -> None:
+        pass  # nothing to validate against the backend: it is never enqueued
+
+    @property
+    def module_path(self) -> str:
+        return self.task_path
+
+    @property
+    def name(self) -> str:
+        return self.task_path.rpartition(".")[2]
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        raise TaskNotFound(self.reason)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        raise TaskNotFound(self.reason)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
+        raise TaskNotFound(self.reason)
+
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> Any:
+        raise TaskNotFound(self.reason)
+
+
+def missing_task(row: dict[str, Any], reason: str) -> MissingTask:
+    """The stand-in task of a row whose task path does not resolve."""
+    return MissingTask(
+        func=_never_runs,
+        priority=row["priority"],
+        queue_name=row["queue_name"],
+        run_after=row["run_after"],
+        backend=row["backend_name"],
+        task_path=row["task_path"],
+        reason=reason,
     )
 
 
-def validate_options(task: Task) -> None:
-    """Raise ``InvalidTask`` naming the option and the rule when an extra field is wrong."""
-    max_attempts = getattr(task, "max_attempts", None)
-    if max_attempts is not None and not is_count(max_attempts, 1):
-        raise InvalidTask(
-            f"max_attempts must be a whole number of at least 1, at most {MAX_COUNT:,}, not "
-            f"{max_attempts!r}."
-        )
-    retry_on = getattr(task, "retry_on", None)
-    if retry_on is not None and not (
-        isinstance(retry_on, tuple)
-        and all(isinstance(e, type) and issubclass(e, BaseException) for e in retry_on)
-    ):
-        raise InvalidTask(f"retry_on must be a tuple of exception classes, not {retry_on!r}.")
-    for name in ("retry_backoff", "timeout"):
-        value = getattr(task, name, None)
-        if value is not None and not is_number(value, 0, MAX_DELAY, above=name == "timeout"):
-            rule = "a positive" if name == "timeout" else "a non-negative"
-            raise InvalidTask(
-                f"{name} must be {rule} number of seconds, at most {MAX_DELAY:g} (366 days), "
-                f"not {value!r}."
-            )
-    subject = getattr(task, "subject", None)
-    if subject is not None:
-        from .core.subject import Subject
-
-        if not isinstance(subject, Subject):
-            raise InvalidTask(
-                f"subject is set per enqueue with .using(subject=obj), not by @task: {subject!r}."
-            )
-    validate_task_limits(task)
-    atomic = getattr(task, "atomic", False)
-    if not isinstance(atomic, bool):
-        raise InvalidTask(f"atomic must be True or False, not {atomic!r}.")
-    if atomic and iscoroutinefunction(task.func):
-        raise InvalidTask(
-            f"atomic=True needs a sync function: {task.module_path} is async, and a database "
-            "transaction cannot span its awaits."
-        )
-    dedupe = getattr(task, "dedupe", False)
-    if not isinstance(dedupe, bool) and not callable(dedupe) and dedupe != "subject":
-        raise InvalidTask(f"dedupe must be True, False, 'subject' or a callable, not {dedupe!r}.")
+def errors_from_json(errors: list[dict[str, str]]) -> list[TaskError]:
+    return [
+        TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
+        for e in errors
+    ]
 
 
-def dedupe_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
-    """The deduplication key of a call, or None when the task does not deduplicate.
+def cap_depth(value: Any, levels: int = MAX_READ_DEPTH) -> Any:
+    """``value`` with lists and dicts nested deeper than ``levels`` replaced by CUT_MARKER."""
+    if isinstance(value, (list, dict)) and levels <= 0:
+        return CUT_MARKER
+    if isinstance(value, list):
+        return [cap_depth(item, levels - 1) for item in value]
+    if isinstance(value, dict):
+        return {key: cap_depth(item, levels - 1) for key, item in value.items()}
+    return value
 
-    Keys are scoped to the backend alias and the task path, so equal arguments to different
-    tasks never collide; a key too long for the column is replaced by its SHA-256.
+
+def result_from_row(row: dict[str, Any], task: Task | None = None) -> TaskResult:
+    """Build a complete ``TaskResult`` from a row's decoded column values.
+
+    A row whose task no longer resolves gets a ``MissingTask``; values nested deeper than
+    MAX_READ_DEPTH (only a crafted row has them) are cut, since Django's TaskResult walks them
+    recursively.
     """
-    dedupe = getattr(task, "dedupe", False)
-    if dedupe is False:
-        return None
-    if dedupe is True:
-        key = hashlib.sha256(dumps([args, kwargs]).encode()).hexdigest()
-    elif dedupe == "subject":
-        subject = getattr(task, "subject", None)
-        if subject is None:
-            raise InvalidTask(
-                f"{task.module_path} deduplicates by subject (dedupe='subject'): enqueue it "
-                "with .using(subject=obj)."
-            )
-        key = f"subject:{subject}"
-    else:
-        key = key_of_call(task, "dedupe", dedupe, args, kwargs)
-    scoped = f"{task.backend}:{task.module_path}:{key}"
-    if len(scoped) > MAX_DEDUPE_KEY_LENGTH:
-        scoped = "sha256:" + hashlib.sha256(scoped.encode()).hexdigest()
-    return scoped
+    if task is None:
+        try:
+            task = resolve_task(row["task_path"], backend=row["backend_name"])
+        except TaskNotFound as e:
+            task = missing_task(row, str(e))
+    task = rebind_task(
+        task,
+        priority=row["priority"],
+        queue_name=row["queue_name"],
+        run_after=row["run_after"],
+        backend=row["backend_name"],
+    )
+    values = {"args": row["args"], "kwargs": row["kwargs"]}
+    return_value = row["return_value"]
+    try:
+        result = _result(row, task, values)
+    except RecursionError:
+        values = {name: cap_depth(value) for name, value in values.items()}
+        return_value = cap_depth(return_value)
+        result = _result(row, task, values)
+    if row["status"] == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", return_value)
+    return result
+
+
+def _result(row: dict[str, Any], task: Task, values: dict[str, Any]) -> TaskResult:
+    worker_ids = list(row["worker_ids"])
+    report = current_report(row.get("progress"), len(worker_ids))
+    subject_type, subject_id = row.get("subject_type"), row.get("subject_id")
+    result: TaskResult = SQLTaskResult(
+        task=task,
+        id=str(row["id"]),
+        status=TaskResultStatus(row["status"]),
+        enqueued_at=row["enqueued_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        last_attempted_at=row["last_attempted_at"],
+        args=values["args"],
+        kwargs=values["kwargs"],
+        backend=row["backend_name"],
+        errors=errors_from_json(row["errors"]),
+        worker_ids=worker_ids,
+        progress=None if report is None else report.progress,
+        progress_note="" if report is None else report.note,
+        metadata=NO_METADATA if report is None else report.metadata,
+        progress_updated_at=None if report is None else report.updated_at,
+        subject=(
+            None
+            if subject_type is None or subject_id is None
+            else Subject(type=subject_type, id=subject_id)
+        ),
+        workflow_id=None if row.get("workflow_id") is None else str(row["workflow_id"]),
+    )
+    return result

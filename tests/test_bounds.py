@@ -18,8 +18,8 @@ from django.utils import timezone
 from django_sqltasks.compat import InvalidTask, TaskResultStatus, task_backends
 from django_sqltasks.core.bounds import MAX_COUNT, MAX_DELAY
 from django_sqltasks.core.options import BackendOptions, OptionError
+from django_sqltasks.core.policy import Policy
 from django_sqltasks.models import TaskRecord
-from django_sqltasks.task import Policy
 from django_sqltasks.worker import Worker
 from tests import tasks
 from tests.conftest import ROOT, set_backend_options, worker_env

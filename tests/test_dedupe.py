@@ -92,7 +92,7 @@ def test_tasks_without_dedupe_are_never_merged() -> None:
 
 
 def test_keys_are_scoped_to_backend_and_task_and_fit_the_column() -> None:
-    from django_sqltasks.task import dedupe_key
+    from django_sqltasks.core.policy import dedupe_key
 
     key = dedupe_key(tasks.sync_user, [1], {})
     assert key == "default:tests.tasks.sync_user:user-1"

@@ -75,8 +75,8 @@ async def test_each_caller_gets_its_own_error() -> None:
 async def test_a_row_the_database_refuses_fails_alone() -> None:
     backend = task_backends["default"]
     coalescer = await aio.coalescer_for(backend)
-    good = [backend._new_row(tasks.add, (i, i), {}) for i in range(5)]
-    bad_row, bad_result = backend._new_row(tasks.add, (0, 0), {})
+    good = [backend.new_row(tasks.add, (i, i), {}) for i in range(5)]
+    bad_row, bad_result = backend.new_row(tasks.add, (0, 0), {})
     bad_row.priority = 1000  # past the CHECK constraint: only the database can refuse it
     outcomes = await asyncio.gather(
         *(coalescer.submit(row, result) for row, result in good[:2]),

@@ -16,8 +16,9 @@ from django.db import connections
 
 from django_sqltasks.compat import task_backends
 from django_sqltasks.core.options import BackendOptions, OptionError
-from django_sqltasks.core.schedules import MIN_EVERY, Schedule, Scheduler
+from django_sqltasks.core.schedules import MIN_EVERY, Schedule
 from django_sqltasks.models import ScheduleRecord, TaskRecord
+from django_sqltasks.worker.scheduler import Scheduler
 from tests.conftest import WorkerProcess, set_backend_options, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

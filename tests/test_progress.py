@@ -19,8 +19,8 @@ from django_sqltasks.core.progress import (
     AttemptReport,
     ProgressReport,
 )
-from django_sqltasks.core.resolve import SQLTaskResult
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.task import SQLTaskResult
 from django_sqltasks.worker import Worker
 from tests import tasks_progress
 from tests.conftest import set_backend_options, wait_for, worker_thread
@@ -225,7 +225,8 @@ def test_aget_result_reads_the_report_and_the_subject(run_worker: RunWorker) -> 
     from asgiref.sync import async_to_sync
     from django.contrib.auth.models import User
 
-    from django_sqltasks.core.subject import Subject, with_subject
+    from django_sqltasks.core.subject import Subject
+    from django_sqltasks.task import with_subject
 
     user = User.objects.create(username="ada")
     result = with_subject(tasks_progress.report_steps, user).enqueue(2)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from django_sqltasks.compat import InvalidTask, TaskResultStatus, task_backends
-from django_sqltasks.task import Policy, SQLTask
+from django_sqltasks.core.policy import Policy
+from django_sqltasks.task import SQLTask
 from django_sqltasks.worker import Worker
 from tests import tasks
 from tests.conftest import set_backend_options

@@ -11,10 +11,10 @@ from asgiref.sync import async_to_sync
 from django.db import connection
 
 from django_sqltasks.compat import TaskResultStatus, task_backends
-from django_sqltasks.core.resolve import CUT_MARKER, MAX_READ_DEPTH, MissingTask
 from django_sqltasks.core.serialization import MAX_DEPTH
 from django_sqltasks.exceptions import InvalidTaskArguments, TaskNotFound
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.task import CUT_MARKER, MAX_READ_DEPTH, MissingTask
 from tests import tasks
 from tests.factories import task_row
 

@@ -20,13 +20,10 @@ from django.utils import timezone
 
 from django_sqltasks.admin.subject import SubjectTasksMixin
 from django_sqltasks.compat import InvalidTask, TaskResultStatus, task, task_backends
-from django_sqltasks.core.subject import (
-    Subject,
-    cancel_ready_tasks,
-    cancel_tasks_on_delete,
-    with_subject,
-)
+from django_sqltasks.core.subject import Subject
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.store.subjects import cancel_ready_tasks, cancel_tasks_on_delete
+from django_sqltasks.task import with_subject
 from tests import tasks, tasks_tools
 from tests.factories import task_row
 

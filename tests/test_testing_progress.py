@@ -78,7 +78,8 @@ def test_a_failed_attempt_keeps_its_report(settings: Any) -> None:
 def test_the_subject_is_on_the_result() -> None:
     from django.contrib.auth.models import User
 
-    from django_sqltasks.core.subject import Subject, with_subject
+    from django_sqltasks.core.subject import Subject
+    from django_sqltasks.task import with_subject
     from tests import tasks
 
     user = User.objects.create(username="ada")

@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.translation import gettext_lazy as _
 
+from ..core.settings import sql_backends
 from ..models import TaskRecord, WorkerRecord
 from ..sql import dialect_for
 
@@ -51,14 +52,6 @@ def planner_estimate(queryset: QuerySet[Any]) -> int:
     """Return PostgreSQL's estimate of how many rows ``queryset`` returns."""
     plan = json.loads(queryset.order_by().explain(format="json"))
     return int(plan[0]["Plan"]["Plan Rows"])
-
-
-def sql_backends() -> dict[str, Any]:
-    """The configured SQLTaskBackend instances, by alias."""
-    from ..backend import SQLTaskBackend
-    from ..compat import task_backends
-
-    return {b.alias: b for b in task_backends.all() if isinstance(b, SQLTaskBackend)}
 
 
 class QueueFilter(admin.SimpleListFilter):

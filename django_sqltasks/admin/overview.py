@@ -16,7 +16,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
-from ..compat import InvalidTaskBackend, task_backends
+from ..compat import InvalidTaskBackend
+from ..core.settings import sql_backend
 from ..exceptions import UnknownQueue
 from ..models import PausedQueue, QueueOverview, TaskRecord
 from ..ops import overview
@@ -89,17 +90,13 @@ class QueueOverviewAdmin(OverviewAdminBase):
         return self._pause_or_resume(request, pause=False)
 
     def _pause_or_resume(self, request: HttpRequest, *, pause: bool) -> HttpResponse:
-        from ..backend import SQLTaskBackend
-
         if not self.has_pause_permission(request):
             raise PermissionDenied
         alias = request.POST.get("backend", "")
         queue = request.POST.get("queue", "")
         try:
-            backend = task_backends[alias]
+            backend = sql_backend(alias)
         except InvalidTaskBackend:
-            backend = None
-        if not isinstance(backend, SQLTaskBackend):
             self.message_user(request, f"No SQLTaskBackend is named {alias!r}.", messages.ERROR)
             return self._back()
         try:

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from ..compat import TaskResultStatus
 from ..core import error_text
+from ..core.settings import sql_backends
 from ..models import FINISHED_STATUSES, TaskRecord
 from ..store import control
 from . import progress as admin_progress
@@ -29,8 +30,8 @@ from .lists import (
     QueueFilter,
     SQLBackendFilter,
     TaskFilter,
-    sql_backends,
 )
+from .workflows import workflow_html
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[TaskRecord]
@@ -200,8 +201,6 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
 
     @admin.display(description=_("workflow"))
     def workflow_display(self, obj: TaskRecord) -> str:
-        from .workflows import workflow_html
-
         return workflow_html(obj, obj._state.db or "default")
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:

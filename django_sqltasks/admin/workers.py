@@ -13,10 +13,11 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from ..core.options import BackendOptions
+from ..core.settings import sql_backends
 from ..models import ScheduleRecord, WorkerRecord
 from ..store.control import database_now
 from .display import moment_html
-from .lists import NulSafeAdmin, sql_backends
+from .lists import NulSafeAdmin
 
 if TYPE_CHECKING:
     WorkerAdminBase = admin.ModelAdmin[WorkerRecord]

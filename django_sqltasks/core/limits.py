@@ -23,9 +23,9 @@ from typing import Any
 
 from ..compat import InvalidTask, Task
 from .bounds import MAX_COUNT, is_count
+from .columns import MAX_LIMIT_KEY_LENGTH
 from .serialization import text_problem
 
-MAX_KEY_LENGTH = 255  # TaskRecord.limit_key, TaskLimit.key
 MAX_RATE = 10_000  # starts a period: the sliding window keeps one timestamp per start
 PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 RATE_PATTERN = re.compile(r"^\s*(\d+)\s*/\s*([smh])\s*$")
@@ -102,7 +102,7 @@ def limit_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None
     base = f"task:{task.module_path}"
     key_of = getattr(task, "concurrency_key", None)
     if key_of is None:
-        return base[:MAX_KEY_LENGTH]
+        return base[:MAX_LIMIT_KEY_LENGTH]
     if key_of == "subject":
         subject = getattr(task, "subject", None)
         if subject is None:
@@ -114,9 +114,9 @@ def limit_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None
     else:
         key = key_of_call(task, "concurrency_key", key_of, args, kwargs)
     scoped = f"{base}#{key}"
-    if len(scoped) > MAX_KEY_LENGTH:
+    if len(scoped) > MAX_LIMIT_KEY_LENGTH:
         digest = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
-        scoped = f"{base[: MAX_KEY_LENGTH - len(digest) - 1]}#{digest}"
+        scoped = f"{base[: MAX_LIMIT_KEY_LENGTH - len(digest) - 1]}#{digest}"
     return scoped
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -269,3 +270,32 @@ class SQLTaskContext(TaskContext):  # type: ignore[misc]
     def metadata(self) -> Mapping[str, Any]:
         """This attempt's metadata, read-only: change it with ``set_metadata``."""
         return self.report.snapshot().metadata
+
+
+class ProgressWriter(Protocol):
+    """A worker's writer of progress reports, as the metrics read it (``worker/reporter.py``)."""
+
+    def counts(self) -> tuple[int, int]: ...
+
+    def running(self) -> list[Any]: ...
+
+
+class LiveWriters:
+    """Every live progress writer of this process: added to by the thread that makes a worker,
+    read by a metrics scrape's thread; behind the lock. Held weakly: a stopped worker's writer
+    leaves with it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def add(self, writer: ProgressWriter) -> None:
+        with self._lock:
+            self._writers.add(writer)
+
+    def all(self) -> list[ProgressWriter]:
+        with self._lock:
+            return list(self._writers)
+
+
+live_writers = LiveWriters()

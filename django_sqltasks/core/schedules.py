@@ -20,22 +20,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from django.db import IntegrityError, transaction
-from django.utils import timezone as django_timezone
+from django.conf import settings
 
+from .columns import MAX_SCHEDULE_NAME_LENGTH
 from .serialization import check_arguments
-
-if TYPE_CHECKING:
-    from ..backend import SQLTaskBackend
 
 logger = logging.getLogger("django_sqltasks")
 
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MAX_NAME_LENGTH = 200  # ScheduleRecord.name
 # Bounds of 'every', in seconds. Below a second the schedule would flood the table (and a
 # worker's periodic thread); over a year, a cron expression says it better, and huge values
 # (1e300) overflow datetime arithmetic.
@@ -141,8 +137,6 @@ def _instant(wall: datetime, zone: ZoneInfo) -> datetime:
 
 def default_time_zone() -> str:
     """settings.TIME_ZONE when USE_TZ is on (the zone the project works in), else UTC."""
-    from django.conf import settings
-
     return settings.TIME_ZONE if settings.USE_TZ and settings.TIME_ZONE else "UTC"
 
 
@@ -171,9 +165,9 @@ def parse_schedules(where: str, raw: Any, time_zone: str = "UTC") -> dict[str, S
     schedules = {}
     for name, entry in raw.items():
         at = f"{where}['PERIODIC'][{name!r}]"
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_LENGTH:
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_SCHEDULE_NAME_LENGTH:
             raise ScheduleError(
-                f"{at}: names must be strings of 1 to {MAX_NAME_LENGTH} characters."
+                f"{at}: names must be strings of 1 to {MAX_SCHEDULE_NAME_LENGTH} characters."
             )
         if not isinstance(entry, Mapping):
             raise ScheduleError(f"{at} must be a dict with 'task' and 'cron' or 'every'.")
@@ -246,87 +240,3 @@ def _check_every(at: str, every: Any) -> float:
             f"(366 days), not {every!r}; use 'cron' for longer periods."
         )
     return float(seconds)
-
-
-class Scheduler:
-    """Enqueue the due slots of a backend's schedules (on the worker's database thread)."""
-
-    def __init__(self, backend: SQLTaskBackend) -> None:
-        self.backend = backend
-        self.schedules = backend.config.periodic
-
-    def next_wakeup(self, now: datetime) -> datetime | None:
-        """When the next slot of any schedule comes; a schedule that fails is logged and left
-        out, so one broken schedule never holds up the others."""
-        upcoming = []
-        for schedule in self.schedules.values():
-            try:
-                upcoming.append(schedule.next_slot(now))
-            except Exception:
-                logger.exception(
-                    "Periodic task %s: its next slot cannot be computed; the other schedules go on",
-                    schedule.name,
-                    extra={"action": "periodic_failed", "schedule": schedule.name},
-                )
-        return min(upcoming, default=None)
-
-    def database_now(self) -> datetime:
-        """The current time by the database's clock: every worker computes the same slots,
-        whatever its own clock says (a fast one would fire slots early, then stall the others
-        until their clocks caught up with the slot it stored)."""
-        from django.db import connections
-
-        from ..sql import dialect_for
-
-        connection = connections[self.backend.database]
-        with connection.cursor() as cursor:
-            now = dialect_for(connection).db_now(cursor)
-        return now if now.tzinfo is not None else django_timezone.make_aware(now)
-
-    def run_due(self, now: datetime | None = None) -> list[str]:
-        """Enqueue every schedule whose latest slot has not fired yet; return their names."""
-        now = now or self.database_now()
-        fired = []
-        for schedule in self.schedules.values():
-            try:
-                if self._fire(schedule, schedule.latest_slot(now)):
-                    fired.append(schedule.name)
-            except Exception:  # one broken schedule must never stop the others
-                logger.exception(
-                    "Periodic task %s could not be enqueued; the other schedules go on",
-                    schedule.name,
-                    extra={"action": "periodic_failed", "schedule": schedule.name},
-                )
-        return fired
-
-    def _fire(self, schedule: Schedule, slot: datetime) -> bool:
-        from ..models import ScheduleRecord
-        from .resolve import resolve_task
-
-        database = self.backend.database
-        records = ScheduleRecord.objects.using(database)
-        with transaction.atomic(using=database):
-            # The guarded UPDATE is the election: one worker per slot gets a row changed.
-            advanced = records.filter(
-                backend_name=self.backend.alias, name=schedule.name, last_slot__lt=slot
-            ).update(last_slot=slot)
-            if not advanced:
-                if records.filter(backend_name=self.backend.alias, name=schedule.name).exists():
-                    return False  # this slot fired already
-                try:
-                    with transaction.atomic(using=database):
-                        records.create(
-                            backend_name=self.backend.alias, name=schedule.name, last_slot=slot
-                        )
-                except IntegrityError:
-                    pass  # another worker created it first
-                return False  # a new schedule starts at its latest slot without firing it
-            task = resolve_task(schedule.task_path, backend=self.backend.alias)
-            task.enqueue(*schedule.args, **schedule.kwargs)
-        logger.info(
-            "Enqueued periodic task %s for %s",
-            schedule.name,
-            slot.isoformat(),
-            extra={"action": "periodic", "schedule": schedule.name},
-        )
-        return True

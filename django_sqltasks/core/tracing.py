@@ -13,7 +13,6 @@ default) nothing here is imported, and enqueues and runs do not check anything p
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
@@ -44,54 +43,6 @@ class Tracing:
         self._trace = trace
         self._tracer = trace.get_tracer(TRACER_NAME)
         self._propagator = TraceContextTextMapPropagator()
-
-    def instrument(self, backend: Any) -> None:
-        """Wrap ``backend``'s enqueue methods (on the instance: a backend without TRACING keeps
-        its own, unwrapped) so that each opens a span, and each new row records it."""
-        tracing = self
-        enqueue, enqueue_many = backend.enqueue, backend.enqueue_many
-        aenqueue, aenqueue_many = backend.aenqueue, backend.aenqueue_many
-        new_row = backend._new_row
-
-        @functools.wraps(enqueue)
-        def traced_enqueue(task: Task, args: Any, kwargs: Any) -> Any:
-            with tracing.enqueue(task) as span:
-                result = enqueue(task, args, kwargs)
-                tracing.enqueued(span, [result.id])
-                return result
-
-        @functools.wraps(aenqueue)
-        async def traced_aenqueue(task: Task, args: Any, kwargs: Any) -> Any:
-            with tracing.enqueue(task) as span:
-                result = await aenqueue(task, args, kwargs)
-                tracing.enqueued(span, [result.id])
-                return result
-
-        @functools.wraps(enqueue_many)
-        def traced_enqueue_many(task: Task, calls: Any) -> Any:
-            calls = list(calls)
-            with tracing.enqueue(task, len(calls)) as span:
-                results = enqueue_many(task, calls)
-                tracing.enqueued(span, [r.id for r in results])
-                return results
-
-        @functools.wraps(aenqueue_many)
-        async def traced_aenqueue_many(task: Task, calls: Any) -> Any:
-            calls = list(calls)
-            with tracing.enqueue(task, len(calls)) as span:
-                results = await aenqueue_many(task, calls)
-                tracing.enqueued(span, [r.id for r in results])
-                return results
-
-        @functools.wraps(new_row)
-        def traced_new_row(task: Task, args: Any, kwargs: Any) -> Any:
-            row, result = new_row(task, args, kwargs)
-            row.trace_parent = tracing.traceparent()
-            return row, result
-
-        backend.enqueue, backend.aenqueue = traced_enqueue, traced_aenqueue
-        backend.enqueue_many, backend.aenqueue_many = traced_enqueue_many, traced_aenqueue_many
-        backend._new_row = traced_new_row
 
     @contextlib.contextmanager
     def enqueue(self, task: Task, count: int = 1) -> Iterator[Any]:

@@ -12,19 +12,27 @@ stores the outcome of the step before it, in that same transaction (``workflow_s
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Protocol, Union
 
 from asgiref.sync import sync_to_async
+from django.db import transaction
 
-from ..compat import Task, TaskResult
+from ..compat import InvalidTaskBackend, Task, TaskResult
 from ..exceptions import InvalidWorkflow
-from .workflow_plan import FINISHED, ON_FAILURE, Node, failed_step
+from .settings import sql_backend
+from .workflow_plan import FINISHED, ON_FAILURE, Node, failed_step, leaves
 
-if TYPE_CHECKING:
-    from ..models import WorkflowRecord
+
+class StoredWorkflow(Protocol):
+    """What a workflow's row (``models.WorkflowRecord``) holds."""
+
+    id: Any
+    backend_name: str
+    status: str
+    plan: Any
+
 
 MAX_WORKFLOW_TASKS = 1000  # tasks in one workflow: every step's outcome rewrites its plan
 
@@ -67,15 +75,22 @@ class Workflow:
     def enqueue(self, *args: Any, **kwargs: Any) -> WorkflowResult:
         """Write the workflow and all its tasks; the first steps get ``args`` and ``kwargs``
         before their own. The writes join the caller's transaction."""
-        from ..store import workflows as workflow_store
-
         tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]] = {}
         root = self._node(tasks)
-        return WorkflowResult.from_record(workflow_store.create(root, tasks, list(args), kwargs))
+        backends = {task.backend for task, _, _ in tasks.values()}
+        if len(backends) > 1:
+            raise InvalidWorkflow(
+                f"Every task of a workflow must use one backend; these use {sorted(backends)}."
+            )
+        alias = backends.pop()
+        try:
+            backend = sql_backend(alias)
+        except InvalidTaskBackend as e:
+            raise InvalidWorkflow(f"Workflows need the SQLTaskBackend: {e}") from e
+        return backend.enqueue_workflow(root, tasks, list(args), kwargs)
 
     async def aenqueue(self, *args: Any, **kwargs: Any) -> WorkflowResult:
         """Async ``enqueue``: one thread hop, in a transaction of its own."""
-        from django.db import transaction
 
         def write() -> WorkflowResult:
             with transaction.atomic(using=self._database()):
@@ -202,7 +217,7 @@ class WorkflowResult:
     plan: Node
 
     @classmethod
-    def from_record(cls, record: WorkflowRecord) -> WorkflowResult:
+    def from_record(cls, record: StoredWorkflow) -> WorkflowResult:
         return cls(
             id=str(record.id), backend=record.backend_name, status=record.status, plan=record.plan
         )
@@ -227,16 +242,13 @@ class WorkflowResult:
     @property
     def task_ids(self) -> list[str]:
         """The ids of the workflow's tasks, in plan order (a group's callback after it)."""
-        from .workflow_plan import leaves
-
         return [leaf["id"] for leaf in leaves(self.plan)]
 
     @property
     def members(self) -> list[TaskResult]:
         """Every task of the workflow as it is now, in plan order."""
-        from ..compat import task_backends
-
-        return [task_backends[self.backend].get_result(task_id) for task_id in self.task_ids]
+        backend = sql_backend(self.backend)
+        return [backend.get_result(task_id) for task_id in self.task_ids]
 
     def refresh(self) -> None:
         """Read the workflow's state again."""
@@ -246,11 +258,7 @@ class WorkflowResult:
     def cancel(self) -> bool:
         """Stop the workflow: its steps that have not started never run (FAILED with
         ``TaskCancelled``); running ones are asked to stop. False if it had finished."""
-        from ..compat import task_backends
-        from ..store import workflows as workflow_store
-
-        database = task_backends[self.backend].database  # type: ignore[attr-defined]
-        cancelled = workflow_store.cancel(database, self.id)
+        cancelled = sql_backend(self.backend).cancel_workflow(self.id)
         self.refresh()
         return cancelled
 
@@ -258,34 +266,10 @@ class WorkflowResult:
 def get_workflow(workflow_id: str, backend: str = "default") -> WorkflowResult:
     """Return the workflow ``workflow_id`` of the backend ``backend``; raise ``LookupError``
     naming it if there is none."""
-    from ..compat import task_backends
-    from ..models import WorkflowRecord
-
-    database = task_backends[backend].database  # type: ignore[attr-defined]
-    try:
-        key = uuid.UUID(str(workflow_id))
-        record = WorkflowRecord.objects.using(database).get(pk=key, backend_name=backend)
-    except (WorkflowRecord.DoesNotExist, ValueError) as e:  # ValueError: not a UUID
-        raise LookupError(f"No workflow {workflow_id!r} in backend {backend!r}.") from e
-    return WorkflowResult.from_record(record)
+    return sql_backend(backend).get_workflow(workflow_id)
 
 
 def workflow_of(result: TaskResult) -> WorkflowResult | None:
     """Return the workflow whose step ``result`` is, or None if it is no workflow's step (or
     its workflow was pruned)."""
-    from ..compat import task_backends
-    from ..models import TaskRecord
-
-    database = task_backends[result.backend].database  # type: ignore[attr-defined]
-    workflow_id = (
-        TaskRecord.objects.using(database)
-        .filter(pk=result.id)
-        .values_list("workflow_id", flat=True)
-        .first()
-    )
-    if workflow_id is None:
-        return None
-    try:
-        return get_workflow(str(workflow_id), backend=result.backend)
-    except LookupError:
-        return None
+    return sql_backend(result.backend).workflow_of(result.id)

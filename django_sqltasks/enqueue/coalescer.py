@@ -15,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from ..compat import TaskResultDoesNotExist, task_enqueued
+from ..core.settings import SQLBackend
 from ..sql import NewTask, dialect_for, packet
-
-if TYPE_CHECKING:
-    from ..backend import SQLTaskBackend
+from ..sql.pg import connection_params, open_async
+from ..task import result_from_row
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -39,7 +41,7 @@ POOL_SIZE = 4  # connections per event loop; batches beyond this wait for one
 class Coalescer:
     """Gather rows from concurrent ``aenqueue`` calls on one loop into few INSERTs."""
 
-    def __init__(self, backend: SQLTaskBackend, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, backend: SQLBackend, loop: asyncio.AbstractEventLoop) -> None:
         self.backend = backend
         self.database = backend.database
         self.loop = loop
@@ -140,8 +142,6 @@ class Coalescer:
 
 
 def _send_enqueued(sender: type, results: list[Any]) -> list[Exception | None]:
-    from ..compat import task_enqueued
-
     errors: list[Exception | None] = []
     for result in results:
         try:
@@ -224,8 +224,6 @@ class SmallPool:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
-        from ..sql.pg import open_async
-
         async with self._slots:
             if self._idle:
                 connection = self._idle.pop()
@@ -256,9 +254,7 @@ class PostgresWriter(Writer):
 
     @classmethod
     async def open(cls, database: str) -> PostgresWriter:
-        import psycopg  # noqa: F401  (ImportError: fall back to the thread writer)
-
-        from ..sql.pg import connection_params
+        import psycopg  # noqa: F401  (optional dependency; ImportError: the thread writer)
 
         setup = dialect_for(connections[database]).session_statements()
         return cls(database, SmallPool(connection_params(database), POOL_SIZE, setup))
@@ -268,11 +264,8 @@ class PostgresWriter(Writer):
         async with self.pool.connection() as connection:
             await connection.execute(sql, params)
 
-    async def get_result(self, backend: SQLTaskBackend, result_id: str) -> Any:
-        import uuid
-
-        from ..compat import TaskResultDoesNotExist
-        from ..core.resolve import result_from_row
+    async def get_result(self, backend: SQLBackend, result_id: str) -> Any:
+        # App registry: the backend, and so this module, loads before apps are ready.
         from ..models import TaskRecord
 
         try:
@@ -298,7 +291,7 @@ _coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Coal
 )
 
 
-async def coalescer_for(backend: SQLTaskBackend) -> Coalescer:
+async def coalescer_for(backend: SQLBackend) -> Coalescer:
     """Return this loop's coalescer for ``backend``, closing it when the loop shuts down."""
     loop = asyncio.get_running_loop()
     per_loop = _coalescers.get(loop)

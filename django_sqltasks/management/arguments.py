@@ -11,9 +11,11 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from ..compat import InvalidTaskBackend
+from ..core import settings
 from ..core.bounds import MAX_DAYS, MAX_DELAY
+from ..core.columns import MAX_NAME_LENGTH
 
-MAX_NAME_LENGTH = 64  # characters: TaskRecord.queue_name and WorkerRecord.id
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # accepted as Celery accepts them
 
@@ -149,16 +151,10 @@ def level_number(name: str) -> int:
 def sql_backend(alias: str) -> Any:
     """The ``SQLTaskBackend`` named by ``--backend``; raise ``CommandError`` for an unknown alias
     or a backend of another kind."""
-    from ..backend import SQLTaskBackend
-    from ..compat import InvalidTaskBackend, task_backends
-
     try:
-        backend = task_backends[alias]
+        return settings.sql_backend(alias)
     except InvalidTaskBackend as e:
         raise CommandError(f"--backend: {e}") from e
-    if not isinstance(backend, SQLTaskBackend):
-        raise CommandError(f"--backend: {alias!r} is not a django_sqltasks SQLTaskBackend.")
-    return backend
 
 
 def refuse_unknown_queues(backend: Any, names: Iterable[str]) -> None:

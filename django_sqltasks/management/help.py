@@ -7,6 +7,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from django.core.management.base import DjangoHelpFormatter
 
+from .. import __version__
+
 
 class HelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Django's option order, with the examples epilog printed as written."""
@@ -17,6 +19,4 @@ def package_version() -> str:
     try:
         return f"django-sqltasks {version('django-sqltasks')}"
     except PackageNotFoundError:  # run from a source tree that was never installed
-        from .. import __version__
-
         return f"django-sqltasks {__version__}"

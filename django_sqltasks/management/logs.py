@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
+
 from ..compat import TASKS_LOGGER
 
 # Django's ``django.tasks`` (``django_tasks`` on 5.2) logs each task's start and finish; the
@@ -21,8 +23,6 @@ def configure(verbosity: int, level: int | None = None) -> int:
     logger takes, keeps them. Otherwise it gets one stderr handler and stops propagating, so that
     each record is printed once whether or not DEBUG's console handler would also print it.
     """
-    from django.conf import settings
-
     explicit = level is not None
     if level is None:
         level = VERBOSITY_LEVELS.get(verbosity, logging.DEBUG)

@@ -16,7 +16,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connections
 
+from ..models import TaskRecord
 from ..sql import TableHealth, dialect_for
+from .durations import short_age
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -82,8 +84,6 @@ def read(using: str = "default") -> TableHealth:
 
 def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]:
     """The warnings ``health`` calls for, on database ``using``."""
-    from ..models import TaskRecord
-
     table = TaskRecord._meta.db_table
     found = []
     if health.autovacuum is False:
@@ -176,8 +176,6 @@ def session(health: TableHealth) -> str:
 
 def short(seconds: float) -> str:
     """A duration as an operator reads it: 42s, 17m, 5h, 3d."""
-    from .overview import short_age
-
     return short_age(timedelta(seconds=seconds))
 
 

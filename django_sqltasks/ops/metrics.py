@@ -19,6 +19,9 @@ from typing import Any
 from django.db import connections
 
 from ..compat import TaskResultStatus, task_enqueued, task_finished, task_started
+from ..core.progress import live_writers
+from . import overview
+from .health import CODES
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -142,8 +145,6 @@ class QueueCollector:
             return self._snapshot
 
     def _read(self) -> Any:
-        from . import overview
-
         try:
             return overview.take(using=self.using, minutes=1)
         except Exception:
@@ -203,7 +204,6 @@ class QueueCollector:
 
     def _upkeep(self, snapshot: Any, family: Any) -> Iterator[Any]:
         """Gauges of the task table's upkeep: the warnings, and what the database reports."""
-        from .health import CODES
 
         def gauge(name: str, doc: str, values: dict[str, float], label: str = "") -> Any:
             metric = family(name, doc, labels=["database", *([label] if label else [])])
@@ -256,8 +256,6 @@ class ProgressCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        from ..worker.reporter import live_writers
-
         writes = CounterMetricFamily(
             "sqltasks_progress_writes",
             "Progress reports written to the task table, or not (the write failed).",
@@ -275,7 +273,7 @@ class ProgressCollector:
         )
         written = failed = 0
         by_task: dict[tuple[str, str, str], list[float]] = {}
-        for writer in live_writers():
+        for writer in live_writers.all():
             done, lost = writer.counts()
             written, failed = written + done, failed + lost
             for report in writer.running():

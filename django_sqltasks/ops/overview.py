@@ -19,6 +19,7 @@ from ..compat import TaskResultStatus
 from ..models import PausedQueue, TaskRecord, TaskRecordQuerySet, WorkerRecord
 from ..sql import TableHealth
 from . import health as table_health
+from .durations import short_age  # noqa: F401  (read by the admin and tasks_status)
 
 FINISHED_WINDOW = timedelta(hours=1)  # finished counts cover this much recent time
 THROUGHPUT_MINUTES = 30  # minutes of per-minute throughput shown in the chart
@@ -204,14 +205,3 @@ def throughput(
             )
         )
     return series
-
-
-def short_age(value: timedelta | None) -> str:
-    """Write a duration the way an operator reads it: 42s, 17m, 5h, 3d."""
-    if value is None:
-        return "-"
-    seconds = int(value.total_seconds())
-    for limit, unit, size in ((120, "s", 1), (7200, "m", 60), (172800, "h", 3600)):
-        if seconds < limit:
-            return f"{seconds // size}{unit}"
-    return f"{seconds // 86400}d"

@@ -13,6 +13,7 @@ from django.db.models import Count, Q
 from ..compat import Task, TaskResultStatus
 from ..core.resolve import resolve_task
 from ..exceptions import TaskNotFound
+from ..models import TaskRecord
 
 DEFAULT_SAMPLE = 100  # rows per task path whose arguments are bound to the signature
 LIVE = (TaskResultStatus.READY, TaskResultStatus.RUNNING)
@@ -49,8 +50,6 @@ def check_live_tasks(
     One grouped query counts the live tasks per task path; each path is resolved as a worker
     resolves it; the arguments of up to ``sample`` rows per path are bound to its signature.
     """
-    from ..models import TaskRecord
-
     live = (
         TaskRecord.objects.using(backend.database)
         .for_backend(backend.alias)

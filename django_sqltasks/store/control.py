@@ -7,13 +7,14 @@ finishes in between is left alone rather than overwritten.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from ..compat import TaskResultStatus
+from ..compat import TaskResultDoesNotExist, TaskResultStatus
 from ..models import FINISHED_STATUSES, TaskRecord
 from ..sql import dialect_for
 
@@ -118,3 +119,19 @@ def request_cancel(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
         if changed:
             asked.append(record)
     return asked
+
+
+def cancel_by_id(database: str, alias: str, result_id: str) -> bool:
+    """``SQLTaskBackend.cancel``: cancel a READY task, or ask a RUNNING one to stop; False if it
+    had finished (or is a RUNNING sync task, flagged all the same). Raise
+    ``TaskResultDoesNotExist`` for an unknown id."""
+    try:
+        task_uuid = uuid.UUID(str(result_id))
+    except ValueError as e:
+        raise TaskResultDoesNotExist(result_id) from e
+    record = TaskRecord.objects.using(database).filter(id=task_uuid, backend_name=alias).first()
+    if record is None:
+        raise TaskResultDoesNotExist(result_id)
+    if cancel([record], using=database, reason="Cancelled before it started."):
+        return True
+    return bool(request_cancel([record], using=database))

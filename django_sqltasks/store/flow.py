@@ -10,6 +10,7 @@ from collections.abc import Collection
 from django.db import connections, transaction
 
 from ..compat import TaskResultDoesNotExist, TaskResultStatus
+from ..core.columns import MAX_NAME_LENGTH
 from ..exceptions import UnknownQueue
 from ..models import PausedQueue, TaskRecord
 from ..sql import dialect_for
@@ -19,7 +20,6 @@ from ..sql.rows import parked_at
 def check_queue(alias: str, known: Collection[str], queue_name: object) -> str:
     """Return ``queue_name`` if it can name a queue of the backend ``alias``; raise
     ``UnknownQueue`` naming the rule (and the backend's QUEUES, when it has any)."""
-    from ..backend import MAX_NAME_LENGTH
 
     if not isinstance(queue_name, str) or not 0 < len(queue_name) <= MAX_NAME_LENGTH:
         raise UnknownQueue(

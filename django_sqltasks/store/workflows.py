@@ -22,11 +22,12 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from ..backend import SQLTaskBackend
-from ..compat import InvalidTaskBackend, Task, TaskResult, TaskResultStatus, task_backends
+from ..compat import Task, TaskResult, TaskResultStatus
 from ..core import workflow_plan as plan
 from ..core.serialization import check_arguments, dumps, loads
+from ..core.settings import SQLBackend, backend_config
 from ..core.subject import subject_of_task
+from ..enqueue import writes
 from ..exceptions import InvalidWorkflow, PayloadTooLarge
 from ..ids import new_task_id
 from ..models import FINISHED_STATUSES, TaskRecord, WorkflowRecord
@@ -41,25 +42,15 @@ SWEEP_LIMIT = 200  # running workflows a sweep looks at, least recently changed 
 
 
 def create(
+    backend: SQLBackend,
     root: plan.Node,
     tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]],
     args: list[Any],
     kwargs: dict[str, Any],
 ) -> WorkflowRecord:
-    """Write a workflow and the rows of all its tasks, its first steps due and the rest parked,
-    in one transaction that joins the caller's."""
-    backends = {task.backend for task, _, _ in tasks.values()}
-    if len(backends) > 1:
-        raise InvalidWorkflow(
-            f"Every task of a workflow must use one backend; these use {sorted(backends)}."
-        )
-    backend = task_backends[backends.pop()]
-    if not isinstance(backend, SQLTaskBackend):
-        raise InvalidWorkflow(
-            f"Workflows need the SQLTaskBackend; backend {backend.alias!r} is "
-            f"{type(backend).__name__}."
-        )
-    backend._check_usable()
+    """Write a workflow and the rows of all its tasks (every one of ``backend``), its first
+    steps due and the rest parked, in one transaction that joins the caller's."""
+    backend.check_usable()
     check_arguments(args, kwargs)
     workflow_id = new_task_id()
     now = control.database_now(backend.database)  # first steps are due by the claim's clock
@@ -91,11 +82,11 @@ def create(
         for row, record in zip(rows, records.values(), strict=True)
         if record.available_at < parked_at()
     ]
-    backend._after_write(started, results)
+    writes.after_write(database, type(backend), started, results)
     return workflow
 
 
-def _check_size(backend: SQLTaskBackend, path: str, release: plan.Release) -> None:
+def _check_size(backend: SQLBackend, path: str, release: plan.Release) -> None:
     """Refuse a first step whose arguments, with ``enqueue()``'s before its own, exceed
     MAX_PAYLOAD_BYTES (its own were checked alone)."""
     limit = backend.config.max_payload_bytes
@@ -111,7 +102,7 @@ def _check_size(backend: SQLTaskBackend, path: str, release: plan.Release) -> No
 
 
 def _task_rows(
-    backend: SQLTaskBackend,
+    backend: SQLBackend,
     tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]],
     workflow_id: uuid.UUID,
 ) -> tuple[dict[int, TaskRecord], list[NewTask], list[TaskResult]]:
@@ -125,7 +116,7 @@ def _task_rows(
                 f"{task.module_path} deduplicates (dedupe=...): a workflow step cannot, since "
                 "its row waits in the table for its turn. Enqueue it without the workflow."
             )
-        row, result = backend._new_row(task, own_args, own_kwargs)
+        row, result = backend.new_row(task, own_args, own_kwargs)
         subject = subject_of_task(task)
         records[key] = TaskRecord(
             id=row.id,
@@ -228,6 +219,32 @@ def reconcile(database: str, backend_name: str) -> int:
     return len(stale)
 
 
+def get(database: str, alias: str, workflow_id: str) -> WorkflowRecord:
+    """The workflow ``workflow_id`` of backend ``alias``; raise ``LookupError`` naming it."""
+    try:
+        key = uuid.UUID(str(workflow_id))
+        return WorkflowRecord.objects.using(database).get(pk=key, backend_name=alias)
+    except (WorkflowRecord.DoesNotExist, ValueError) as e:  # ValueError: not a UUID
+        raise LookupError(f"No workflow {workflow_id!r} in backend {alias!r}.") from e
+
+
+def of_task(database: str, alias: str, result_id: str) -> WorkflowRecord | None:
+    """The workflow whose step task ``result_id`` is; None if none, or it was pruned."""
+    try:
+        key = uuid.UUID(str(result_id))
+    except ValueError:
+        return None
+    workflow_id = (
+        TaskRecord.objects.using(database)
+        .filter(pk=key, backend_name=alias)
+        .values_list("workflow_id", flat=True)
+        .first()
+    )
+    if workflow_id is None:
+        return None
+    return WorkflowRecord.objects.using(database).filter(pk=workflow_id).first()
+
+
 def cancel(database: str, workflow_id: str) -> bool:
     """Fail the workflow's steps that have not started and ask its running ones to stop; False
     if it had finished."""
@@ -306,11 +323,8 @@ def _move(
 
 def _payload_limit(backend_name: str) -> int | None:
     """The MAX_PAYLOAD_BYTES of the workflow's backend: the most a step may be handed."""
-    try:
-        backend = task_backends[backend_name]
-    except InvalidTaskBackend:
-        return None  # taken out of TASKS meanwhile: its options are not known
-    return getattr(getattr(backend, "config", None), "max_payload_bytes", None)
+    config = backend_config(backend_name)
+    return None if config is None else config.max_payload_bytes  # None: left TASKS meanwhile
 
 
 def _release(

@@ -10,7 +10,6 @@ import pytest
 
 from ..compat import TaskResult
 from .capture import CapturedTasks, capturing
-from .runner import advance, run_tasks
 
 
 class TasksFixture(CapturedTasks):
@@ -18,10 +17,14 @@ class TasksFixture(CapturedTasks):
 
     def run(self, **options: Any) -> list[TaskResult]:
         """``run_tasks(**options)``: run every due task in this process."""
+        from .runner import run_tasks  # measured start-up cost: the worker loads only if used
+
         return run_tasks(**options)
 
     def advance(self, delta: timedelta | float, **options: Any) -> timedelta:
         """``advance(delta, **options)``: move the queue's clock forward."""
+        from .runner import advance  # measured start-up cost: the worker loads only if used
+
         return advance(delta, **options)
 
 

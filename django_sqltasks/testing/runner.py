@@ -30,8 +30,11 @@ from ..compat import (
     task_finished,
     task_started,
 )
+from ..core.settings import is_sql_backend
 from ..exceptions import TaskTimeout
+from ..models import TaskRecord
 from ..sql import ANY_LIMIT, ClaimedRow, Outcome, Scope, dialect_for
+from ..sql.rows import parked_at
 from ..worker import attempt as attempts
 from ..worker import outcomes
 from ..worker.receivers import Receivers
@@ -52,10 +55,8 @@ class RunawayTasks(AssertionError):
 
 def backend_for(alias: str) -> Any:
     """The SQLTaskBackend of ``alias``; raise ``TypeError`` naming the alias otherwise."""
-    from ..backend import SQLTaskBackend
-
     backend = task_backends[alias]
-    if not isinstance(backend, SQLTaskBackend):
+    if not is_sql_backend(backend):
         raise TypeError(
             f"Task backend {alias!r} is a {type(backend).__name__}, not a SQLTaskBackend: "
             "run_tasks() runs the tasks of django-sqltasks backends only."
@@ -64,9 +65,6 @@ def backend_for(alias: str) -> Any:
 
 
 def _ready(backend: Any, queues: list[str] | None) -> Any:
-    from ..models import TaskRecord
-    from ..sql.rows import parked_at
-
     return (
         TaskRecord.objects.using(backend.database)
         .for_backend(backend.alias)
@@ -177,8 +175,6 @@ class Runner:
 
     def _unshift(self, now: datetime) -> None:
         """Put back the available_at of the rows ``claim`` moved (claimed ones included)."""
-        from ..models import TaskRecord
-
         TaskRecord.objects.using(self.backend.database).for_backend(self.backend.alias).filter(
             available_at__lte=now - CLAIM_SHIFT / 2
         ).update(available_at=F("available_at") + CLAIM_SHIFT)

@@ -175,7 +175,7 @@ class Maintenance:
 
     def _schedule_loop(self) -> None:
         """Enqueue periodic tasks at their slots (a thread that sleeps until the next slot)."""
-        from ..core.schedules import Scheduler
+        from .scheduler import Scheduler
 
         scheduler = Scheduler(self.backend)
         if not scheduler.schedules:

@@ -1,6 +1,7 @@
 """The producer: claims due tasks in batches as slots free up, holds prefetched ones until a slot
 frees, and starts them through the executor. Wake-ups (NOTIFY, file watches) cut its sleeps
-short; so does a quarter of its room freeing up."""
+short; so does a quarter of its room freeing up. Its statements are ``Claims``', run on the
+database thread (or, for the main claim on PostgreSQL, on the loop: ``native``)."""
 
 from __future__ import annotations
 
@@ -10,28 +11,21 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from concurrent.futures import Executor as ThreadExecutor
-from typing import Any, TypeVar
-
-from django.db import connections
-from django.db.backends.utils import CursorWrapper
+from typing import Any
 
 from ..compat import task_started
 from ..exceptions import TaskCancelled
-from ..sql import ClaimedRow, Dialect, Scope, dialect_for
+from ..sql import ClaimedRow
+from .claims import Claims
 from .completer import Completer
 from .executor import Executor
-from .limited import limited_claim_for
 from .liveness import Progress
 from .native import LoopDatabase
 from .receivers import Receivers
-from .retries import run_with_retries
+from .retries import DatabaseThread
 from .slots import Slots
 
 logger = logging.getLogger("django_sqltasks")
-
-T = TypeVar("T")
 
 GATHER_DELAY = 0.002  # seconds to let more slots free up before claiming a small batch
 SCAN_WHEN_BUSY = 1.0  # seconds between looks for limited tasks while every claim is full
@@ -54,32 +48,28 @@ class Producer:
     def __init__(
         self,
         *,
-        backend: Any,
-        worker_id: str,
-        queue_names: list[str] | None,
+        sender: type,
+        claims: Claims,
         slots: Slots,
-        db: ThreadExecutor,
+        db: DatabaseThread,
         completer: Completer,
         progress: Progress,
-        stopped: threading.Event,
         poll_interval: float,
         burst: bool,
         max_tasks: int | None,
     ) -> None:
         # Set once here, read from any thread.
-        self.backend_name: str = backend.alias
-        self.sender = type(backend)
-        self.database: str = backend.database
-        self.worker_id = worker_id
-        self.queue_names = queue_names
+        self.sender = sender
+        self.worker_id = claims.worker_id
+        self.queue_names = claims.queue_names
         self.slots = slots
         self.poll_interval = poll_interval
         self.burst = burst
         self.max_tasks = max_tasks
+        self._claims = claims
         self._db = db
         self._completer = completer
         self._progress = progress
-        self._stopped = stopped
         # Set by the runner before the loop starts.
         self.executor: Executor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -94,23 +84,13 @@ class Producer:
         self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
-        self.stopping = False
+        self._stopping = False  # set by stop(): claim no more
         # Suspects may wait (set at start, by the heartbeat thread through on_suspects, and by
         # a burst worker that found nothing else); cleared when a look finds none.
         self._suspects = True
         self._alone: uuid.UUID | None = None  # the suspect running alone here, if any
         self._drain_since: float | None = None  # monotonic: when this worker began to drain
         self._next_drain = 0.0  # monotonic: no drain before (after one that ran too long)
-        # Owned by the database thread.
-        self._claim_uncertain = False  # a claim failed without telling us what it took
-        # Its state is the database thread's; the loop reads its ``active`` as a hint.
-        self._limited = limited_claim_for(backend, worker_id, queue_names)
-        self._main_scope = Scope(exclude_queues=self._limited.excluded)
-
-    @property
-    def main_scope(self) -> Scope:
-        """What the main claim takes: tasks of no limit, outside the limited queues."""
-        return self._main_scope
 
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
         """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
@@ -125,10 +105,21 @@ class Producer:
 
     # Loop thread --------------------------------------------------------------------------
 
+    @property
+    def stopping(self) -> bool:
+        """Whether ``stop`` was called."""
+        return self._stopping
+
+    def stop(self) -> None:
+        """Claim no more, and end the current sleep (on the loop thread, or before it runs)."""
+        self._stopping = True
+        self.wake()
+
     async def run(self) -> None:
         """Claim and start tasks until stopped, or until ``burst``/``max_tasks`` is done."""
         capacity = self.slots.capacity
-        while not self.stopping:
+        claims = self._claims
+        while not self._stopping:
             if (self._alone is not None or self._suspects) and await self._isolate():
                 continue
             held = self.slots.held
@@ -155,23 +146,23 @@ class Producer:
             self._claiming = False
             self._progress.succeeded("claiming")
             self._hold(rows)
-            if not self._limited.active and (
+            if not claims.limited_active and (
                 len(rows) < free or time.monotonic() >= self._next_scan
             ):
                 # Look for limited tasks now and then (the scan keeps its own pace), once the
                 # claimed tasks have started: never on the way to a task's start. A busy worker
                 # looks too, so that limited tasks do not wait for its backlog to run dry.
                 self._next_scan = time.monotonic() + SCAN_WHEN_BUSY
-                await self.db_call(self._scan_limits)
+                await self._db.call(claims.scan_limits)
             if len(rows) < free:
                 if self.burst and not rows and not self.slots.held:
                     # Done only if no outcome was written since this claim began: a retry
                     # written meanwhile is READY again and must be claimed.
                     if self._completer.wait_idle(0) and self._completer.written == written_before:
-                        if await self.db_call(self._suspects_waiting):
+                        if await self._db.call(claims.suspects_waiting):
                             self._suspects = True
                             continue
-                        if not await self.db_call(self._limited_waiting):
+                        if not await self._db.call(claims.limited_waiting):
                             return
                         # Due tasks wait on a limit other workers fill: poll for a free slot.
                         await self.sleep(self.poll_interval)
@@ -214,7 +205,7 @@ class Producer:
         if self.max_tasks is not None and self.slots.claimed >= self.max_tasks:
             return False
         try:
-            row = await self.db_call(self._claim_suspect)
+            row = await self._db.call(self._claims.claim_suspect)
         except Exception:
             self._progress.failed("claiming")
             logger.exception(
@@ -274,9 +265,9 @@ class Producer:
 
     async def _claim_rows(self, free: int) -> list[ClaimedRow]:
         """Claim up to ``free`` tasks: on the loop where it can, else on the database thread."""
-        native = self._native
-        if native is None or not native.ready or self._limited.active:
-            return await self.db_call(self._claim, free)
+        native, claims = self._native, self._claims
+        if native is None or not native.ready or claims.limited_active:
+            return await self._db.call(claims.claim, free)
         try:
             return await native.claim(free)
         except Exception as e:
@@ -284,7 +275,7 @@ class Producer:
                 "Claim on the event loop failed (%s); claiming on the database thread", e
             )
             # It may have committed: the thread's claim first puts back what it took.
-            return await self.db_call(self._claim, free, True)
+            return await self._db.call(claims.claim, free, True)
 
     def _hold(self, rows: list[ClaimedRow]) -> None:
         """Take claimed rows in: start as many as there are free slots, keep the rest waiting."""
@@ -311,8 +302,8 @@ class Producer:
         self.slots.let_go(queued)
         if not waiting and not queued:
             return
-        count = await self.db_call(
-            lambda: self.requeue_owned(
+        count = await self._db.call(
+            lambda: self._claims.requeue_owned(
                 "The worker stopped before this task started.", keep_known=True
             )
         )
@@ -387,90 +378,3 @@ class Producer:
             self._woken_in_claim = True
         self._idle_sleep = BUSY_POLL
         self.wake()
-
-    # Database thread ----------------------------------------------------------------------
-
-    async def db_call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` on the database thread, riding out transient errors."""
-        assert self._loop is not None
-        return await self._loop.run_in_executor(
-            self._db, run_with_retries, self.database, lambda: fn(*args), self._stopped
-        )
-
-    def cursor_call(self, fn: Callable[[Dialect, CursorWrapper], T]) -> T:
-        connection = connections[self.database]
-        with connection.cursor() as cursor:
-            return fn(dialect_for(connection), cursor)
-
-    def _claim(self, limit: int, after_failed_claim: bool = False) -> list[ClaimedRow]:
-        if self._claim_uncertain or after_failed_claim:
-            # The last claim failed mid-way: it may have committed rows we never saw, which
-            # our heartbeat would keep RUNNING forever. Put them back first.
-            count = self.requeue_owned(
-                "The claim that took this task failed before the worker saw it.",
-                keep_known=True,
-            )
-            if count:
-                logger.warning("Requeued %d task(s) from a failed claim", count)
-        self._claim_uncertain = True
-        limited = self._limited
-        rows: list[ClaimedRow] = []
-        if limited.active:
-            # Limited tasks first: the main claim would otherwise fill every free slot of a
-            # busy worker, and they would wait for it to run dry.
-            rows = self.cursor_call(lambda d, c: limited.claim(d, c, limit))
-        if len(rows) < limit:
-            rows += self.cursor_call(
-                lambda d, c: d.claim(
-                    c,
-                    backend_name=self.backend_name,
-                    queue_names=self.queue_names,
-                    worker_id=self.worker_id,
-                    limit=limit - len(rows),
-                    scope=self._main_scope,
-                )
-            )
-        self._claim_uncertain = False
-        return rows
-
-    def _claim_suspect(self) -> ClaimedRow | None:
-        if self._claim_uncertain:
-            self.requeue_owned(
-                "The claim that took this task failed before the worker saw it.", keep_known=True
-            )
-        self._claim_uncertain = True
-        row = self.cursor_call(
-            lambda d, c: d.claim_suspect(
-                c,
-                backend_name=self.backend_name,
-                queue_names=self.queue_names,
-                worker_id=self.worker_id,
-            )
-        )
-        self._claim_uncertain = False
-        return row
-
-    def _suspects_waiting(self) -> bool:
-        return self.cursor_call(
-            lambda d, c: d.suspects_waiting(
-                c, backend_name=self.backend_name, queue_names=self.queue_names
-            )
-        )
-
-    def _scan_limits(self) -> None:
-        self.cursor_call(self._limited.scan)
-
-    def _limited_waiting(self) -> bool:
-        return self.cursor_call(self._limited.waiting)
-
-    def requeue_owned(self, reason: str, *, keep_known: bool = False) -> int:
-        """Put this worker's RUNNING tasks back to READY; with ``keep_known``, only those it
-        does not know it holds (held, or with an outcome waiting to be written)."""
-        keep: set[uuid.UUID] = set()
-        if keep_known:
-            keep = self.slots.held_ids() | self._completer.pending_ids()
-        return self.cursor_call(
-            lambda d, c: d.requeue_owned(
-                c, worker_id=self.worker_id, reason=reason, keep=list(keep)
-            )
-        )

@@ -12,23 +12,17 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-import weakref
 from concurrent.futures import Executor, Future
 
 from django.db import DatabaseError
 from django.db.models import Q
 
-from ..core.progress import AttemptReport
+from ..core.progress import AttemptReport, live_writers
 from .retries import is_transient, reset
 
 logger = logging.getLogger("django_sqltasks")
 
 FINAL_WAIT = 5.0  # seconds an ending attempt waits for its last report to be written
-
-# Every live writer of this process, for the metrics: added to by the thread that makes a
-# worker, read by a scrape's thread; behind the lock.
-_writers: weakref.WeakSet[Reporter] = weakref.WeakSet()
-_writers_lock = threading.Lock()
 
 
 class Reporter:
@@ -48,8 +42,7 @@ class Reporter:
         self._active: dict[uuid.UUID, AttemptReport] = {}  # running attempts that reported
         self.written = 0
         self.failed = 0
-        with _writers_lock:
-            _writers.add(self)
+        live_writers.add(self)  # for the metrics (ops/metrics.py) to read
 
     # Any thread ---------------------------------------------------------------------------
 
@@ -157,9 +150,3 @@ def end_report(reporter: Reporter | None, report: AttemptReport | None) -> None:
         future.result(timeout=FINAL_WAIT)
     except Exception:  # a timeout: the write goes on, guarded by the attempt
         logger.warning("The last progress report of task id=%s is not written yet", report.task_id)
-
-
-def live_writers() -> list[Reporter]:
-    """The progress writers of this process's workers."""
-    with _writers_lock:
-        return list(_writers)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections
 
@@ -72,3 +75,19 @@ def reset(alias: str) -> None:
             connection.close()
     except Exception:  # the connection is broken already; forgetting it is all that is left
         connection.connection = None
+
+
+class DatabaseThread:
+    """A worker's database thread: one connection for its claims, its lease and its upkeep.
+    Set up once, here; any thread may call it."""
+
+    def __init__(self, database: str, stopping: threading.Event) -> None:
+        self.database = database
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="sqltasks-db")
+        self._stopping = stopping  # set when the worker winds down: retries give up sooner
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the thread, riding out transient errors (from the loop)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, run_with_retries, self.database, partial(fn, *args), self._stopping
+        )

@@ -23,7 +23,10 @@ from django.utils.crypto import get_random_string
 from ..backend import SQLTaskBackend
 from ..compat import task_backends
 from ..core.bounds import MAX_DELAY, MAX_INTERVAL, is_number
+from ..core.columns import MAX_NAME_LENGTH
+from ..core.settings import is_sql_backend
 from ..sql import dialect_for, unsupported_version
+from .claims import Claims
 from .completer import Completer
 from .executor import Executor
 from .lease import Lease
@@ -33,13 +36,14 @@ from .maintenance import Maintenance
 from .native import LoopDatabase
 from .producer import Producer
 from .reporter import Reporter
+from .retries import DatabaseThread
 from .slots import Slots
 from .threads import SignalThread, TaskThreads
 from .wakeup import Wakeup, wakeup_for
 
 logger = logging.getLogger("django_sqltasks")
 
-MAX_WORKER_ID_LENGTH = 64
+MAX_WORKER_ID_LENGTH = MAX_NAME_LENGTH  # WorkerRecord.id
 WRITES_WAIT = 30.0  # seconds a stopping worker waits for its outcomes to be written
 
 
@@ -67,11 +71,12 @@ class Worker:
         supervisor: SupervisorLink | None = None,
     ) -> None:
         task_backend = task_backends[backend]
-        if not isinstance(task_backend, SQLTaskBackend):
+        if not is_sql_backend(task_backend):
             raise ValueError(
                 f"Backend {backend!r} is a {type(task_backend).__qualname__}, not a "
                 "django_sqltasks SQLTaskBackend: this worker only runs its tasks."
             )
+        assert isinstance(task_backend, SQLTaskBackend)  # for the type checker
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}.")
         if prefetch is not None and prefetch < 0:
@@ -114,12 +119,12 @@ class Worker:
         )
         self._stopped = threading.Event()  # set when the worker winds down: threads end
         self._progress = Progress()
-        self._db = ThreadPoolExecutor(1, thread_name_prefix="sqltasks-db")
+        self._db = DatabaseThread(self.database, self._stopped)
         # Outcomes are written on a connection of their own, so that a claim and a write run
         # at the same time; a database that takes one writer at a time shares one.
         self._single_writer = dialect_for(connections[self.database]).single_writer
         self._writer = (
-            self._db
+            self._db.executor
             if self._single_writer
             else ThreadPoolExecutor(1, thread_name_prefix="sqltasks-writer")
         )
@@ -135,24 +140,31 @@ class Worker:
             progress=self._progress,
             stopping=self._stopped,
         )
-        self._producer = Producer(
+        self._claims = Claims(
             backend=task_backend,
             worker_id=self.worker_id,
             queue_names=self.queue_names,
             slots=self.slots,
+            completer=self._completer,
+        )
+        self._producer = Producer(
+            sender=type(task_backend),
+            claims=self._claims,
+            slots=self.slots,
             db=self._db,
             completer=self._completer,
             progress=self._progress,
-            stopped=self._stopped,
             poll_interval=poll_interval or config.poll_interval,
             burst=burst,
             max_tasks=max_tasks,
         )
-        self._reporter = Reporter(database=self.database, worker_id=self.worker_id, db=self._db)
+        self._reporter = Reporter(
+            database=self.database, worker_id=self.worker_id, db=self._db.executor
+        )
         self._maintenance = Maintenance(
             backend=task_backend,
             lease=self.lease,
-            db=self._db,
+            db=self._db.executor,
             progress=self._progress,
             stopped=self._stopped,
             on_cancel_requested=self._producer.on_cancel_requested,
@@ -180,7 +192,7 @@ class Worker:
             with contextlib.suppress(RuntimeError):  # closed meanwhile
                 loop.call_soon_threadsafe(self._begin_stop)
                 return
-        self._producer.stopping = True  # before the loop runs: it will not claim
+        self._producer.stop()  # before the loop runs: it will not claim
 
     def force_stop(self) -> None:
         """Write what is finished, put running tasks back in the queue, and exit now."""
@@ -189,7 +201,7 @@ class Worker:
         def requeue() -> None:
             try:
                 self._completer.wait_idle(timeout=2)
-                self._producer.requeue_owned("The worker was forced to stop while this task ran.")
+                self._claims.requeue_owned("The worker was forced to stop while this task ran.")
             except Exception:
                 logger.exception("Could not requeue tasks of worker_id=%s", self.worker_id)
             finally:
@@ -205,7 +217,7 @@ class Worker:
     def check_database(self) -> None:
         """Check the server version and the task table on the connection the worker will use;
         raise ``RuntimeError`` saying what is wrong."""
-        self._db.submit(check_database, self.database).result()
+        self._db.executor.submit(check_database, self.database).result()
 
     @property
     def claimed(self) -> int:
@@ -248,7 +260,7 @@ class Worker:
             # Connect the outcome writer while the worker registers: the first outcome is
             # written sooner.
             self._writer.submit(_connect, self.database)
-        await self._producer.db_call(self.lease.register)
+        await self._db.call(self.lease.register)
         notify = self.backend.config.notify
         if LoopDatabase.available(self.database):
             # PostgreSQL: LISTEN and the main claim on the loop.
@@ -257,7 +269,7 @@ class Worker:
                 backend_name=self.backend.alias,
                 queue_names=self.queue_names,
                 worker_id=self.worker_id,
-                scope=self._producer.main_scope,
+                scope=self._claims.main_scope,
                 listen=notify,
                 on_wake=self._producer.woken_here,
             )
@@ -296,8 +308,8 @@ class Worker:
         await asyncio.to_thread(self._completer.wait_idle, WRITES_WAIT)
         await asyncio.wrap_future(self._signals.post(lambda: None))
         await asyncio.to_thread(self._maintenance.join)
-        await self._producer.db_call(self.lease.unregister)
-        for executor in {self._db, self._writer}:
+        await self._db.call(self.lease.unregister)
+        for executor in {self._db.executor, self._writer}:
             await self._loop.run_in_executor(executor, connections.close_all)
             executor.shutdown(wait=True)
         # Threads of requeued sync tasks cannot be stopped; do not wait for them.
@@ -334,16 +346,15 @@ class Worker:
         )
         executor.abandon()  # async tasks stop here; sync threads run on, their result unused
         await asyncio.to_thread(self._completer.wait_idle, WRITES_WAIT)
-        await producer.db_call(
-            producer.requeue_owned, "The worker stopped before this task finished."
+        await self._db.call(
+            self._claims.requeue_owned, "The worker stopped before this task finished."
         )
 
     def _begin_stop(self) -> None:
         if self._producer.stopping:
             return
-        self._producer.stopping = True
+        self._producer.stop()
         self._maintenance.stop_scheduling()
-        self._producer.wake()
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():

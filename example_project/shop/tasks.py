@@ -13,7 +13,7 @@ try:
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import task
 
-from django_sqltasks.core.progress import SQLTaskContext
+from django_sqltasks import SQLTaskContext
 
 # Made-up rates, so the example needs no network.
 EXCHANGE_RATES = {"EUR": 0.92, "GBP": 0.79, "JPY": 151.4}

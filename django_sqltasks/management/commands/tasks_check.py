@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from ...core.settings import sql_backends
 from ...ops.stranded import DEFAULT_SAMPLE, Problem, check_live_tasks
 from ...sql.installation import is_missing_table, not_migrated
 from ..arguments import backend_alias, queue_names, refuse_unknown_queues, whole_number
@@ -65,8 +66,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from ...admin.lists import sql_backends
-
         backends = sql_backends()
         aliases = options["backend"] or sorted(backends)
         unknown = [alias for alias in aliases if alias not in backends]

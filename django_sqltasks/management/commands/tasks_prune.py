@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from ...compat import DEFAULT_TASK_BACKEND_ALIAS
+from ...models import TaskRecord
 from ...store.pruning import BATCH_SIZE, DEFAULT_FAILED_DAYS, DEFAULT_SUCCESSFUL_DAYS, prune
 from ..arguments import backend_alias, days, positive_int, refuse_unknown_queues, sql_backend, text
 from ..help import package_version
@@ -78,8 +79,6 @@ class Command(BaseCommand):
             dry_run=options["dry_run"],
         )
         if queue is not None and not pruned.total:
-            from ...models import TaskRecord
-
             tasks = TaskRecord.objects.using(backend.database).filter(backend_name=backend.alias)
             if not tasks.filter(queue_name=queue).exists():
                 self.stderr.write(f"No task of backend {backend.alias!r} is in queue {queue!r}.")

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from ...core.settings import sql_backends
 from ...ops import health, overview
 from ...sql.installation import is_missing_table, not_migrated
 from ..help import package_version
@@ -47,8 +48,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from ...admin.lists import sql_backends
-
         backends = sql_backends()
         if options["backend"] is not None:
             if options["backend"] not in backends:

@@ -10,8 +10,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend
+from ...compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend, task_backends
 from ...core.bounds import MAX_INTERVAL
+from ...ops import metrics
 from ...worker import Worker
 from ...worker.lease import EXIT_ID_IN_USE, WorkerIdInUse
 from ...worker.link import SupervisorLink, die_with_parent
@@ -234,8 +235,6 @@ class Command(BaseCommand):
         loglevel = options["loglevel"]
         logs.configure(options["verbosity"], level_number(loglevel) if loglevel else None)
         try:
-            from ...compat import task_backends
-
             backend = task_backends[options["backend"]]
         except InvalidTaskBackend as e:
             raise CommandError(f"--backend: {e}") from e
@@ -276,8 +275,6 @@ class Command(BaseCommand):
             raise CommandError(str(e)) from e
         self._connect(worker.check_database, worker.database, options)
         if options["metrics_port"] is not None:
-            from ...ops import metrics
-
             try:
                 metrics.serve(
                     options["metrics_port"], using=worker.database, addr=options["metrics_host"]

@@ -1,0 +1,130 @@
+"""Building the rows an enqueue writes: each call checked as Django Tasks asks, encoded once,
+and sized against the backend's and the server's limits, before anything is written.
+
+Shared by the backend's enqueues and by workflows (``store/workflows.py``), so both build a
+task row the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from django.apps import apps
+from django.utils import timezone
+
+from ..compat import InvalidTask, InvalidTaskBackend, Task, TaskResult, TaskResultStatus
+from ..core.limits import limit_key
+from ..core.options import BackendOptions, OptionError
+from ..core.policy import dedupe_key
+from ..core.serialization import check_arguments, dumps
+from ..core.subject import subject_of_task
+from ..exceptions import PayloadTooLarge
+from ..ids import new_task_id
+from ..sql import NewTask, installation, packet
+from ..task import SQLTaskResult
+
+Build = Callable[[Task, Any, Any], tuple[NewTask, TaskResult]]
+
+
+def check_usable(alias: str, options_error: OptionError | None) -> None:
+    """Refuse to enqueue through a backend whose OPTIONS are wrong, or without the app."""
+    if options_error is not None:
+        raise InvalidTaskBackend(str(options_error))
+    # Without the app its model cannot load: say so before Django's app_label error.
+    if not apps.is_installed("django_sqltasks"):
+        raise InvalidTaskBackend(installation.not_installed(alias))
+
+
+def new_row(
+    task: Task,
+    args: Any,
+    kwargs: Any,
+    *,
+    alias: str,
+    config: BackendOptions,
+    traceparent: str | None = None,
+) -> tuple[NewTask, TaskResult]:
+    """The row of one call of ``task`` (validated already), and the result ``enqueue()``
+    returns for it; raise for arguments that cannot be stored, naming the rule."""
+    check_arguments(args, kwargs)
+    now = timezone.now()
+    task_id = new_task_id()
+    result: TaskResult = SQLTaskResult(
+        task=task,
+        id=str(task_id),
+        status=TaskResultStatus.READY,
+        enqueued_at=now,
+        started_at=None,
+        last_attempted_at=None,
+        finished_at=None,
+        args=args,
+        kwargs=kwargs,
+        backend=alias,
+        errors=[],
+        worker_ids=[],
+        subject=subject_of_task(task),
+    )
+    row = NewTask(
+        id=task_id,
+        task_path=task.module_path,
+        backend_name=alias,
+        queue_name=task.queue_name,
+        priority=task.priority,
+        args=result.args,
+        kwargs=result.kwargs,
+        enqueued_at=now,
+        run_after=task.run_after,
+        args_json=dumps(result.args),
+        kwargs_json=dumps(result.kwargs),
+        dedupe_key=dedupe_key(task, result.args, result.kwargs),
+        limit_key=limit_key(task, result.args, result.kwargs),
+        trace_parent=traceparent,
+    )
+    limit = config.max_payload_bytes
+    if limit is not None:
+        size = len(row.args_json) + len(row.kwargs_json)
+        if size > limit:
+            raise PayloadTooLarge(
+                f"Task arguments of {task.module_path} encode to {size} bytes, over the "
+                f"MAX_PAYLOAD_BYTES limit of {limit}: store large data elsewhere and pass "
+                "its key."
+            )
+    return row, result
+
+
+def new_rows(
+    task: Task, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]], build: Build
+) -> tuple[list[NewTask], list[TaskResult]]:
+    """The rows of ``enqueue_many``: every call built with ``build``, a bad one named by its
+    index in ``calls``."""
+    rows: list[NewTask] = []
+    results: list[TaskResult] = []
+    for index, call in enumerate(calls):
+        try:
+            args, kwargs = call
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"calls[{index}] must be an (args, kwargs) pair, not {call!r}.") from e
+        try:
+            row, result = build(task, args, kwargs)
+        except (TypeError, ValueError, InvalidTask) as e:
+            raise type(e)(f"calls[{index}]: {e}") from e
+        rows.append(row)
+        results.append(result)
+    return rows, results
+
+
+def check_packet(rows: Sequence[NewTask], limit: int | None, many: bool = False) -> None:
+    """Refuse a row whose INSERT would exceed the server's max_allowed_packet (MySQL)."""
+    if limit is None:
+        return
+    for index, row in enumerate(rows):
+        size = packet.row_size(row) + packet.STATEMENT_OVERHEAD
+        if size > limit:
+            where = f"calls[{index}]: " if many else ""
+            raise PayloadTooLarge(
+                f"{where}Task arguments of {row.task_path} make a statement of about {size} "
+                f"bytes, which exceeds the server's max_allowed_packet of {limit} bytes "
+                "(MySQL and MariaDB drop the connection on a larger statement): store large "
+                "data elsewhere and pass its key, or raise max_allowed_packet."
+            )

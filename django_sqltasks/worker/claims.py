@@ -1,0 +1,135 @@
+"""A worker's claim statements, on its database thread: the main claim and the limited one, a
+suspect to run alone, and putting back what a failed claim or a stop leaves RUNNING."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db import connections
+from django.db.backends.utils import CursorWrapper
+
+from ..sql import ClaimedRow, Dialect, Scope, dialect_for
+from .completer import Completer
+from .limited import limited_claim_for
+from .slots import Slots
+
+logger = logging.getLogger("django_sqltasks")
+
+T = TypeVar("T")
+
+FAILED_CLAIM = "The claim that took this task failed before the worker saw it."
+
+
+class Claims:
+    """Claim tasks for one worker. Every method runs on the worker's database thread; the
+    fields are set once, here, but ``_claim_uncertain`` and the limited claim's state, which
+    are the database thread's (the loop reads ``limited_active`` as a hint)."""
+
+    def __init__(
+        self,
+        *,
+        backend: Any,
+        worker_id: str,
+        queue_names: list[str] | None,
+        slots: Slots,
+        completer: Completer,
+    ) -> None:
+        self.backend_name: str = backend.alias
+        self.database: str = backend.database
+        self.worker_id = worker_id
+        self.queue_names = queue_names
+        self._slots = slots
+        self._completer = completer
+        self._limited = limited_claim_for(backend, worker_id, queue_names)
+        self._main_scope = Scope(exclude_queues=self._limited.excluded)
+        self._claim_uncertain = False  # a claim failed without telling us what it took
+
+    @property
+    def main_scope(self) -> Scope:
+        """What the main claim takes: tasks of no limit, outside the limited queues."""
+        return self._main_scope
+
+    @property
+    def limited_active(self) -> bool:
+        """Whether limited tasks are claimed first (then the claim runs here, not on the loop)."""
+        return self._limited.active
+
+    def claim(self, limit: int, after_failed_claim: bool = False) -> list[ClaimedRow]:
+        """Claim up to ``limit`` due tasks: limited ones first, then the main claim's."""
+        if self._claim_uncertain or after_failed_claim:
+            # The last claim failed mid-way: it may have committed rows we never saw, which
+            # our heartbeat would keep RUNNING forever. Put them back first.
+            count = self.requeue_owned(FAILED_CLAIM, keep_known=True)
+            if count:
+                logger.warning("Requeued %d task(s) from a failed claim", count)
+        self._claim_uncertain = True
+        limited = self._limited
+        rows: list[ClaimedRow] = []
+        if limited.active:
+            # Limited tasks first: the main claim would otherwise fill every free slot of a
+            # busy worker, and they would wait for it to run dry.
+            rows = self._cursor_call(lambda d, c: limited.claim(d, c, limit))
+        if len(rows) < limit:
+            rows += self._cursor_call(
+                lambda d, c: d.claim(
+                    c,
+                    backend_name=self.backend_name,
+                    queue_names=self.queue_names,
+                    worker_id=self.worker_id,
+                    limit=limit - len(rows),
+                    scope=self._main_scope,
+                )
+            )
+        self._claim_uncertain = False
+        return rows
+
+    def claim_suspect(self) -> ClaimedRow | None:
+        """Claim a suspect (see ``Dialect.requeue_orphans``) to run alone, if one waits."""
+        if self._claim_uncertain:
+            self.requeue_owned(FAILED_CLAIM, keep_known=True)
+        self._claim_uncertain = True
+        row = self._cursor_call(
+            lambda d, c: d.claim_suspect(
+                c,
+                backend_name=self.backend_name,
+                queue_names=self.queue_names,
+                worker_id=self.worker_id,
+            )
+        )
+        self._claim_uncertain = False
+        return row
+
+    def suspects_waiting(self) -> bool:
+        return self._cursor_call(
+            lambda d, c: d.suspects_waiting(
+                c, backend_name=self.backend_name, queue_names=self.queue_names
+            )
+        )
+
+    def scan_limits(self) -> None:
+        """Look for due tasks of a concurrency limit (the limited claim keeps its own pace)."""
+        self._cursor_call(self._limited.scan)
+
+    def limited_waiting(self) -> bool:
+        """Whether due limited tasks wait for a slot of their limit."""
+        return self._cursor_call(self._limited.waiting)
+
+    def requeue_owned(self, reason: str, *, keep_known: bool = False) -> int:
+        """Put this worker's RUNNING tasks back to READY; with ``keep_known``, only those it
+        does not know it holds (held, or with an outcome waiting to be written)."""
+        keep: set[uuid.UUID] = set()
+        if keep_known:
+            keep = self._slots.held_ids() | self._completer.pending_ids()
+        return self._cursor_call(
+            lambda d, c: d.requeue_owned(
+                c, worker_id=self.worker_id, reason=reason, keep=list(keep)
+            )
+        )
+
+    def _cursor_call(self, fn: Callable[[Dialect, CursorWrapper], T]) -> T:
+        connection = connections[self.database]
+        with connection.cursor() as cursor:
+            return fn(dialect_for(connection), cursor)
