@@ -11,11 +11,12 @@ from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
 from ..compat import Task, TaskContext, TaskResult, TaskResultStatus
+from ..core.policy import Policy, policy_for
 from ..core.progress import AttemptReport, ReportSink, SQLTaskContext
-from ..core.resolve import errors_from_json, rebind_task, resolve_task
+from ..core.resolve import resolve_task
 from ..exceptions import CorruptTask
 from ..sql import ClaimedRow
-from ..task import Policy, policy_for
+from ..task import errors_from_json, rebind_task
 
 if TYPE_CHECKING:
     from ..core.options import BackendOptions

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from ..compat import TaskError, TaskResult, TaskResultStatus, logs_task_finished, task_finished
 from ..core.bounds import MAX_DELAY
+from ..core.policy import Policy
 from ..core.serialization import check_json, dumps
 from ..core.storable import storable_class_path, storable_traceback
 from ..exceptions import (
@@ -32,7 +33,7 @@ from ..exceptions import (
     SnoozeLimitReached,
 )
 from ..sql import ClaimedRow, Dialect, Outcome
-from ..task import Policy
+from ..store import workflows
 from .attempt import Attempt
 from .receivers import Receivers
 
@@ -259,8 +260,6 @@ def write_outcomes(
     store = partial(dialect.complete, cursor, worker_id, outcomes)
     if all(o.workflow_id is None for o in outcomes):
         return store()
-    from ..store import workflows  # imports the models: not while the pytest plugin loads
-
     return workflows.complete(database, outcomes, store)
 
 
