@@ -1,0 +1,2 @@
+"""What operators read and are warned of: system checks, the queue overview, table health, stranded
+tasks, metrics."""
