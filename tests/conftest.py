@@ -17,6 +17,8 @@ import pytest
 from django.db import connection
 
 from django_sqltasks.worker import Worker
+from tests.events import ENV as EVENTS_ENV
+from tests.events import EventLog, listening
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,11 +66,28 @@ def worker_env(**extra: str) -> dict[str, str]:
     return env
 
 
-class WorkerProcess:
-    """A ``manage.py tasks_worker`` subprocess on the test database; output goes to a file."""
+@pytest.fixture
+def events() -> Iterator[EventLog]:
+    """The events of the test's workers (in its process and in the worker processes it
+    starts) and of their tasks, to wait on."""
+    log = EventLog()
+    try:
+        with listening(log):
+            yield log
+    finally:
+        log.close()
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+
+class WorkerProcess:
+    """A ``manage.py tasks_worker`` subprocess on the test database; output goes to a file,
+    events to ``events`` (see ``tests.events``)."""
+
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, events: EventLog | None = None
+    ) -> None:
         self.args = args
+        if events is not None:
+            env = {EVENTS_ENV: events.path, **(env or {})}
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
             prefix="worker-", suffix=".log", delete=False
         )
@@ -106,12 +125,13 @@ class WorkerProcess:
 
 
 @pytest.fixture
-def worker_process() -> Iterator[Callable[..., WorkerProcess]]:
-    """Start real worker processes; any still running at the end are killed."""
+def worker_process(events: EventLog) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start real worker processes, which send their events to ``events``; any still running
+    at the end are killed."""
     started: list[WorkerProcess] = []
 
     def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        process = WorkerProcess(*args, env=env)
+        process = WorkerProcess(*args, env=env, events=events)
         started.append(process)
         return process
 

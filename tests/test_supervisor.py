@@ -16,6 +16,7 @@ from django_sqltasks.compat import TaskResultStatus, task_backends
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from tests import tasks_processes as tasks
 from tests.conftest import ROOT, WorkerProcess, wait_for
+from tests.events import EventLog
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
 
@@ -278,7 +279,7 @@ def test_a_gil_holding_task_longer_than_the_lease_is_not_rescued(
 
 
 def test_a_child_that_dies_at_start_is_restarted_with_backoff(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
 ) -> None:
     health = tmp_path / "health"
     # Python runs sitecustomize at start: in each child (which has --supervisor), exit at once.
@@ -287,11 +288,13 @@ def test_a_child_that_dies_at_start_is_restarted_with_backoff(
     )
     pythonpath = os.pathsep.join([str(tmp_path), str(ROOT)])
     supervisor = start(worker_process, "1", "--health-file", str(health), PYTHONPATH=pythonpath)
-    time.sleep(6)
-    delays = [float(d) for d in re.findall(r"restarting it in ([\d.]+)s", supervisor.output)]
-    # 0, 1, 2 (and perhaps 4): not a hot loop
-    assert 3 <= len(delays) <= 5, supervisor.output
-    assert delays[:3] == [0.0, 1.0, 2.0]
+    deaths = events.wait("child_died", count=3)[:3]
+    assert [death["status"] for death in deaths] == [3, 3, 3]
+    assert [death["delay"] for death in deaths] == [0.0, 1.0, 2.0]
+    # Not a hot loop: each restart came its delay after the death.
+    restarts = events.wait("child_started", count=3)[1:3]
+    for death, restart in zip(deaths[:2], restarts, strict=True):
+        assert restart.at - death.at >= death["delay"] - 0.01, (death, restart)
     assert "exited with status 3" in supervisor.output
     assert not health.exists()  # never healthy
     stop(supervisor)

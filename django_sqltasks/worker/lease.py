@@ -15,6 +15,7 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from ..sql import Dialect, dialect_for
+from . import events
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -87,6 +88,7 @@ class Lease:
             self.rescue()
         self._create()
         self.rescue()
+        events.emit("registered", worker_id=self.worker_id)
 
     def heartbeat(self) -> None:
         """Renew the lease, then rescue tasks of workers whose lease ran out."""
@@ -143,6 +145,7 @@ class Lease:
                 self.timeout,
                 extra={"action": "rescue", "count": count},
             )
+        events.emit("rescue_pass", worker_id=self.worker_id, count=count)
         return count
 
     def _create(self) -> None:

@@ -8,6 +8,8 @@ import logging
 import os
 from collections.abc import Callable
 
+from .. import events
+
 logger = logging.getLogger("django_sqltasks")
 
 
@@ -18,6 +20,8 @@ def touch(path: str) -> None:
             os.utime(path)
     except OSError as e:
         logger.error("Cannot touch the health file %s: %s", path, e)
+    else:
+        events.emit("health_touched", path=path)
 
 
 def toucher(path: str | None) -> Callable[[bool], None] | None:

@@ -36,6 +36,7 @@ from django.db import connections
 
 from ...compat import task_backends
 from ...exceptions import TaskCancelled, TaskTimeout
+from .. import events
 from ..lease import EXIT_ID_IN_USE, WorkerIdInUse
 from ..retries import run_with_retries
 from .health_file import touch
@@ -220,6 +221,7 @@ class Supervisor:
             worker_id,
             extra={"action": "child_start", "worker_id": worker_id},
         )
+        events.emit("child_started", worker_id=worker_id, pid=proc.pid)
 
     def _read(self, child: Child) -> bool:
         """Handle what ``child`` wrote; return whether it may write more now."""
@@ -317,6 +319,13 @@ class Supervisor:
                 extra={"action": "child_died", "worker_id": child.worker_id, "status": status},
             )
             self._starts.append(time.monotonic() + delay)
+            events.emit(
+                "child_died",
+                worker_id=child.worker_id,
+                pid=child.proc.pid,
+                status=status,
+                delay=delay,
+            )
 
     def _read_rest(self, child: Child) -> None:
         while self._read(child):
@@ -402,6 +411,13 @@ class Supervisor:
             f"{', '.join(map(str, errors))} before this task finished."
         )
         self._ledger.end_tasks(child.worker_id, child.proc.pid, errors, reason)
+        events.emit(
+            "child_killed",
+            worker_id=child.worker_id,
+            pid=child.proc.pid,
+            tasks=[str(t) for t in errors],
+            action=action,
+        )
         if not child.retiring and self._stopping_at is None:
             self._start_child()
 
@@ -416,7 +432,9 @@ class Supervisor:
         """Renew the lease of each healthy child: a child whose task (sync or async) holds the
         GIL cannot heartbeat, and must not be rescued while it runs. A child that withholds its
         lease, or that is silent with no task running (frozen, deadlocked), is left to lapse."""
-        self._ledger.renew([c.worker_id for c in self._children.values() if self.healthy(c)])
+        renewed = [c.worker_id for c in self._children.values() if self.healthy(c)]
+        self._ledger.renew(renewed)
+        events.emit("leases_renewed", worker_ids=renewed)
 
     def healthy(self, child: Child) -> bool:
         """Whether ``child`` has registered, keeps its lease, and heartbeats (or is busy in a
