@@ -37,6 +37,12 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
         """Tasks enqueued through the backend ``alias``."""
         return self.filter(backend_name=alias)
 
+    def scoped(self, backend: str | None, queue: str | None) -> TaskRecordQuerySet:
+        """Tasks of ``backend`` (any when None) in ``queue`` (any when None): the scope an
+        operator's view or command names."""
+        tasks = self if backend is None else self.for_backend(backend)
+        return tasks if queue is None else tasks.in_queues([queue])
+
     def in_queues(self, queue_names: list[str] | None) -> TaskRecordQuerySet:
         """Tasks in any of ``queue_names``; ``None`` means every queue."""
         return self if queue_names is None else self.filter(queue_name__in=queue_names)

@@ -138,7 +138,7 @@ def test_dedupe_by_subject(user: User) -> None:
     first = tasks_tools.reindex.using(subject=user).enqueue("a")
     assert tasks_tools.reindex.using(subject=user).enqueue("b").id == first.id
     assert tasks_tools.reindex.using(subject=other).enqueue("a").id != first.id
-    with pytest.raises(InvalidTask, match=r"deduplicates by subject .* \.using\(subject=obj\)"):
+    with pytest.raises(InvalidTask, match=r"keys its dedupe by subject .* \.using\(subject=obj\)"):
         tasks_tools.reindex.enqueue("a")
 
 

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.contrib import admin, messages
-from django.contrib.admin.actions import delete_selected as django_delete_selected
-from django.contrib.admin.models import CHANGE, LogEntry
-from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
-from django.urls import URLPattern, path, reverse
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
-from django.views.decorators.http import require_POST
 
 from ..compat import TaskResultStatus
 from ..core import error_text
-from ..core.settings import sql_backends
 from ..models import FINISHED_STATUSES, TaskRecord
-from ..store import control
 from . import progress as admin_progress
 from .display import cut_html, error_summary_html, moment_html, pretty, status_badge_html
 from .lists import (
@@ -31,16 +21,12 @@ from .lists import (
     SQLBackendFilter,
     TaskFilter,
 )
+from .task_actions import TaskActions, TaskAdminBase
 from .workflows import workflow_html
-
-if TYPE_CHECKING:
-    TaskAdminBase = admin.ModelAdmin[TaskRecord]
-else:
-    TaskAdminBase = admin.ModelAdmin
 
 
 @admin.register(TaskRecord)
-class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
+class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
     # Fits 1280 px beside the filter sidebar (see changelist_view): priority and the start and
     # finish times are on the task's page.
     list_display = (
@@ -233,132 +219,6 @@ class TaskRecordAdmin(NulSafeAdmin, TaskAdminBase):
         if obj is not None and obj.status not in FINISHED_STATUSES:
             return False
         return super().has_delete_permission(request, obj)
-
-    def has_retry_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqltasks.retry_taskrecord")
-
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqltasks.cancel_taskrecord")
-
-    def has_run_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqltasks.run_taskrecord")
-
-    # Actions -------------------------------------------------------------------------------
-
-    @admin.action(description=_("Retry selected failed tasks"), permissions=["retry"])
-    def retry_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
-        failed = queryset.filter(status=TaskResultStatus.FAILED)
-        done = control.retry(failed, using=queryset.db)
-        self._log(request, done, "Retried: FAILED to READY, errors and attempts kept.")
-        self._report(request, len(done), queryset.count(), _("retried"), _("were not FAILED"))
-
-    @admin.action(
-        description=_("Cancel selected tasks (running async tasks at their next heartbeat)"),
-        permissions=["cancel"],
-    )
-    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
-        ready = queryset.filter(status=TaskResultStatus.READY)
-        reason = f"Cancelled in the admin by {request.user.get_username()} before it started."
-        done = control.cancel(ready, using=queryset.db, reason=reason)
-        self._log(request, done, "Cancelled: READY to FAILED (TaskCancelled).")
-        running = queryset.filter(status=TaskResultStatus.RUNNING)
-        asked = control.request_cancel(running, using=queryset.db)
-        self._log(request, asked, "Cancellation requested of a RUNNING task.")
-        self._report(
-            request, len(done), queryset.count() - len(asked), _("cancelled"), _("had started")
-        )
-        if asked:
-            self.message_user(
-                request,
-                f"{len(asked)} running task(s) asked to stop: async tasks are cancelled at their "
-                "worker's next heartbeat; sync tasks cannot be interrupted.",
-                messages.INFO,
-            )
-
-    @admin.action(description=_("Run selected deferred tasks now"), permissions=["run"])
-    def run_now(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
-        backends = sql_backends()
-        done = [
-            record
-            for record in queryset.filter(status=TaskResultStatus.READY)
-            if record.backend_name in backends
-            and backends[record.backend_name].run_now(str(record.pk))
-        ]
-        self._log(request, done, "Made due now (run now).")
-        self._report(request, len(done), queryset.count(), _("made due now"), _("were not READY"))
-
-    @admin.action(description=_("Delete selected finished tasks"), permissions=["delete"])
-    def delete_selected(
-        self, request: HttpRequest, queryset: QuerySet[TaskRecord]
-    ) -> HttpResponse | None:
-        # Django's confirmation page, logging and deletion, limited to finished tasks.
-        return django_delete_selected(self, request, queryset.filter(status__in=FINISHED_STATUSES))
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
-        queryset.filter(status__in=FINISHED_STATUSES).delete()
-
-    def _log(self, request: HttpRequest, records: list[TaskRecord], message: str) -> None:
-        if records:
-            LogEntry.objects.log_actions(
-                user_id=request.user.pk,  # type: ignore[arg-type]
-                queryset=records,
-                action_flag=CHANGE,
-                change_message=message,
-            )
-
-    def _report(
-        self, request: HttpRequest, done: int, selected: int, verb: Any, reason: Any
-    ) -> None:
-        self.message_user(request, f"{done} task(s) {verb}.", messages.SUCCESS)
-        if selected > done:
-            self.message_user(
-                request, f"{selected - done} task(s) skipped: they {reason}.", messages.WARNING
-            )
-
-    # Buttons on the detail page ------------------------------------------------------------
-
-    def get_urls(self) -> list[URLPattern]:
-        opts = self.model._meta
-        name = f"{opts.app_label}_{opts.model_name}"
-        view = self.admin_site.admin_view
-        return [
-            path(
-                "<path:object_id>/retry/",
-                view(require_POST(self.retry_view)),
-                name=f"{name}_retry",
-            ),
-            path(
-                "<path:object_id>/cancel/",
-                view(require_POST(self.cancel_view)),
-                name=f"{name}_cancel",
-            ),
-            *super().get_urls(),
-        ]
-
-    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        if not self.has_retry_permission(request):
-            raise PermissionDenied
-        self.retry_tasks(request, self._one(request, object_id))
-        return self._back_to(object_id)
-
-    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        if not self.has_cancel_permission(request):
-            raise PermissionDenied
-        self.cancel_tasks(request, self._one(request, object_id))
-        return self._back_to(object_id)
-
-    def _one(self, request: HttpRequest, object_id: str) -> QuerySet[TaskRecord]:
-        try:
-            task_id = uuid.UUID(object_id)
-        except ValueError as e:  # not a task id: no such task, rather than a server error
-            raise Http404(f"No task has the id {object_id!r}.") from e
-        record = get_object_or_404(self.get_queryset(request), pk=task_id)
-        return self.get_queryset(request).filter(pk=record.pk)
-
-    def _back_to(self, object_id: str) -> HttpResponse:
-        return HttpResponseRedirect(
-            reverse("admin:django_sqltasks_taskrecord_change", args=[object_id])
-        )
 
     def render_change_form(
         self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any

@@ -103,21 +103,28 @@ def limit_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None
     key_of = getattr(task, "concurrency_key", None)
     if key_of is None:
         return base[:MAX_LIMIT_KEY_LENGTH]
-    if key_of == "subject":
-        subject = getattr(task, "subject", None)
-        if subject is None:
-            raise InvalidTask(
-                f"{task.module_path} counts its concurrency per subject "
-                "(concurrency_key='subject'): enqueue it with .using(subject=obj)."
-            )
-        key = str(subject)
-    else:
-        key = key_of_call(task, "concurrency_key", key_of, args, kwargs)
+    key = call_key(task, "concurrency_key", key_of, args, kwargs)
     scoped = f"{base}#{key}"
     if len(scoped) > MAX_LIMIT_KEY_LENGTH:
         digest = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
         scoped = f"{base[: MAX_LIMIT_KEY_LENGTH - len(digest) - 1]}#{digest}"
     return scoped
+
+
+def call_key(
+    task: Task, option: str, key_of: Any, args: list[Any], kwargs: dict[str, Any]
+) -> str:
+    """The key one call of ``task`` has under ``option`` (``dedupe`` or ``concurrency_key``),
+    which is "subject" (the call's subject: ``str(subject)``) or a callable of the arguments."""
+    if key_of == "subject":
+        subject = getattr(task, "subject", None)
+        if subject is None:
+            raise InvalidTask(
+                f"{task.module_path} keys its {option} by subject ({option}='subject'): "
+                "enqueue it with .using(subject=obj)."
+            )
+        return str(subject)
+    return key_of_call(task, option, key_of, args, kwargs)
 
 
 def key_of_call(

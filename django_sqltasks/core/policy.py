@@ -15,7 +15,7 @@ from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, InvalidTask, Task
 from ..exceptions import SnoozeLimitReached, TaskCancelled
 from .bounds import MAX_COUNT, MAX_DELAY, is_count, is_number
 from .columns import MAX_DEDUPE_KEY_LENGTH, MAX_NAME_LENGTH, MAX_TASK_PATH_LENGTH
-from .limits import key_of_call, validate_task_limits
+from .limits import call_key, validate_task_limits
 from .options import DEFAULT_RETRY_BACKOFF_MAX, BackendOptions
 from .serialization import dumps, text_problem
 from .subject import Subject
@@ -154,16 +154,10 @@ def dedupe_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | Non
         return None
     if dedupe is True:
         key = hashlib.sha256(dumps([args, kwargs]).encode()).hexdigest()
-    elif dedupe == "subject":
-        subject = getattr(task, "subject", None)
-        if subject is None:
-            raise InvalidTask(
-                f"{task.module_path} deduplicates by subject (dedupe='subject'): enqueue it "
-                "with .using(subject=obj)."
-            )
-        key = f"subject:{subject}"
+    elif dedupe == "subject":  # "subject:" keeps it apart from a callable's key
+        key = "subject:" + call_key(task, "dedupe", dedupe, args, kwargs)
     else:
-        key = key_of_call(task, "dedupe", dedupe, args, kwargs)
+        key = call_key(task, "dedupe", dedupe, args, kwargs)
     scoped = f"{task.backend}:{task.module_path}:{key}"
     if len(scoped) > MAX_DEDUPE_KEY_LENGTH:
         scoped = "sha256:" + hashlib.sha256(scoped.encode()).hexdigest()

@@ -85,11 +85,7 @@ def take(
     """Read a snapshot of the queues of ``backend`` (or all) on database ``using``; with
     ``health``, the task table's upkeep too."""
     now = now or timezone.now()
-    tasks = TaskRecord.objects.using(using).order_by()
-    if backend is not None:
-        tasks = tasks.for_backend(backend)
-    if queue is not None:
-        tasks = tasks.in_queues([queue])
+    tasks = TaskRecord.objects.using(using).order_by().scoped(backend, queue)
     stats: dict[tuple[str, str], QueueStats] = {}
 
     def entry(backend_name: str, queue_name: str) -> QueueStats:

@@ -52,11 +52,7 @@ def prune(
     ``max_batches`` bounds the work of one call per status (the worker prunes a little at a time).
     """
     now = now or timezone.now()
-    tasks = TaskRecord.objects.using(using).order_by()
-    if backend is not None:
-        tasks = tasks.for_backend(backend)
-    if queue is not None:
-        tasks = tasks.in_queues([queue])
+    tasks = TaskRecord.objects.using(using).order_by().scoped(backend, queue)
     pruned = Pruned()
     if successful_days is not None:
         old = tasks.succeeded().filter(finished_at__lte=now - timedelta(days=successful_days))
