@@ -10,12 +10,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
+from django_sqltasks.models import WorkerRecord
 from django_sqltasks.worker import Worker
 from tests.events import ENV as EVENTS_ENV
 from tests.events import EventLog, listening
@@ -178,6 +181,13 @@ def run_burst_or_fail(timeout: float, failure: str, **kwargs: Any) -> Worker:
         runner.join(timeout=10)
         pytest.fail(failure)
     return worker
+
+
+def expire_lease(worker_id: str) -> None:
+    """Date the last heartbeat of ``worker_id`` an hour back: its lease has run out, by the
+    database's clock too, with no wait (the rescue compares the column with that clock)."""
+    stale = timezone.now() - timedelta(hours=1)
+    assert WorkerRecord.objects.filter(id=worker_id).update(heartbeat_at=stale) == 1, worker_id
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05) -> Any:

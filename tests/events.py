@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django_sqltasks.compat import task_finished, task_started
 from django_sqltasks.worker import events
@@ -29,6 +29,8 @@ from django_sqltasks.worker import events
 ENV = "SQLTASKS_TEST_EVENTS"  # the path of the test's socket, in its worker processes
 WAIT = 60.0  # seconds: a default timeout well past any wait on a busy machine
 MAX_DATAGRAM = 1 << 16  # bytes
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,25 @@ class EventLog:
                         + f"; {len(found)} came. The last events: {self._events[-15:]}"
                     )
                 if len(self._events) == position:
+                    self._condition.wait(remaining)
+
+    def until(self, condition: Callable[[], T], what: str, *, timeout: float = WAIT) -> T:
+        """Block until ``condition()`` (on the calling thread, so it may query the database)
+        is true, trying it now and again once after each wake-up by new events of any kind;
+        return its value. Fail saying ``what`` was awaited after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = self.mark()
+            value = condition()
+            if value:
+                return value
+            with self._condition:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(
+                        f"waited {timeout:g}s for {what}; the last events: {self._events[-15:]}"
+                    )
+                if len(self._events) == seen:
                     self._condition.wait(remaining)
 
     @staticmethod

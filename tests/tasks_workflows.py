@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -10,14 +11,24 @@ from typing import Any
 from django.contrib.auth.models import Group
 
 from django_sqltasks.compat import task
+from tests import events
 
 
 def note(marker: str, line: str) -> None:
-    """Append ``line`` to the file ``marker``, on disk before the task goes on."""
+    """Append ``line`` to the file ``marker``, on disk before the task goes on; tell the test
+    (a ``note`` event)."""
     with Path(marker).open("a") as f:
         f.write(f"{line}\n")
         f.flush()
         os.fsync(f.fileno())
+    events.note("line", line=line)
+
+
+def hold_first_run(marker: str, line: str) -> None:
+    """On the first run that noted ``line`` in ``marker``, block until the worker is killed
+    (at most a minute); on a later run, go on at once."""
+    if Path(marker).read_text().splitlines().count(line) == 1:
+        threading.Event().wait(60)
 
 
 @task
@@ -73,12 +84,17 @@ def record_results(results: list[Any], marker: str) -> int:
 
 
 @task(atomic=True)
-def atomic_step(previous: Any, name: str, marker: str, seconds: float = 0) -> str:
+def atomic_step(
+    previous: Any, name: str, marker: str, seconds: float = 0, hold: bool = False
+) -> str:
     """Create a row named ``name`` (a unique column: twice would fail), note the run in
-    ``marker``, sleep: all but the note in the task's transaction."""
+    ``marker``, sleep (or ``hold`` its first run): all but the note in the task's
+    transaction."""
     Group.objects.create(name=name)
     note(marker, name)
     time.sleep(seconds)
+    if hold:
+        hold_first_run(marker, name)
     return name
 
 
@@ -89,10 +105,13 @@ def atomic_fail(name: str) -> None:
 
 
 @task
-def step(previous: Any, name: str, marker: str, seconds: float = 0) -> str:
-    """A chain step: note the run in ``marker``, sleep, return ``name``."""
+def step(previous: Any, name: str, marker: str, seconds: float = 0, hold: bool = False) -> str:
+    """A chain step: note the run in ``marker``, sleep (or ``hold`` its first run), return
+    ``name``."""
     note(marker, name)
     time.sleep(seconds)
+    if hold:
+        hold_first_run(marker, name)
     return name
 
 

@@ -25,13 +25,14 @@ from django_sqltasks.sql.rows import PARKED
 from django_sqltasks.store.workflows import SKIPPED, complete
 from tests import tasks_processes
 from tests import tasks_workflows as wf
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WorkerProcess, expire_lease
+from tests.events import EventLog
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
 
 StartWorker = Callable[..., WorkerProcess]
-# Lost workers' tasks are rescued within about two seconds.
-LEASE = {"SQLTASKS_LEASE_TIMEOUT": "2", "SQLTASKS_HEARTBEAT_INTERVAL": "0.5"}
+# A killed worker's lease is expired by the test (expire_lease), not waited out.
+BEAT = {"SQLTASKS_HEARTBEAT_INTERVAL": "0.25"}
 WORKER_LOST = "django_sqltasks.exceptions.WorkerLost"
 
 
@@ -39,9 +40,10 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def finish(workflow: WorkflowResult, *workers: WorkerProcess) -> WorkflowResult:
-    """Wait for ``workflow`` to end, then stop ``workers``; return it as stored."""
-    wait_for(lambda: get_workflow(workflow.id).is_finished, timeout=90)
+def finish(workflow: WorkflowResult, events: EventLog, *workers: WorkerProcess) -> WorkflowResult:
+    """Wait for ``workflow`` to end (looked at after each event of the workers), then stop
+    ``workers``; return it as stored."""
+    events.until(lambda: get_workflow(workflow.id).is_finished, "the workflow to finish")
     for worker in workers:
         worker.signal(signal.SIGTERM)
     for worker in workers:
@@ -60,17 +62,19 @@ def rescued(workflow: WorkflowResult) -> set[str]:
 
 
 def test_sigkill_mid_chain_loses_no_step_and_runs_none_twice_but_the_killed_one(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
 ) -> None:
     marker = tmp_path / "runs"
     names = [f"s{i}" for i in range(6)]
-    workflow = chain(*(wf.step.s(name, str(marker), 1.0) for name in names)).enqueue(None)
-    victim = worker_process("--concurrency", "2", "--worker-id", "victim", env=LEASE)
-    wait_for(lambda: "s2" in lines(marker))  # s2 is running: it sleeps after its line
+    steps = (wf.step.s(name, str(marker), hold=name == "s2") for name in names)
+    workflow = chain(*steps).enqueue(None)
+    victim = worker_process("--concurrency", "2", "--worker-id", "victim", env=BEAT)
+    events.wait("note", line="s2")  # s2 is running: its first run holds after its line
     victim.kill()
     victim.wait()
-    rescuer = worker_process("--concurrency", "2", "--worker-id", "rescuer", env=LEASE)
-    workflow = finish(workflow, rescuer)
+    expire_lease("victim")
+    rescuer = worker_process("--concurrency", "2", "--worker-id", "rescuer", env=BEAT)
+    workflow = finish(workflow, events, rescuer)
     assert workflow.status == TaskResultStatus.SUCCESSFUL, workflow.plan
     assert workflow.return_value == "s5"
     runs = lines(marker)
@@ -80,17 +84,18 @@ def test_sigkill_mid_chain_loses_no_step_and_runs_none_twice_but_the_killed_one(
 
 
 def test_sigkill_mid_group_fires_the_callback_once(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
 ) -> None:
     marker = tmp_path / "runs"
     members = [wf.record.s(f"m{i}", str(marker), 0.3) for i in range(12)]
     workflow = group(*members).then(wf.record_results.s(str(marker))).enqueue()
-    victim = worker_process("--concurrency", "3", "--worker-id", "victim", env=LEASE)
-    other = worker_process("--concurrency", "3", "--worker-id", "other", env=LEASE)
-    wait_for(lambda: len(lines(marker)) >= 5)
+    victim = worker_process("--concurrency", "3", "--worker-id", "victim", env=BEAT)
+    other = worker_process("--concurrency", "3", "--worker-id", "other", env=BEAT)
+    events.wait("note", count=5)
     victim.kill()
     victim.wait()
-    workflow = finish(workflow, other)
+    expire_lease("victim")  # the other worker's next heartbeat rescues its tasks
+    workflow = finish(workflow, events, other)
     assert workflow.status == TaskResultStatus.SUCCESSFUL, workflow.plan
     assert workflow.return_value == 12
     runs = lines(marker)
@@ -103,19 +108,20 @@ def test_sigkill_mid_group_fires_the_callback_once(
 
 
 def test_sigkill_mid_atomic_step_leaves_none_of_its_writes(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
 ) -> None:
     marker = tmp_path / "runs"
     names = [f"a{i}" for i in range(4)]
-    steps = [wf.atomic_step.s(name, str(marker), 1.0) for name in names]
+    steps = [wf.atomic_step.s(name, str(marker), hold=name == "a1") for name in names]
     workflow = chain(*steps).enqueue(None)
-    victim = worker_process("--concurrency", "2", "--worker-id", "victim", env=LEASE)
-    wait_for(lambda: "a1" in lines(marker))  # a1 has written its row, uncommitted
+    victim = worker_process("--concurrency", "2", "--worker-id", "victim", env=BEAT)
+    events.wait("note", line="a1")  # a1 has written its row, uncommitted, and holds
     victim.kill()
     victim.wait()
     assert not Group.objects.filter(name="a1").exists()
-    rescuer = worker_process("--concurrency", "2", "--worker-id", "rescuer", env=LEASE)
-    workflow = finish(workflow, rescuer)
+    expire_lease("victim")
+    rescuer = worker_process("--concurrency", "2", "--worker-id", "rescuer", env=BEAT)
+    workflow = finish(workflow, events, rescuer)
     assert workflow.status == TaskResultStatus.SUCCESSFUL, workflow.plan
     # The killed attempt ran (its line is there twice) but left no row: Group names are
     # unique, so a row it had committed would have failed the rescued attempt.
@@ -179,7 +185,7 @@ def test_two_workers_finishing_the_last_two_members_at_once_fire_one_callback() 
 
 
 def test_a_step_killed_past_its_timeout_ends_its_chain(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
 ) -> None:
     """Under --processes, the supervisor fails a step past its timeout itself, outside any
     worker's outcome write: the workers' sweep moves the chain on."""
@@ -188,7 +194,7 @@ def test_a_step_killed_past_its_timeout_ends_its_chain(
     workflow = chain(stuck, wf.double.s()).enqueue()
     fast = {"SQLTASKS_LEASE_TIMEOUT": "2", "SQLTASKS_HEARTBEAT_INTERVAL": "0.25"}
     supervisor = worker_process("--processes", "1", "-c", "2", env=fast)
-    workflow = finish(workflow, supervisor)
+    workflow = finish(workflow, events, supervisor)
     assert workflow.status == TaskResultStatus.FAILED
     timed_out, skipped = workflow.members
     assert [e.exception_class_path for e in timed_out.errors] == [
