@@ -1,4 +1,4 @@
-"""The task table, the worker table, and the queries named after what they select."""
+"""The task table, and the queries named after what they select."""
 
 from __future__ import annotations
 
@@ -9,25 +9,23 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskResultStatus
-from .core.columns import (
+from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskResultStatus
+from ..core.columns import (
     MAX_DEDUPE_KEY_LENGTH,
-    MAX_HOSTNAME_LENGTH,
     MAX_LIMIT_KEY_LENGTH,
     MAX_NAME_LENGTH,
-    MAX_SCHEDULE_NAME_LENGTH,
     MAX_SUBJECT_ID_LENGTH,
     MAX_SUBJECT_TYPE_LENGTH,
     MAX_TASK_PATH_LENGTH,
     MAX_TRACE_PARENT_LENGTH,
 )
-from .core.subject import subject_of
-from .ids import new_task_id
-from .indexes import LiveDedupeConstraint, PartialIndex
-from .task import result_from_row
+from ..core.subject import subject_of
+from ..ids import new_task_id
+from ..indexes import LiveDedupeConstraint, PartialIndex
+from ..task import result_from_row
 
 if TYPE_CHECKING:
-    from .compat import TaskResult
+    from ..compat import TaskResult
 
 FINISHED_STATUSES = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 
@@ -312,152 +310,3 @@ class QueueOverview(TaskRecord):
         proxy = True
         verbose_name = _("queue overview")
         verbose_name_plural = _("queue overview")
-
-
-class WorkerRecord(models.Model):
-    """A running worker process; its heartbeat is the lease on every task it holds."""
-
-    id = models.CharField(_("worker id"), primary_key=True, max_length=MAX_NAME_LENGTH)
-    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
-    queue_names = models.JSONField(_("queues"), default=list)
-    hostname = models.CharField(_("hostname"), max_length=MAX_HOSTNAME_LENGTH, blank=True)
-    pid = models.PositiveIntegerField(_("pid"), null=True, blank=True)
-    concurrency = models.PositiveIntegerField(_("concurrency"), default=1)
-    started_at = models.DateTimeField(_("started at"), default=timezone.now)
-    heartbeat_at = models.DateTimeField(_("last heartbeat"), default=timezone.now, db_index=True)
-
-    class Meta:
-        verbose_name = _("worker")
-        verbose_name_plural = _("workers")
-        ordering = ["-heartbeat_at"]
-
-    def __str__(self) -> str:
-        return self.id
-
-
-class ScheduleRecord(models.Model):
-    """The last slot a periodic task was enqueued for; advancing it is the election."""
-
-    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
-    name = models.CharField(_("name"), max_length=MAX_SCHEDULE_NAME_LENGTH)
-    last_slot = models.DateTimeField(_("last slot"))
-
-    class Meta:
-        verbose_name = _("periodic task")
-        verbose_name_plural = _("periodic tasks")
-        ordering = ["backend_name", "name"]
-        constraints = [
-            models.UniqueConstraint(fields=["backend_name", "name"], name="sqltasks_schedule_name")
-        ]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class PausedQueue(models.Model):
-    """A queue of one backend whose READY tasks no worker claims until it is resumed."""
-
-    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
-    queue_name = models.CharField(_("queue"), max_length=MAX_NAME_LENGTH)
-    paused_at = models.DateTimeField(_("paused at"), default=timezone.now)
-
-    class Meta:
-        verbose_name = _("paused queue")
-        verbose_name_plural = _("paused queues")
-        ordering = ["backend_name", "queue_name"]
-        default_permissions = ("view",)
-        permissions = [("pause_queue", _("Can pause and resume queues"))]
-        constraints = [
-            # Serves the claim's NOT EXISTS (sql.*.claim): one lookup per queue it reads.
-            models.UniqueConstraint(
-                fields=["backend_name", "queue_name"], name="sqltasks_paused_queue"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.backend_name}: {self.queue_name}"
-
-
-class TaskLimit(models.Model):
-    """A concurrency or rate limit shared by every worker: of a task (``@task(concurrency_limit=
-    ..., rate_limit=...)``, per key if it has one) or of a queue (``OPTIONS["QUEUE_LIMITS"]``).
-
-    Workers create these rows for the limit keys they find on READY tasks, with the limits of
-    their own code and settings (shown here as last written). A row is the lock the limited
-    claim takes, so that two workers never both fill its last slot; the tasks RUNNING under it
-    are counted, not stored, so a rescued task gives its slot back with no bookkeeping.
-    """
-
-    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
-    # "task:<path>", "task:<path>#<key>" or "queue:<name>".
-    key = models.CharField(_("key"), max_length=MAX_LIMIT_KEY_LENGTH)
-    concurrency = models.PositiveIntegerField(
-        _("concurrency limit"), null=True, blank=True, help_text=_("At most this many RUNNING.")
-    )
-    rate = models.PositiveIntegerField(
-        _("rate limit"), null=True, blank=True, help_text=_("At most this many starts a period.")
-    )
-    period = models.FloatField(_("period (seconds)"), null=True, blank=True)
-    # The database-clock times (epoch seconds) of the starts within the last period, oldest
-    # first: the rate limit's sliding window.
-    starts = models.JSONField(_("recent starts"), default=list, blank=True)
-    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
-
-    class Meta:
-        verbose_name = _("limit")
-        verbose_name_plural = _("limits")
-        ordering = ["backend_name", "key"]
-        default_permissions = ("view",)
-        constraints = [
-            models.UniqueConstraint(fields=["backend_name", "key"], name="sqltasks_limit_key")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.backend_name}: {self.key}"
-
-
-class WorkflowRecord(models.Model):
-    """A chain or group of tasks: its plan, each step's state, and its outcome.
-
-    Every change to a workflow starts with an UPDATE of its row (``revision``): that row lock
-    is what makes two workers finishing its last two steps at once fire its callback once.
-    """
-
-    id = models.UUIDField(primary_key=True, default=new_task_id, editable=False)
-    backend_name = models.CharField(_("backend"), max_length=MAX_NAME_LENGTH)
-    status = models.CharField(
-        _("status"),
-        max_length=10,
-        choices=TaskResultStatus.choices,
-        default=TaskResultStatus.RUNNING,
-    )
-    # The tree of steps (see workflow_plan.py), with each node's state and result.
-    plan = models.JSONField(_("plan"))
-    revision = models.PositiveIntegerField(_("revision"), default=0)
-    created_at = models.DateTimeField(_("created at"), default=timezone.now)
-    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
-    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
-
-    class Meta:
-        verbose_name = _("workflow")
-        verbose_name_plural = _("workflows")
-        ordering = ["-id"]
-        default_permissions = ("view",)
-        indexes = [
-            # Serves the worker's sweep of running workflows (workflow_store.reconcile).
-            PartialIndex(
-                fields=["backend_name", "updated_at"],
-                name="sqltasks_workflow_running_idx",
-                where=models.Q(status=TaskResultStatus.RUNNING),
-                fallback=["status"],
-            ),
-            # Serves pruning: finished workflows of one outcome by age (pruning._prune_workflows).
-            # Not partial: SQLite would not take an IN predicate for the query's equality.
-            models.Index(
-                fields=["backend_name", "status", "finished_at"],
-                name="sqltasks_workflow_finished_idx",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"workflow {self.id}"
