@@ -15,7 +15,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.tracing import Tracing
 from ..exceptions import TaskCancelled, TaskTimeout
@@ -24,7 +24,6 @@ from . import attempt as attempts
 from . import outcomes
 from .attempt import Attempt
 from .completer import Completer
-from .link import SupervisorLink
 from .outcomes import Ended
 from .receivers import Receivers
 from .reporter import FINAL_WAIT, Reporter, end_report
@@ -34,6 +33,24 @@ logger = logging.getLogger("django_sqltasks")
 
 # An attempt to start, and the task_started receivers of the claim that took it.
 Starting = tuple[Attempt, Receivers]
+
+
+class TaskWatch(Protocol):
+    """What a supervisor hears of this process's tasks (with --processes: the child's end of
+    the pipe, ``processes.pipe.SupervisorLink``). It stops a sync task at its timeout or on a
+    cancel, and renews the lease while any task runs. Called from any thread."""
+
+    def sync_started(self, task_id: uuid.UUID, timeout: float | None) -> None: ...
+
+    def sync_ended(self, task_id: uuid.UUID) -> None: ...
+
+    def async_started(self, task_id: uuid.UUID, timeout: float | None) -> None: ...
+
+    def async_ended(self, task_id: uuid.UUID) -> None: ...
+
+    def cancel(self, task_id: uuid.UUID) -> bool:
+        """Ask for a running sync task to be stopped; False if none runs here."""
+        ...
 
 
 class Executor:
@@ -48,7 +65,7 @@ class Executor:
         signals: SignalThread,
         completer: Completer,
         done: Callable[[uuid.UUID], None],
-        supervisor: SupervisorLink | None = None,
+        supervisor: TaskWatch | None = None,
         reporter: Reporter | None = None,
     ) -> None:
         # Set once here, read from any thread.

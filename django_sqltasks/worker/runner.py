@@ -28,9 +28,8 @@ from ..core.settings import is_sql_backend
 from ..sql import dialect_for, unsupported_version
 from .claims import Claims
 from .completer import Completer
-from .executor import Executor
+from .executor import Executor, TaskWatch
 from .lease import Lease
-from .link import SupervisorLink
 from .liveness import Progress
 from .maintenance import Maintenance
 from .native import LoopDatabase
@@ -68,7 +67,7 @@ class Worker:
         shutdown_timeout: float | None = None,
         prefetch: int | None = None,
         on_beat: Callable[[bool], None] | None = None,
-        supervisor: SupervisorLink | None = None,
+        supervisor: TaskWatch | None = None,
     ) -> None:
         task_backend = task_backends[backend]
         if not is_sql_backend(task_backend):

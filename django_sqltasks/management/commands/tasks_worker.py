@@ -15,8 +15,8 @@ from ...core.bounds import MAX_INTERVAL
 from ...ops import metrics
 from ...worker import Worker
 from ...worker.lease import EXIT_ID_IN_USE, WorkerIdInUse
-from ...worker.link import SupervisorLink, die_with_parent
 from ...worker.processes.health_file import toucher
+from ...worker.processes.pipe import SupervisorLink, die_with_parent
 from ...worker.processes.supervisor import Supervisor
 from ...worker.runner import check_database, default_worker_id
 from .. import logs, startup

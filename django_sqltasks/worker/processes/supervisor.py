@@ -2,8 +2,8 @@
 
 It is one thread, with one database connection, that never runs a task. Each child is a fresh
 ``python -m django tasks_worker`` process (started with exec, never a fork of this one) with
-its own connections, and reports through a pipe (see ``link``) each task's start and end,
-cancel requests, and heartbeats. From these the supervisor:
+its own connections (``child``), and reports through a pipe (``pipe``) each task's start and
+end, cancel requests, and heartbeats. From these the supervisor:
 
 - restarts a child that dies, after rescuing its tasks (with backoff if it keeps dying);
 - kills a child whose sync task runs past its timeout or is cancelled, writes that task
@@ -19,28 +19,26 @@ cancel requests, and heartbeats. From these the supervisor:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import selectors
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
 
 from ...compat import task_backends
-from ...exceptions import TaskCancelled, TaskTimeout
+from ...exceptions import TaskCancelled
 from .. import events
 from ..lease import EXIT_ID_IN_USE, WorkerIdInUse
 from ..retries import run_with_retries
+from .child import Child
 from .health_file import touch
 from .ledger import Ledger, describe_status, rss_bytes
+from .pipe import Beat, CancelAsked, Event
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -50,27 +48,6 @@ FIRST_BACKOFF = 1.0  # seconds before restarting a child that died at once twice
 MAX_BACKOFF = 60.0  # seconds
 FORCE_GRACE = 10.0  # seconds a forced child has to requeue its tasks before SIGKILL
 MEMORY_EVERY = 1.0  # seconds between reads of the children's memory
-# Seconds an async task past its timeout has for its own loop to cancel it and report its end,
-# before the supervisor stops its process (the task blocks the loop, or ignores the cancel).
-ASYNC_GRACE = 2.0
-
-
-@dataclass(eq=False)
-class Child:
-    """One worker process; every field is the supervisor thread's."""
-
-    worker_id: str
-    proc: subprocess.Popen[bytes]
-    reader: int  # the read end of the child's pipe
-    born: float  # time.monotonic()
-    buffer: bytes = b""
-    last_beat: float | None = None  # None until the child has registered
-    beat_ok: bool = True  # False while the child withholds its lease (it cannot progress)
-    claimed: int = 0
-    running: dict[uuid.UUID, float | None] = field(default_factory=dict)  # task: timeout
-    deadlines: dict[uuid.UUID, float] = field(default_factory=dict)  # monotonic
-    retiring: bool = False  # a replacement was started; this one stops by itself or on SIGTERM
-    killed_at: float | None = None  # when a forced stop sent SIGTERM again
 
 
 class Supervisor:
@@ -199,70 +176,40 @@ class Supervisor:
 
     def _start_child(self) -> None:
         self._started += 1
-        worker_id = f"{self.worker_id}-{self._started}"
-        reader, writer = os.pipe()
-        os.set_blocking(reader, False)
-        env = dict(os.environ)
-        # The child imports the project as this process did (manage.py's directory).
-        paths = [sys.path[0]] if sys.path and sys.path[0] else []
-        env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
-        argv = [sys.executable, "-m", "django", "tasks_worker", *self.command]
-        argv += ["--worker-id", worker_id, "--supervisor", f"{writer},{os.getpid()}"]
-        # A session of its own: a terminal's Ctrl-C reaches the supervisor alone, which then
-        # stops each child once (not twice, which would force it).
-        proc = subprocess.Popen(argv, env=env, pass_fds=(writer,), start_new_session=True)
-        os.close(writer)
-        child = Child(worker_id=worker_id, proc=proc, reader=reader, born=time.monotonic())
-        self._children[reader] = child
-        self._selector.register(reader, selectors.EVENT_READ)
+        child = Child.start(f"{self.worker_id}-{self._started}", self.command)
+        self._children[child.reader] = child
+        self._selector.register(child.reader, selectors.EVENT_READ)
         logger.info(
             "Started worker process pid=%d worker_id=%s",
-            proc.pid,
-            worker_id,
-            extra={"action": "child_start", "worker_id": worker_id},
+            child.proc.pid,
+            child.worker_id,
+            extra={"action": "child_start", "worker_id": child.worker_id},
         )
-        events.emit("child_started", worker_id=worker_id, pid=proc.pid)
+        events.emit("child_started", worker_id=child.worker_id, pid=child.proc.pid)
 
     def _read(self, child: Child) -> bool:
         """Handle what ``child`` wrote; return whether it may write more now."""
         try:
-            data = os.read(child.reader, 65536)
-        except (BlockingIOError, InterruptedError):
-            return False
-        if not data:  # the child is gone
+            received = child.read()
+        except EOFError:  # the child is gone
             if child.reader in self._selector.get_map():
                 self._selector.unregister(child.reader)
             return False
-        child.buffer += data
-        *lines, child.buffer = child.buffer.split(b"\n")
-        for line in lines:
+        for event in received or ():
             if child.reader in self._children:  # an event may have killed it
-                self._on_event(child, json.loads(line))
-        return child.reader in self._children
+                self._on_event(child, event)
+        return received is not None and child.reader in self._children
 
-    def _on_event(self, child: Child, event: dict[str, Any]) -> None:
-        kind, now = event["e"], time.monotonic()
-        if kind == "run":
-            task_id, timeout = uuid.UUID(event["id"]), event["timeout"]
-            child.running[task_id] = timeout
-            if timeout is not None:
-                # An async task's loop enforces its timeout; the process is stopped only if
-                # the loop has not ended it a little later.
-                grace = ASYNC_GRACE if event.get("on_loop") else 0.0
-                child.deadlines[task_id] = now + timeout + grace
-        elif kind == "end":
-            task_id = uuid.UUID(event["id"])
-            child.running.pop(task_id, None)
-            child.deadlines.pop(task_id, None)
-        elif kind == "cancel":
+    def _on_event(self, child: Child, event: Event) -> None:
+        if isinstance(event, CancelAsked):
             error = TaskCancelled("Cancelled while running, at the request of a user.")
-            self._kill_for(child, {uuid.UUID(event["id"]): error}, "task_cancelled")
-        elif kind == "beat":
-            child.last_beat, child.beat_ok, child.claimed = now, event["ok"], event["claimed"]
-            limit = self.max_tasks_per_child
-            if limit is not None and child.claimed >= limit:
-                # It stops claiming at the limit (--max-tasks) and exits once they are done.
-                self._retire(child, f"it claimed {child.claimed} tasks", stop=False)
+            self._kill_for(child, {event.task_id: error}, "task_cancelled")
+            return
+        child.note(event)
+        limit = self.max_tasks_per_child
+        if isinstance(event, Beat) and limit is not None and child.claimed >= limit:
+            # It stops claiming at the limit (--max-tasks) and exits once they are done.
+            self._retire(child, f"it claimed {child.claimed} tasks", stop=False)
 
     def _reap(self) -> None:
         for child in list(self._children.values()):
@@ -379,14 +326,7 @@ class Supervisor:
                 continue
             if not self._read(child) and child.reader not in self._children:
                 continue  # it was killed for a cancel it sent meanwhile
-            late = {
-                task_id: TaskTimeout(
-                    f"The task ran longer than its timeout of {child.running[task_id]}s; its "
-                    "worker process was stopped."
-                )
-                for task_id, at in child.deadlines.items()
-                if at <= now  # not ended meanwhile: _read dropped those
-            }
+            late = child.overdue(now)  # not those that ended meanwhile: _read dropped them
             if late:
                 self._kill_for(child, late, "task_timeout")
 
@@ -432,22 +372,15 @@ class Supervisor:
         """Renew the lease of each healthy child: a child whose task (sync or async) holds the
         GIL cannot heartbeat, and must not be rescued while it runs. A child that withholds its
         lease, or that is silent with no task running (frozen, deadlocked), is left to lapse."""
-        renewed = [c.worker_id for c in self._children.values() if self.healthy(c)]
+        renewed = [c.worker_id for c in self._children.values() if c.healthy(self.lease_timeout)]
         self._ledger.renew(renewed)
         events.emit("leases_renewed", worker_ids=renewed)
-
-    def healthy(self, child: Child) -> bool:
-        """Whether ``child`` has registered, keeps its lease, and heartbeats (or is busy in a
-        task, which may hold the GIL)."""
-        if child.last_beat is None or not child.beat_ok:
-            return False
-        return bool(child.running) or time.monotonic() - child.last_beat <= self.lease_timeout
 
     def _touch_health(self) -> None:
         if self.health_file is None or self._stopping_at is not None:
             return
         active = [c for c in self._children.values() if not c.retiring]
-        if len(active) >= self.processes and all(map(self.healthy, active)):
+        if len(active) >= self.processes and all(c.healthy(self.lease_timeout) for c in active):
             touch(self.health_file)
 
     # Stopping ------------------------------------------------------------------------------
