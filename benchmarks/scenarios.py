@@ -95,6 +95,9 @@ def run_throughput(system: System, scenario: str, n: int, ctx: RunContext) -> di
     try:
         deadline = time.monotonic() + _process_timeout(system, scenario, count, ctx)
         finished = listener.wait_done(deadline, alive=lambda: worker.poll() is None)
+        # The worker tree's CPU from Popen to the N-th completion, start-up included (the same
+        # for every system); read before the stop, which would add the shutdown's.
+        cpu_seconds = tree_cpu_seconds(worker.pid)
         sampler.stop()
         sampler.sample()
         hwm = vm_hwm_bytes(worker.pid)
@@ -118,6 +121,8 @@ def run_throughput(system: System, scenario: str, n: int, ctx: RunContext) -> di
         "process_seconds": events.done_at - started,
         "cold_start_s": events.first_at - started,
         "peak_rss_mb": sampler.peak_rss / MB,
+        "worker_cpu_s": cpu_seconds,
+        "worker_cpu_us_per_task": cpu_seconds / count * 1e6,
         "parent_hwm_mb": (hwm or 0) / MB,
         "max_processes": sampler.max_processes,
         "max_connections": sampler.max_connections,
