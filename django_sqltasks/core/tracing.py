@@ -36,6 +36,7 @@ class Tracing:
     """The spans of one backend: ``enqueue`` around a write, ``run`` around an attempt."""
 
     def __init__(self, backend_alias: str) -> None:
+        # Optional dependency (the otel extra): imported only with OPTIONS["TRACING"] on.
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 

@@ -44,6 +44,7 @@ class Metrics:
     def __init__(
         self, using: str, registry: Any = None, refresh_interval: float = REFRESH_INTERVAL
     ) -> None:
+        # Optional dependency (the metrics extra).
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.using = using
@@ -159,6 +160,7 @@ class QueueCollector:
         return []  # collected lazily: no query when the collector is registered
 
     def collect(self) -> Iterator[Any]:
+        # Optional dependency (the metrics extra).
         from prometheus_client.core import GaugeMetricFamily
 
         depth = GaugeMetricFamily(
@@ -254,6 +256,7 @@ class ProgressCollector:
         return []
 
     def collect(self) -> Iterator[Any]:
+        # Optional dependency (the metrics extra).
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         writes = CounterMetricFamily(
@@ -296,6 +299,7 @@ def serve(port: int, using: str, addr: str = DEFAULT_ADDR) -> tuple[Metrics, Any
         raise RuntimeError(
             "Metrics need prometheus-client: pip install 'django-sqltasks[metrics]'."
         )
+    # Optional dependency (the metrics extra).
     from prometheus_client import start_http_server
 
     metrics = Metrics(using)

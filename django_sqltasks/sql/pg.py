@@ -24,7 +24,7 @@ async def open_async(
 ) -> Any:
     """A psycopg 3 ``AsyncConnection`` (autocommit) that has run ``setup`` first: the session
     settings Django gives its own connections (``Dialect.session_statements``)."""
-    from psycopg import AsyncConnection
+    from psycopg import AsyncConnection  # optional dependency (postgres extra)
 
     connection = await AsyncConnection.connect(**params, autocommit=True, **options)
     try:
