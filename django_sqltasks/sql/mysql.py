@@ -15,7 +15,7 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, InterfaceError, transaction
 from django.db.backends.utils import CursorWrapper
 
-from .dialect import Dialect, driver_error
+from .dialect import Dialect
 from .rows import (
     CORRUPT_TASK,
     OUTCOME_COLUMNS,
@@ -28,6 +28,7 @@ from .rows import (
     TableHealth,
     suspect_at,
 )
+from .vendor import driver_error
 
 COLUMNS = ", ".join(RETURNED_COLUMNS)
 MIN_MARIADB = (10, 6)  # SKIP LOCKED

@@ -11,7 +11,7 @@ from django.db.backends.utils import CursorWrapper
 from orjson import Fragment
 
 from ..core.serialization import dumps, loads
-from .dialect import Dialect, driver_error
+from .dialect import Dialect
 from .rows import (
     INSERT_COLUMNS,
     JSON_SHAPES,
@@ -24,6 +24,7 @@ from .rows import (
     TableHealth,
     suspect_at,
 )
+from .vendor import driver_error
 
 CHANNEL = "sqltasks"  # LISTEN/NOTIFY channel; payload: the queue name of the enqueued task(s)
 MIN_VERSION = (13,)
@@ -318,7 +319,7 @@ class PostgreSQLDialect(Dialect):
         # A prepared statement, where the project allows them: the claim is then planned
         # once per connection, not at each call (planning its walk over priorities is a
         # large part of its cost). Django's cursors bind parameters on the client.
-        import psycopg
+        import psycopg  # optional dependency (postgres extra)
 
         with self.connection.wrap_database_errors, psycopg.Cursor(raw) as prepared:
             prepared.execute(sql, params, prepare=True)
@@ -388,7 +389,7 @@ def _can_prepare(raw: Any) -> bool:
     the project turned them on (``OPTIONS["prepare_threshold"]`` a number; Django's default,
     None, leaves them off so that poolers in transaction mode keep working)."""
     try:
-        import psycopg
+        import psycopg  # optional dependency (postgres extra)
     except ImportError:  # psycopg2
         return False
     return isinstance(raw, psycopg.Connection) and raw.prepare_threshold is not None

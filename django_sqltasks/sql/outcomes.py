@@ -1,0 +1,255 @@
+"""Statements that end an attempt: an outcome written (in batches, guarded by the owner), a
+salvage when it cannot be, and tasks put back in the queue when their worker stopped or died."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.db.backends.utils import CursorWrapper
+from django.utils import timezone as dj_timezone
+
+from ..core.serialization import dumps
+from ..core.storable import storable
+from .rows import OUTCOME_NOT_STORED, WORKER_LOST, WORKER_STOPPED, Outcome, suspect_at
+from .vendor import Vendor
+
+MAX_REASON = 10_000  # characters of a salvage reason kept
+MAX_REASON = 10_000  # characters of a salvage reason kept
+# Text around the lost worker's id in the error a rescue appends to a task.
+ORPHAN_MESSAGE = (
+    "Worker ",
+    " stopped heartbeating while running this task; it was put back in the queue.",
+)
+# The end of that error for a task that ran beside others, any of which may have killed the
+# worker: it runs alone next time, and is charged a rescue only if its worker dies then.
+ORPHAN_SUSPECT = (
+    " stopped heartbeating while running this task beside others; it was put back in the "
+    "queue, to run alone next time."
+)
+# The end of that error instead, when the task has used up its rescues (MAX_RESCUES).
+ORPHAN_GIVE_UP = (
+    " stopped heartbeating while running this task; it had been put back in the queue {n} "
+    "time(s) after losing its worker (MAX_RESCUES is {n}), so it failed."
+)
+
+
+class OutcomeStatements(Vendor):
+    """Writing how attempts ended, and putting back the tasks of stopped or lost workers."""
+
+    def outcome_problem(self, outcome: Outcome) -> str | None:
+        """Say why ``outcome`` cannot be written as it is (too large for one statement, say),
+        before trying; None if nothing is known against it."""
+        return None
+
+    def outcome_params(self, outcome: Outcome) -> list[Any]:
+        """An outcome's values in the order of OUTCOME_COLUMNS. Where this process's clock is
+        the database's (``write_clock`` None), a delay is made a time here."""
+        available_at, delay = outcome.available_at, outcome.delay
+        if self.write_clock is None and delay is not None:
+            available_at = available_at or dj_timezone.now() + timedelta(seconds=delay)
+            delay = None
+        return [
+            self.encode_id(outcome.id),
+            outcome.status,
+            self.encode_datetime(outcome.finished_at),
+            outcome.return_value,
+            outcome.error_class,
+            outcome.error_traceback,
+            self.encode_datetime(available_at),
+            outcome.snoozed,
+            delay,
+        ]
+
+    def complete(
+        self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
+    ) -> set[uuid.UUID]:
+        """Record ``outcomes`` of tasks still held by ``worker_id``; return the ids written."""
+        raise NotImplementedError
+
+    def salvage(
+        self, cursor: CursorWrapper, worker_id: str, outcome: Outcome, reason: str
+    ) -> set[uuid.UUID]:
+        """Mark a task FAILED when its outcome could not be stored as it was.
+
+        The errors column is replaced by one error saying why: it may be what broke the write.
+        """
+        error = dumps(
+            [
+                {
+                    "exception_class_path": OUTCOME_NOT_STORED,
+                    "traceback": storable(reason, MAX_REASON, "reason"),
+                }
+            ]
+        )
+        cursor.execute(
+            f"UPDATE {self.tasks} SET status = 'FAILED', finished_at = %s, owner = NULL, "
+            f"return_value = NULL, errors = {self.json_placeholder} "
+            "WHERE id = %s AND status = 'RUNNING' AND owner = %s",
+            [
+                self.encode_datetime(
+                    outcome.finished_at or outcome.available_at or dj_timezone.now()
+                ),
+                error,
+                self.encode_id(outcome.id),
+                worker_id,
+            ],
+        )
+        return {outcome.id} if cursor.rowcount else set()
+
+    # Pieces of SQL that differ by vendor, used by the shared statements below.
+    text_param = "%s"
+
+    def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
+        """SQL for ``column`` (a JSON list) with one {exception_class_path, traceback} appended."""
+        raise NotImplementedError
+
+    def concat(self, *parts: str) -> str:
+        return " || ".join(parts)
+
+    def requeue_orphans(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        lease_timeout: float,
+        max_rescues: int | None = None,
+    ) -> int:
+        """Put RUNNING tasks whose owner has not heartbeaten for ``lease_timeout`` seconds (by
+        the database's clock) back in the queue. A task that ran alone (a suspect) or under a
+        limit is charged a rescue, and fails once it was rescued ``max_rescues`` times already
+        (a task that kills its worker); the others become suspects, each to run alone."""
+        cursor.execute(
+            *self.requeue_orphans_sql(
+                backend_name=backend_name,
+                lease_timeout=lease_timeout,
+                max_rescues=max_rescues,
+            )
+        )
+        return cursor.rowcount
+
+    def requeue_orphans_sql(
+        self,
+        *,
+        backend_name: str,
+        lease_timeout: float,
+        max_rescues: int | None = None,
+    ) -> tuple[str, list[Any]]:
+        """The rescue statement (see ``requeue_orphans``)."""
+        owner = "COALESCE(t.owner, '(none)')"
+        charged = "(t.available_at = %s OR t.limit_key IS NOT NULL)"
+        charged_params = [self.encode_datetime(suspect_at())]
+        p = self.text_param
+        ends = f"CASE WHEN {charged} THEN {p} ELSE {p} END"
+        ends_params = [*charged_params, ORPHAN_MESSAGE[1], ORPHAN_SUSPECT]
+        if max_rescues is None:
+            message_sql = self.concat(p, owner, ends)
+            message_params: list[Any] = [ORPHAN_MESSAGE[0], *ends_params]
+            fail_when = None
+        else:
+            given_up = f"{charged} AND t.rescues >= %s"
+            given_up_params = [*charged_params, max_rescues]
+            message_sql = self.concat(p, owner, f"CASE WHEN {given_up} THEN {p} ELSE {ends} END")
+            message_params = [
+                ORPHAN_MESSAGE[0],
+                *given_up_params,
+                ORPHAN_GIVE_UP.format(n=max_rescues),
+                *ends_params,
+            ]
+            fail_when = (given_up, given_up_params)
+        live_since, live_params = self.ago_sql(lease_timeout)
+        return self._requeue_sql(
+            where=(
+                f"t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM "
+                f"{self.workers} w WHERE w.id = t.owner AND w.heartbeat_at >= {live_since}))"
+            ),
+            where_params=[backend_name, *live_params],
+            error_class=WORKER_LOST,
+            message_sql=message_sql,
+            message_params=message_params,
+            fail_when=fail_when,
+            rescue=(charged, charged_params),
+        )
+
+    def requeue_owned(
+        self,
+        cursor: CursorWrapper,
+        *,
+        worker_id: str,
+        reason: str,
+        keep: Sequence[uuid.UUID] = (),
+    ) -> int:
+        """Put RUNNING tasks of ``worker_id`` but ``keep`` back to READY, recording ``reason``."""
+        where, params = "t.owner = %s", [worker_id]
+        if keep:
+            where += f" AND t.id NOT IN ({', '.join(['%s'] * len(keep))})"
+            params += [self.encode_id(task_id) for task_id in keep]
+        cursor.execute(
+            *self._requeue_sql(
+                where=where,
+                where_params=params,
+                error_class=WORKER_STOPPED,
+                message_sql=self.text_param,
+                message_params=[reason],
+            )
+        )
+        return cursor.rowcount
+
+    def _requeue_sql(
+        self,
+        *,
+        where: str,
+        where_params: list[Any],
+        error_class: str,
+        message_sql: str,
+        message_params: list[Any],
+        fail_when: tuple[str, list[Any]] | None = None,
+        rescue: tuple[str, list[Any]] | None = None,
+    ) -> tuple[str, list[Any]]:
+        """Put matching RUNNING tasks back to READY with an error appended; those matching
+        ``fail_when`` (SQL, params) become FAILED instead. A ``rescue`` (the SQL, and its
+        params, of the rows charged a rescue) counts a rescue on those rows and makes the
+        others of no limit suspects (see SUSPECT)."""
+        error = self.append_error("t.errors", self.text_param, message_sql)
+        now, now_params = self.now_sql()
+        if fail_when is None:
+            status_sql, status_params = "'READY'", []
+            finished_sql, finished_params = "t.finished_at", []
+        else:
+            condition, condition_params = fail_when
+            status_sql = f"CASE WHEN {condition} THEN 'FAILED' ELSE 'READY' END"
+            status_params = list(condition_params)
+            finished_sql = f"CASE WHEN {condition} THEN {now} ELSE t.finished_at END"
+            finished_params = [*condition_params, *now_params]
+        rescues_sql, rescues_params = "", []
+        available_sql, available_params = now, list(now_params)
+        if rescue is not None:
+            charged, charged_params = rescue
+            rescues_sql = f", rescues = t.rescues + CASE WHEN {charged} THEN 1 ELSE 0 END"
+            rescues_params = list(charged_params)
+            # Tasks under a limit go back by the clock: the limited claim, which keeps their
+            # limit, takes them (they are charged at each rescue instead).
+            available_sql = f"CASE WHEN t.limit_key IS NULL THEN %s ELSE {now} END"
+            available_params = [self.encode_datetime(suspect_at()), *now_params]
+        # errors comes first and available_at last: MySQL evaluates single-table SET clauses
+        # left to right, and the message, the status and the rescues read t.owner, t.rescues
+        # and t.available_at before they change.
+        return (
+            f"""
+            UPDATE {self.tasks} AS t
+            SET errors = {error}, status = {status_sql}, finished_at = {finished_sql}
+                {rescues_sql}, owner = NULL, available_at = {available_sql}
+            WHERE t.status = 'RUNNING' AND {where}
+            """,
+            [
+                error_class,
+                *message_params,
+                *status_params,
+                *finished_params,
+                *rescues_params,
+                *available_params,
+                *where_params,
+            ],
+        )

@@ -1,0 +1,53 @@
+"""Statements on the worker table: the leases that tell live workers from dead ones."""
+
+from __future__ import annotations
+
+from django.db.backends.utils import CursorWrapper
+
+from .vendor import Vendor
+
+
+class WorkerStatements(Vendor):
+    """A worker's heartbeat, and which workers are alive by the database's clock."""
+
+    def heartbeat(self, cursor: CursorWrapper, worker_id: str) -> bool:
+        """Renew ``worker_id``'s lease by the database's clock; False if its row is gone."""
+        now, params = self.now_sql()
+        cursor.execute(
+            f"UPDATE {self.workers} SET heartbeat_at = {now} WHERE id = %s",
+            [*params, worker_id],
+        )
+        return cursor.rowcount > 0
+
+    def live_worker(
+        self, cursor: CursorWrapper, worker_id: str, lease_timeout: float
+    ) -> tuple[int, str] | None:
+        """The pid and host of ``worker_id`` if it heartbeat within ``lease_timeout`` seconds."""
+        since, params = self.ago_sql(lease_timeout)
+        cursor.execute(
+            f"SELECT pid, hostname FROM {self.workers} WHERE id = %s AND heartbeat_at >= {since}",
+            [worker_id, *params],
+        )
+        row = cursor.fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def live_workers_like(
+        self, cursor: CursorWrapper, prefix: str, lease_timeout: float
+    ) -> list[tuple[str, int, str]]:
+        """The id, pid and host of workers whose id starts with ``prefix`` and that heartbeat
+        within ``lease_timeout`` seconds."""
+        since, params = self.ago_sql(lease_timeout)
+        # "!" escapes: a backslash would need escaping itself in MySQL's string literals.
+        escaped = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+        cursor.execute(
+            f"SELECT id, pid, hostname FROM {self.workers} "
+            f"WHERE id LIKE %s ESCAPE '!' AND heartbeat_at >= {since}",
+            [escaped + "%", *params],
+        )
+        return [(row[0], row[1], row[2]) for row in cursor.fetchall()]
+
+    def forget_dead_workers(self, cursor: CursorWrapper, lease_timeout: float) -> int:
+        """Delete the rows of workers silent for over ``lease_timeout`` seconds."""
+        since, params = self.ago_sql(lease_timeout)
+        cursor.execute(f"DELETE FROM {self.workers} WHERE heartbeat_at < {since}", params)
+        return cursor.rowcount
