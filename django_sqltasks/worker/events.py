@@ -9,6 +9,9 @@ tell them. River's ``TestSignals`` are the model.
 The signals, and their fields (all JSON values):
 
 - ``registered``: a worker took its lease (``worker_id``); it claims next.
+- ``worker_started``: a worker is up (``worker_id``): registered, listening for wake-ups, its
+  heartbeat running; it claims next.
+- ``stopping``: a worker was asked to stop (``worker_id``), with ``running`` tasks to finish.
 - ``rescue_pass``: a worker looked for the tasks of dead workers (``worker_id``, ``count``
   rescued), at its registration and at each heartbeat.
 - ``child_started``: a supervisor started a worker process (``worker_id``, ``pid``).

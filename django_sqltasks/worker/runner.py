@@ -26,6 +26,7 @@ from ..core.bounds import MAX_DELAY, MAX_INTERVAL, is_number
 from ..core.columns import MAX_NAME_LENGTH
 from ..core.settings import is_sql_backend
 from ..sql import dialect_for, unsupported_version
+from . import events
 from .claims import Claims
 from .completer import Completer
 from .executor import Executor, TaskWatch
@@ -288,6 +289,7 @@ class Worker:
             self.concurrency,
             extra={"action": "worker_start", "worker_id": self.worker_id},
         )
+        events.emit("worker_started", worker_id=self.worker_id)
         try:
             await self._producer.run()
             self._maintenance.stop_scheduling()
@@ -354,6 +356,7 @@ class Worker:
             return
         self._producer.stop()
         self._maintenance.stop_scheduling()
+        events.emit("stopping", worker_id=self.worker_id, running=self.running)
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
