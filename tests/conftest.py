@@ -21,7 +21,7 @@ from django.utils import timezone
 from django_sqltasks.models import WorkerRecord
 from django_sqltasks.worker import Worker
 from tests.events import ENV as EVENTS_ENV
-from tests.events import EventLog, listening
+from tests.events import EventLog, Gate, listening
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,6 +79,14 @@ def events() -> Iterator[EventLog]:
             yield log
     finally:
         log.close()
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[Gate]:
+    """A gate the test's tasks wait at (``tests.events.wait_at(gate.path)``) until it opens."""
+    fifo = Gate(str(tmp_path / "gate"))
+    yield fifo
+    fifo.close()
 
 
 class WorkerProcess:

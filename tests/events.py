@@ -12,6 +12,7 @@ fails naming them if they are not in by its timeout.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -182,6 +183,40 @@ class EventLog:
         while data := self._socket.recv(MAX_DATAGRAM):
             event = json.loads(data)
             self.record(event["name"], event["fields"], event["pid"], event["at"])
+
+
+class Gate:
+    """The other way: an event a test gives its tasks. A FIFO at ``path`` that tasks block on
+    (``wait_at``) until the test opens it; it stays open after that. The test holds it open
+    for writing, so that a task's open never blocks, and what the test wrote stays readable."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        os.mkfifo(path)
+        self._fd = os.open(path, os.O_RDWR)
+
+    def open(self) -> None:
+        """Let every task at the gate through, and those that come later (up to thousands)."""
+        os.set_blocking(self._fd, False)
+        with contextlib.suppress(BlockingIOError):  # full: enough for every task to come
+            os.write(self._fd, b"x" * (1 << 16))
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def wait_at(gate: str, *, hold_gil: bool = False) -> None:
+    """Block until the test opens the ``Gate`` at path ``gate``. With ``hold_gil``, hold the
+    GIL the while (every other thread of the process waits): one read() called through
+    ``PyDLL``, which keeps the GIL for the call."""
+    fd = os.open(gate, os.O_RDWR)  # read and write: opening never blocks
+    try:
+        if hold_gil:
+            ctypes.PyDLL(None).read(fd, ctypes.create_string_buffer(1), 1)
+        else:
+            os.read(fd, 1)
+    finally:
+        os.close(fd)
 
 
 class Sender:

@@ -8,11 +8,14 @@ import time
 from pathlib import Path
 
 from django_sqltasks.compat import task
+from tests import events
 
 
 def _mark(path: str, what: str) -> None:
+    """Append ``what`` and this process's pid to ``path``; tell the test (a ``note``)."""
     with Path(path).open("a") as f:
         f.write(f"{what} {os.getpid()}\n")
+    events.note(what, path=path)
 
 
 @task
@@ -41,33 +44,42 @@ def spin_past_timeout(path: str, seconds: float) -> None:
     _mark(path, "end")
 
 
-def _hold_gil(path: str, n: int) -> int:
-    """One C call that holds the GIL (and starves every other thread) for its whole run."""
+@task
+def record_at_gate(path: str, gate: str) -> int:
+    """Mark a start in ``path``, wait until the test opens ``gate``, mark the end; return the
+    pid that ran it."""
     _mark(path, "start")
-    total = sum(range(n))
+    events.wait_at(gate)
     _mark(path, "end")
-    return total % 7
+    return os.getpid()
+
+
+def _hold_gil_at_gate(path: str, gate: str) -> None:
+    """Hold the GIL (every other thread of the process waits) until the test opens ``gate``."""
+    _mark(path, "start")
+    events.wait_at(gate, hold_gil=True)
+    _mark(path, "end")
+
+
+@task
+def hold_gil(path: str, gate: str) -> None:
+    _hold_gil_at_gate(path, gate)
 
 
 @task(timeout=1)
-def hold_gil_past_timeout(path: str, n: int) -> int:
-    return _hold_gil(path, n)
+def hold_gil_past_timeout(path: str, gate: str) -> None:
+    _hold_gil_at_gate(path, gate)
 
 
 @task
-def hold_gil(path: str, n: int) -> int:
-    return _hold_gil(path, n)
-
-
-@task
-async def hold_gil_async(path: str, n: int) -> int:
+async def hold_gil_async(path: str, gate: str) -> None:
     """Hold the GIL from the event loop: the loop, and every thread, wait for it."""
-    return _hold_gil(path, n)
+    _hold_gil_at_gate(path, gate)
 
 
 @task(timeout=1)
-async def hold_gil_async_past_timeout(path: str, n: int) -> int:
-    return _hold_gil(path, n)
+async def hold_gil_async_past_timeout(path: str, gate: str) -> None:
+    _hold_gil_at_gate(path, gate)
 
 
 @task(timeout=1)
