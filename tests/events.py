@@ -1,12 +1,12 @@
 """What a test waits on instead of a clock: the events of its workers and of its tasks.
 
 A test's ``EventLog`` receives every signal of ``django_sqltasks.worker.events``, every task's
-start and end (``task_started`` and ``task_finished``, sent once its outcome is stored), and
-the ``note`` a test task sends. From the test's own process it gets them by a direct call;
-from the worker processes the test starts, over a Unix datagram socket whose path they are
-given in SQLTASKS_TEST_EVENTS (their ``tests`` app sends one JSON datagram an event). A thread
-of the test receives the datagrams; ``wait`` blocks until the events it asks for are in, and
-fails naming them if they are not in by its timeout.
+end (``task_finished``, sent once its outcome is stored), and the ``note`` a test task sends.
+From the test's own process it gets them by a direct call; from the worker processes the test
+starts, over a Unix datagram socket whose path they are given in SQLTASKS_TEST_EVENTS (their
+``tests`` app sends one JSON datagram an event). A thread of the test receives the datagrams;
+``wait`` blocks until the events it asks for are in, and fails naming them if they are not in
+by its timeout. A ``Gate`` goes the other way: tasks wait at it until the test opens it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django_sqltasks.compat import task_finished, task_started
+from django_sqltasks.compat import task_finished
 from django_sqltasks.worker import events
 
 ENV = "SQLTASKS_TEST_EVENTS"  # the path of the test's socket, in its worker processes
@@ -234,10 +234,6 @@ class Sender:
             self._socket.sendto(data.encode(), self.path)
 
 
-def _on_task_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
-    events.emit("task_started", id=str(task_result.id), worker_ids=task_result.worker_ids)
-
-
 def _on_task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
     events.emit(
         "task_finished",
@@ -248,8 +244,7 @@ def _on_task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
 
 
 def connect_task_signals() -> None:
-    """Send a ``task_started`` and a ``task_finished`` event for each task of this process."""
-    task_started.connect(_on_task_started, dispatch_uid="tests.events.task_started")
+    """Send a ``task_finished`` event for each task this process runs."""
     task_finished.connect(_on_task_finished, dispatch_uid="tests.events.task_finished")
 
 
@@ -262,5 +257,4 @@ def listening(log: EventLog) -> Iterator[EventLog]:
         yield log
     finally:
         events.listener = None
-        task_started.disconnect(dispatch_uid="tests.events.task_started")
         task_finished.disconnect(dispatch_uid="tests.events.task_finished")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from django_sqltasks.compat import TaskContext, task
+from tests import events
 
 NOT_A_TASK = 42
 
@@ -102,20 +103,33 @@ def record(path: str, label: str, seconds: float = 0.0) -> str:
     return label
 
 
+def _touch(path: str) -> None:
+    """Mark the start in ``path``; tell the test (a ``note``)."""
+    with Path(path).open("a") as f:
+        f.write(f"start {os.getpid()}\n")
+    events.note("start", path=path)
+
+
 @task
 def touch_then_sleep(path: str, seconds: float) -> str:
     """Mark the start in ``path``, then sleep: lets a test kill the worker mid-task."""
-    with Path(path).open("a") as f:
-        f.write(f"start {os.getpid()}\n")
+    _touch(path)
     time.sleep(seconds)
     return "done"
 
 
 @task
 async def async_touch_then_sleep(path: str, seconds: float) -> str:
-    with Path(path).open("a") as f:
-        f.write(f"start {os.getpid()}\n")
+    _touch(path)
     await asyncio.sleep(seconds)
+    return "done"
+
+
+@task
+def touch_then_wait_at(path: str, gate: str) -> str:
+    """Mark the start in ``path``, then wait until the test opens ``gate``."""
+    _touch(path)
+    events.wait_at(gate)
     return "done"
 
 

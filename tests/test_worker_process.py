@@ -15,7 +15,8 @@ from django.db import connection
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from tests import tasks
-from tests.conftest import WORKER_APPLICATION_NAME, WorkerProcess, wait_for
+from tests.conftest import WORKER_APPLICATION_NAME, WorkerProcess, expire_lease
+from tests.events import EventLog, Gate
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
 
@@ -37,13 +38,17 @@ def test_burst_runs_everything_and_exits_zero(worker_process: StartWorker) -> No
     assert not WorkerRecord.objects.exists()
 
 
-def test_sigterm_lets_the_running_task_finish(worker_process: StartWorker, tmp_path: Path) -> None:
+def test_sigterm_lets_the_running_task_finish(
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
+) -> None:
     marker = tmp_path / "marker"
-    running = tasks.touch_then_sleep.enqueue(str(marker), 1.5)
+    running = tasks.touch_then_wait_at.enqueue(str(marker), gate.path)
     worker = worker_process("--concurrency", "1")
-    wait_for(lambda: lines(marker))
+    events.wait("note", what="start")
     queued = tasks.noop.enqueue()
     worker.signal(signal.SIGTERM)
+    assert events.wait("stopping")[0]["running"] == 1
+    gate.open()  # the task ends after the stop began
     assert worker.wait() == 0, worker.output
     running.refresh()
     assert running.status == TaskResultStatus.SUCCESSFUL
@@ -53,14 +58,14 @@ def test_sigterm_lets_the_running_task_finish(worker_process: StartWorker, tmp_p
 
 
 def test_second_sigint_stops_at_once_and_requeues(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
     marker = tmp_path / "marker"
-    result = tasks.touch_then_sleep.enqueue(str(marker), 60)
+    result = tasks.touch_then_wait_at.enqueue(str(marker), gate.path)
     worker = worker_process("--concurrency", "1")
-    wait_for(lambda: lines(marker))
+    events.wait("note", what="start")
     worker.signal(signal.SIGINT)
-    time.sleep(0.3)
+    events.wait("stopping")
     worker.signal(signal.SIGINT)
     assert worker.wait(timeout=15) != 0
     result.refresh()
@@ -72,12 +77,12 @@ def test_second_sigint_stops_at_once_and_requeues(
 
 @pytest.mark.parametrize("task", [tasks.touch_then_sleep, tasks.async_touch_then_sleep])
 def test_shutdown_timeout_requeues_what_is_still_running(
-    worker_process: StartWorker, tmp_path: Path, task: Any
+    worker_process: StartWorker, events: EventLog, tmp_path: Path, task: Any
 ) -> None:
     marker = tmp_path / "marker"
     result = task.enqueue(str(marker), 60)
     worker = worker_process("--concurrency", "2", "--shutdown-timeout", "0.5")
-    wait_for(lambda: lines(marker))
+    events.wait("note", what="start")
     started = time.monotonic()
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=15) == 0, worker.output
@@ -89,21 +94,23 @@ def test_shutdown_timeout_requeues_what_is_still_running(
 
 
 def test_sigkilled_worker_tasks_are_rescued_after_the_lease(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
     marker = tmp_path / "marker"
-    lease = {"SQLTASKS_LEASE_TIMEOUT": "2", "SQLTASKS_HEARTBEAT_INTERVAL": "0.5"}
-    result = tasks.touch_then_sleep.enqueue(str(marker), 0.5)
-    victim = worker_process("--concurrency", "1", "--worker-id", "victim", env=lease)
-    wait_for(lambda: lines(marker))
+    result = tasks.touch_then_wait_at.enqueue(str(marker), gate.path)
+    victim = worker_process("--concurrency", "1", "--worker-id", "victim")
+    events.wait("note", what="start")
     victim.kill()
     victim.wait()
     assert TaskRecord.objects.get(id=result.id).status == TaskResultStatus.RUNNING
-    rescuer = worker_process("--concurrency", "1", "--worker-id", "rescuer", env=lease)
-    wait_for(
-        lambda: TaskRecord.objects.get(id=result.id).status == TaskResultStatus.SUCCESSFUL,
-        timeout=30,
-    )
+    beat = {"SQLTASKS_HEARTBEAT_INTERVAL": "0.25"}
+    rescuer = worker_process("--concurrency", "1", "--worker-id", "rescuer", env=beat)
+    # Its lease is 30 s: the live one is left alone, until its heartbeat is an hour old.
+    events.wait("rescue_pass", worker_id="rescuer")
+    assert TaskRecord.objects.get(id=result.id).owner == "victim"
+    expire_lease("victim")
+    gate.open()
+    events.wait("task_finished", id=str(result.id))
     rescuer.signal(signal.SIGTERM)
     assert rescuer.wait() == 0
     result.refresh()
@@ -119,15 +126,15 @@ def test_sigkilled_worker_tasks_are_rescued_after_the_lease(
 
 @pytest.mark.parametrize("workers", [2, 4])
 def test_concurrent_workers_never_run_a_task_twice(
-    worker_process: StartWorker, tmp_path: Path, workers: int
+    worker_process: StartWorker, events: EventLog, tmp_path: Path, workers: int
 ) -> None:
     log = tmp_path / "executions"
     count = 400
     started = [worker_process("--concurrency", "8", "--worker-id", f"w{n}") for n in range(workers)]
-    wait_for(lambda: WorkerRecord.objects.count() == workers)
+    events.wait("worker_started", count=workers)
     for i in range(count):
         tasks.record.enqueue(str(log), f"task-{i}")
-    wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=120)
+    events.wait("task_finished", count=count, timeout=120)
     for worker in started:
         worker.signal(signal.SIGTERM)
     for worker in started:
@@ -156,23 +163,23 @@ def test_a_crashing_task_does_not_take_the_worker_down(worker_process: StartWork
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_terminate_backend")
 def test_worker_survives_its_connections_being_killed(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
 ) -> None:
     log = tmp_path / "executions"
     count = 200
     for i in range(count):
         tasks.record.enqueue(str(log), f"task-{i}", 0.01)
     worker = worker_process("--concurrency", "4", "--worker-id", "victim")
-    for _ in range(3):
-        wait_for(lambda: len(lines(log)) >= 20)
+    for kill in range(1, 4):
+        # Each time 20 more tasks have finished since the last kill.
+        events.wait("task_finished", count=20 * kill)
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND application_name = %s",
                 [WORKER_APPLICATION_NAME],
             )
-        time.sleep(0.3)
-    wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=90)
+    events.wait("task_finished", count=count, timeout=90)
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.output
     executions = Counter(line.split()[0] for line in lines(log))
@@ -184,15 +191,17 @@ def test_worker_survives_its_connections_being_killed(
 @pytest.mark.skipif(
     connection.vendor == "mysql", reason="MySQL has no wake-up channel; its workers poll"
 )
-def test_an_idle_worker_wakes_up_on_enqueue(worker_process: StartWorker) -> None:
+def test_an_idle_worker_wakes_up_on_enqueue(worker_process: StartWorker, events: EventLog) -> None:
     worker = worker_process("--concurrency", "2", env={"SQLTASKS_POLL_INTERVAL": "30"})
-    wait_for(lambda: WorkerRecord.objects.exists())
-    time.sleep(1.0)  # the worker has polled once and is now waiting
+    events.wait("worker_started")
+    # The worker has claimed (this task, or nothing) at least once since it started: every
+    # task below comes while it waits (or while it claims again after a task).
+    events.wait("task_finished", id=str(tasks.noop.enqueue().id), timeout=40)
     timings = []
     for _ in range(5):
         started = time.time()
         result = tasks.clock.enqueue()
-        wait_for(lambda: tasks.clock.get_result(result.id).is_finished, timeout=10)  # noqa: B023
+        events.wait("task_finished", id=str(result.id), timeout=10)
         timings.append(tasks.clock.get_result(result.id).return_value - started)
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.output
