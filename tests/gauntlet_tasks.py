@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from django_sqltasks.compat import task
+from tests import events
 
 
 @task
@@ -27,6 +28,15 @@ def mark_slowly(path: str, label: str, seconds: float) -> str:
     """``mark``, then hold the slot for ``seconds``: keeps tasks in flight when a worker dies."""
     mark.func(path, label)
     threading.Event().wait(seconds)
+    return label
+
+
+@task
+def mark_at_gate(path: str, label: str, gate: str) -> str:
+    """``mark``, then hold the slot until the test opens ``gate`` (a ``note`` tells it)."""
+    mark.func(path, label)
+    events.note("at_gate", label=label)
+    events.wait_at(gate)
     return label
 
 

@@ -16,7 +16,8 @@ from django.db import connection
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from tests import gauntlet_tasks
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WorkerProcess, expire_lease
+from tests.events import EventLog, Gate
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -25,8 +26,6 @@ StartWorker = Callable[..., WorkerProcess]
 WORKERS = 3
 TASKS = 2000
 WORKER_LOST = "django_sqltasks.exceptions.WorkerLost"
-# A short lease, so a killed worker's tasks come back within seconds.
-SHORT_LEASE = {"SQLTASKS_LEASE_TIMEOUT": "2", "SQLTASKS_HEARTBEAT_INTERVAL": "0.5"}
 
 
 def enqueue_marks(log: Path, count: int, seconds: float = 0.0) -> None:
@@ -45,10 +44,12 @@ def stop_all(workers: list[WorkerProcess]) -> None:
 
 
 @pytest.mark.worker_process
-def test_every_task_runs_exactly_once(worker_process: StartWorker, tmp_path: Path) -> None:
+def test_every_task_runs_exactly_once(
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
+) -> None:
     log = tmp_path / "executions"
     workers = [worker_process("--concurrency", "8", "--worker-id", f"w{n}") for n in range(WORKERS)]
-    wait_for(lambda: WorkerRecord.objects.count() == WORKERS)
+    events.wait("worker_started", count=WORKERS)
     started = time.monotonic()
     # Enqueued in slices while the workers run, so claims race against inserts.
     for start in range(0, TASKS, 250):
@@ -56,7 +57,7 @@ def test_every_task_runs_exactly_once(worker_process: StartWorker, tmp_path: Pat
             ((str(log), f"t{i}"), {}) for i in range(start, min(start + 250, TASKS))
         ]
         gauntlet_tasks.mark.get_backend().enqueue_many(gauntlet_tasks.mark, calls)
-    wait_for(lambda: TaskRecord.objects.succeeded().count() == TASKS, timeout=150, interval=0.2)
+    events.wait("task_finished", count=TASKS, timeout=150)
     elapsed = time.monotonic() - started
     stop_all(workers)
 
@@ -73,24 +74,31 @@ def test_every_task_runs_exactly_once(worker_process: StartWorker, tmp_path: Pat
 
 @pytest.mark.worker_process
 def test_sigkill_mid_batch_runs_its_tasks_again_after_the_lease(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
     log = tmp_path / "executions"
-    count = 400
-    enqueue_marks(log, count, seconds=0.1)
-    victim = worker_process("--concurrency", "8", "--worker-id", "victim", env=SHORT_LEASE)
+    count, through = 400, 24
+    # The first tasks run through; the rest hold their slots until the victim is dead.
+    enqueue_marks(log, through)
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((str(log), f"t{i}", gate.path), {}) for i in range(through, count)
+    ]
+    gauntlet_tasks.mark_at_gate.get_backend().enqueue_many(gauntlet_tasks.mark_at_gate, calls)
+    victim = worker_process("--concurrency", "8", "--worker-id", "victim")
     # The victim runs alone until it is into the queue, with 8 tasks in flight, and dies.
-    wait_for(lambda: len(gauntlet_tasks.executions(log)) >= 24, timeout=60)
+    events.wait("task_finished", count=through, timeout=60)
+    events.wait("note", what="at_gate", count=8)
     in_flight = set(
         TaskRecord.objects.owned_by("victim").values_list("id", flat=True)
     )  # a lower bound: the victim may claim more before the signal lands
     victim.kill()
     killed_at = time.monotonic()
     assert victim.wait() == -signal.SIGKILL
-    survivor = worker_process("--concurrency", "8", "--worker-id", "survivor", env=SHORT_LEASE)
-    wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=90, interval=0.1)
+    expire_lease("victim")  # its lease has run out
+    gate.open()
+    survivor = worker_process("--burst", "--concurrency", "8", "--worker-id", "survivor")
+    assert survivor.wait(timeout=90) == 0, survivor.output  # once every task is done
     recovered = time.monotonic() - killed_at
-    stop_all([survivor])
 
     assert not TaskRecord.objects.running().exists(), "a task stayed RUNNING"
     executions = Counter(gauntlet_tasks.executions(log))
