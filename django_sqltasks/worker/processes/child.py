@@ -1,9 +1,13 @@
-"""One worker process of a supervisor: how it is started, and what the supervisor knows of it,
-from its pipe (its running tasks and their deadlines, its last heartbeat)."""
+"""A supervisor's worker processes: how each is started, what the supervisor knows of it from
+its pipe (its running tasks and their deadlines, its last heartbeat), and the set of them with
+the selector that waits on their pipes."""
 
 from __future__ import annotations
 
+import logging
 import os
+import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -11,7 +15,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from ...exceptions import TaskTimeout
+from .. import events
 from .pipe import Beat, Event, TaskEnded, TaskRan, split
+
+logger = logging.getLogger("django_sqltasks")
 
 # Seconds an async task past its timeout has for its own loop to cancel it and report its end,
 # before the supervisor stops its process (the task blocks the loop, or ignores the cancel).
@@ -98,3 +105,93 @@ class Child:
         if self.last_beat is None or not self.beat_ok:
             return False
         return bool(self.running) or time.monotonic() - self.last_beat <= lease_timeout
+
+
+class Children:
+    """The worker processes of one supervisor, each known by the read end of its pipe, and the
+    selector that waits on those pipes and on the wake-up pipe of signals. Every field is the
+    supervisor thread's."""
+
+    def __init__(self, worker_id: str, command: list[str]) -> None:
+        self._worker_id = worker_id
+        self._command = command  # the children's tasks_worker options
+        self._by_reader: dict[int, Child] = {}
+        self._selector = selectors.DefaultSelector()
+        self._started = 0  # children started: the next one's id suffix
+        self._wake_reader: int | None = None
+
+    def __len__(self) -> int:
+        return len(self._by_reader)
+
+    def __contains__(self, child: Child) -> bool:
+        """Whether ``child`` still runs here (not killed nor forgotten)."""
+        return self._by_reader.get(child.reader) is child
+
+    def all(self) -> list[Child]:
+        """The children, in a list of their own: the caller may forget some on the way."""
+        return list(self._by_reader.values())
+
+    def start(self) -> Child:
+        """Start the next child, ``worker_id``-N."""
+        self._started += 1
+        child = Child.start(f"{self._worker_id}-{self._started}", self._command)
+        self._by_reader[child.reader] = child
+        self._selector.register(child.reader, selectors.EVENT_READ)
+        logger.info(
+            "Started worker process pid=%d worker_id=%s",
+            child.proc.pid,
+            child.worker_id,
+            extra={"action": "child_start", "worker_id": child.worker_id},
+        )
+        events.emit("child_started", worker_id=child.worker_id, pid=child.proc.pid)
+        return child
+
+    def wake_on_signals(self) -> None:
+        """Have a signal end the wait of ``ready`` (the handler itself runs between ticks)."""
+        reader, writer = os.pipe()
+        os.set_blocking(reader, False)
+        os.set_blocking(writer, False)
+        self._selector.register(reader, selectors.EVENT_READ)
+        self._wake_reader = reader
+        signal.set_wakeup_fd(writer)
+
+    def ready(self, timeout: float) -> list[Child]:
+        """Wait up to ``timeout`` seconds for children that wrote, or for a signal."""
+        ready = []
+        for key, _ in self._selector.select(timeout):
+            if key.fd == self._wake_reader:
+                _drain(key.fd)
+            else:
+                ready.append(self._by_reader[key.fd])
+        return ready
+
+    def closed(self, child: Child) -> None:
+        """Stop waiting on the pipe of ``child``, which closed it (it is gone)."""
+        if child.reader in self._selector.get_map():
+            self._selector.unregister(child.reader)
+
+    def forget(self, child: Child) -> None:
+        """Forget ``child``, which has exited or was killed, and close its pipe."""
+        self.closed(child)
+        os.close(child.reader)
+        del self._by_reader[child.reader]
+
+    def kill(self, child: Child) -> None:
+        """Kill ``child`` (SIGKILL), wait for it, and forget it."""
+        child.proc.kill()
+        child.proc.wait()
+        self.forget(child)
+
+    def signal_all(self, signum: int) -> None:
+        for child in self._by_reader.values():
+            if child.proc.poll() is None:
+                child.proc.send_signal(signum)
+
+
+def _drain(fd: int) -> None:
+    while True:
+        try:
+            if not os.read(fd, 512):
+                return
+        except BlockingIOError:
+            return

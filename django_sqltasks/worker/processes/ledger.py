@@ -19,7 +19,7 @@ from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
 from ...sql import Dialect, dialect_for
-from ..lease import gone_from_this_host
+from ..lease import WorkerIdInUse, gone_from_this_host
 from ..outcomes import failure
 from ..retries import run_with_retries
 
@@ -123,6 +123,17 @@ class Ledger:
     def _owe(self, what: str, write: Callable[[], None]) -> None:
         self._writes.append((what, write))
         self.flush()
+
+    def refuse_live_ids(self, worker_id: str) -> None:
+        """Raise ``WorkerIdInUse`` if a live worker holds ``worker_id``, or ``worker_id``-N."""
+        live = self.live_ids(worker_id)
+        if live:
+            raise WorkerIdInUse(
+                f"--worker-id: {worker_id!r} is in use: live worker(s) "
+                + ", ".join(f"{name} (pid {pid} on {host!r})" for name, pid, host in live)
+                + f" heartbeat within the last {self.lease_timeout:g}s; give each supervisor "
+                "its own id."
+            )
 
     def live_ids(self, worker_id: str) -> list[tuple[str, int, str]]:
         """The live workers (id, pid, host) named ``worker_id`` or ``worker_id``-N: those

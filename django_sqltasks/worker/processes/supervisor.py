@@ -20,8 +20,6 @@ end, cancel requests, and heartbeats. From these the supervisor:
 from __future__ import annotations
 
 import logging
-import os
-import selectors
 import signal
 import time
 import uuid
@@ -33,12 +31,13 @@ from django.db import connections
 from ...compat import task_backends
 from ...exceptions import TaskCancelled
 from .. import events
-from ..lease import EXIT_ID_IN_USE, WorkerIdInUse
+from ..lease import EXIT_ID_IN_USE
 from ..retries import run_with_retries
-from .child import Child
+from .child import Child, Children
 from .health_file import touch
 from .ledger import Ledger, describe_status, rss_bytes
 from .pipe import Beat, CancelAsked, Event
+from .stopping import Stopping
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -46,7 +45,6 @@ TICK = 0.1  # seconds: how late a deadline may be enforced, at most
 STABLE_AFTER = 30.0  # seconds: a child that lived this long did not die "at once"
 FIRST_BACKOFF = 1.0  # seconds before restarting a child that died at once twice in a row
 MAX_BACKOFF = 60.0  # seconds
-FORCE_GRACE = 10.0  # seconds a forced child has to requeue its tasks before SIGKILL
 MEMORY_EVERY = 1.0  # seconds between reads of the children's memory
 
 
@@ -81,47 +79,28 @@ class Supervisor:
         self.max_tasks_per_child = max_tasks_per_child
         self.max_memory_bytes = None if max_memory_per_child is None else max_memory_per_child << 20
         self.health_file = health_file
-        self._children: dict[int, Child] = {}  # by the read end of its pipe
-        self._started = 0  # children started: the next one's id suffix
+        self._children = Children(worker_id, command)
         self._starts: list[float] = []  # monotonic times at which to start a child
         self._failures = 0  # children in a row that died soon after they started
-        self._signals: list[int] = []  # received, not yet handled (appended by the handler)
-        self._stopping_at: float | None = None
-        self._forced = False
         self._ledger = Ledger(
             database=self.database,
             backend_name=self.backend_name,
             lease_timeout=self.lease_timeout,
             max_rescues=self.max_rescues,
         )
-        self._selector = selectors.DefaultSelector()
         self._status = 0  # the exit status when no stop was forced (EXIT_ID_IN_USE, say)
-
-    def refuse_live_ids(self) -> None:
-        """Raise ``WorkerIdInUse`` if a live worker holds this supervisor's id, or the id of
-        one of the processes it would start (``worker_id``-N): two supervisors of one id would
-        take each other's workers for dead ones."""
-        live = run_with_retries(self.database, lambda: self._ledger.live_ids(self.worker_id))
-        if live:
-            raise WorkerIdInUse(
-                f"--worker-id: {self.worker_id!r} is in use: live worker(s) "
-                + ", ".join(f"{name} (pid {pid} on {host!r})" for name, pid, host in live)
-                + f" heartbeat within the last {self.lease_timeout:g}s; give each supervisor "
-                "its own id."
-            )
+        self._stopping = Stopping(self._children, self._ledger, shutdown_timeout)
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``, until every child has exited); return the
         exit status: 0 after a graceful stop, 1 after a forced one, EXIT_ID_IN_USE when a
-        process found its id taken by a live worker."""
-        self.refuse_live_ids()
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        self._selector.register(wake_r, selectors.EVENT_READ)
-        signal.set_wakeup_fd(wake_w)
+        process found its id taken by a live worker. Raise ``WorkerIdInUse`` if a live worker
+        holds this supervisor's id, or that of a process it would start (``worker_id``-N): two
+        supervisors of one id would take each other's workers for dead ones."""
+        run_with_retries(self.database, lambda: self._ledger.refuse_live_ids(self.worker_id))
+        self._children.wake_on_signals()
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda signum, _frame: self._signals.append(signum))
+            signal.signal(signum, self._stopping.on_signal)
         logger.info(
             "Supervisor started worker_id=%s processes=%d",
             self.worker_id,
@@ -129,21 +108,14 @@ class Supervisor:
             extra={"action": "supervisor_start", "worker_id": self.worker_id},
         )
         for _ in range(self.processes):
-            self._start_child()
+            self._children.start()
         next_beat = next_memory = time.monotonic()
         try:
             while True:
-                for key, _ in self._selector.select(TICK):
-                    if key.fd == wake_r:
-                        while True:
-                            try:
-                                if not os.read(wake_r, 512):
-                                    break
-                            except BlockingIOError:
-                                break
-                    else:
-                        self._read(self._children[key.fd])
-                self._handle_signals()
+                for child in self._children.ready(TICK):
+                    if child in self._children:
+                        self._read(child)
+                self._stopping.handle_signals()
                 self._reap()
                 self._enforce_deadlines()
                 now = time.monotonic()
@@ -156,10 +128,10 @@ class Supervisor:
                     self._check_memory()
                 self._ledger.flush()
                 self._start_due()
-                if self._stopping_at is not None:
+                if self._stopping.asked:
                     if not self._children:
                         break
-                    self._escalate()
+                    self._stopping.escalate()
                 elif self.burst and not self._children and not self._starts:
                     break
         finally:
@@ -170,35 +142,21 @@ class Supervisor:
             self.worker_id,
             extra={"action": "supervisor_stop", "worker_id": self.worker_id},
         )
-        return 1 if self._forced else self._status
+        return 1 if self._stopping.forced else self._status
 
     # Children ------------------------------------------------------------------------------
-
-    def _start_child(self) -> None:
-        self._started += 1
-        child = Child.start(f"{self.worker_id}-{self._started}", self.command)
-        self._children[child.reader] = child
-        self._selector.register(child.reader, selectors.EVENT_READ)
-        logger.info(
-            "Started worker process pid=%d worker_id=%s",
-            child.proc.pid,
-            child.worker_id,
-            extra={"action": "child_start", "worker_id": child.worker_id},
-        )
-        events.emit("child_started", worker_id=child.worker_id, pid=child.proc.pid)
 
     def _read(self, child: Child) -> bool:
         """Handle what ``child`` wrote; return whether it may write more now."""
         try:
             received = child.read()
         except EOFError:  # the child is gone
-            if child.reader in self._selector.get_map():
-                self._selector.unregister(child.reader)
+            self._children.closed(child)
             return False
         for event in received or ():
-            if child.reader in self._children:  # an event may have killed it
+            if child in self._children:  # an event may have killed it
                 self._on_event(child, event)
-        return received is not None and child.reader in self._children
+        return received is not None and child in self._children
 
     def _on_event(self, child: Child, event: Event) -> None:
         if isinstance(event, CancelAsked):
@@ -212,14 +170,14 @@ class Supervisor:
             self._retire(child, f"it claimed {child.claimed} tasks", stop=False)
 
     def _reap(self) -> None:
-        for child in list(self._children.values()):
+        for child in self._children.all():
             status = child.proc.poll()
             if status is None:
                 continue
             self._read_rest(child)
-            if child.reader not in self._children:
+            if child not in self._children:
                 continue  # an event it sent last had it killed, and handled
-            self._forget(child)
+            self._children.forget(child)
             lived = time.monotonic() - child.born
             if status == EXIT_ID_IN_USE:
                 # Another worker took the id after the check at start: stop, or each restart
@@ -232,11 +190,9 @@ class Supervisor:
                     extra={"action": "worker_id_in_use", "worker_id": child.worker_id},
                 )
                 self._status = EXIT_ID_IN_USE
-                if self._stopping_at is None:
-                    self._stopping_at = time.monotonic()
-                    self._signal_all(signal.SIGTERM)
+                self._stopping.ask()
                 continue
-            if child.retiring or self._stopping_at is not None:
+            if child.retiring or self._stopping.asked:
                 # Whatever its status: a process that exits mid-task, even with 0, leaves tasks.
                 self._rescue(child, "stopped" if status == 0 else "died while stopping")
                 continue
@@ -278,25 +234,19 @@ class Supervisor:
         while self._read(child):
             pass
 
-    def _forget(self, child: Child) -> None:
-        if child.reader in self._selector.get_map():
-            self._selector.unregister(child.reader)
-        os.close(child.reader)
-        del self._children[child.reader]
-
     def _start_due(self) -> None:
-        if self._stopping_at is not None:
+        if self._stopping.asked:
             self._starts.clear()
             return
         now = time.monotonic()
         due = [at for at in self._starts if at <= now]
         self._starts = [at for at in self._starts if at > now]
         for _ in due:
-            self._start_child()
+            self._children.start()
 
     def _retire(self, child: Child, why: str, *, stop: bool) -> None:
         """Start a replacement for ``child``, then let it stop (SIGTERM if ``stop``)."""
-        if child.retiring or self._stopping_at is not None:
+        if child.retiring or self._stopping.asked:
             return
         child.retiring = True
         logger.info(
@@ -306,13 +256,13 @@ class Supervisor:
             why,
             extra={"action": "child_recycle", "worker_id": child.worker_id},
         )
-        self._start_child()
+        self._children.start()
         if stop:
             child.proc.send_signal(signal.SIGTERM)
 
     def _check_memory(self) -> None:
         assert self.max_memory_bytes is not None
-        for child in list(self._children.values()):
+        for child in self._children.all():
             rss = rss_bytes(child.proc.pid)
             if rss is not None and rss > self.max_memory_bytes:
                 self._retire(child, f"it uses {rss >> 20} MB", stop=True)
@@ -321,10 +271,10 @@ class Supervisor:
 
     def _enforce_deadlines(self) -> None:
         now = time.monotonic()
-        for child in list(self._children.values()):
+        for child in self._children.all():
             if not any(at <= now for at in child.deadlines.values()):
                 continue
-            if not self._read(child) and child.reader not in self._children:
+            if not self._read(child) and child not in self._children:
                 continue  # it was killed for a cancel it sent meanwhile
             late = child.overdue(now)  # not those that ended meanwhile: _read dropped them
             if late:
@@ -343,9 +293,7 @@ class Supervisor:
                 child.worker_id,
                 extra={"action": action, "task_id": task_id, "worker_id": child.worker_id},
             )
-        child.proc.kill()
-        child.proc.wait()
-        self._forget(child)
+        self._children.kill(child)
         reason = (
             f"Worker process {child.worker_id} was stopped to end task(s) "
             f"{', '.join(map(str, errors))} before this task finished."
@@ -358,8 +306,8 @@ class Supervisor:
             tasks=[str(t) for t in errors],
             action=action,
         )
-        if not child.retiring and self._stopping_at is None:
-            self._start_child()
+        if not child.retiring and not self._stopping.asked:
+            self._children.start()
 
     def _rescue(self, child: Child, how: str) -> None:
         """Rescue the tasks of a child that is gone, as its lease running out would (a task
@@ -372,64 +320,13 @@ class Supervisor:
         """Renew the lease of each healthy child: a child whose task (sync or async) holds the
         GIL cannot heartbeat, and must not be rescued while it runs. A child that withholds its
         lease, or that is silent with no task running (frozen, deadlocked), is left to lapse."""
-        renewed = [c.worker_id for c in self._children.values() if c.healthy(self.lease_timeout)]
+        renewed = [c.worker_id for c in self._children.all() if c.healthy(self.lease_timeout)]
         self._ledger.renew(renewed)
         events.emit("leases_renewed", worker_ids=renewed)
 
     def _touch_health(self) -> None:
-        if self.health_file is None or self._stopping_at is not None:
+        if self.health_file is None or self._stopping.asked:
             return
-        active = [c for c in self._children.values() if not c.retiring]
+        active = [c for c in self._children.all() if not c.retiring]
         if len(active) >= self.processes and all(c.healthy(self.lease_timeout) for c in active):
             touch(self.health_file)
-
-    # Stopping ------------------------------------------------------------------------------
-
-    def _handle_signals(self) -> None:
-        while self._signals:
-            name = signal.Signals(self._signals.pop(0)).name
-            if self._stopping_at is None:
-                logger.warning(
-                    "Received %s: stopping %d worker process(es) (send it again to stop now)",
-                    name,
-                    len(self._children),
-                )
-                self._stopping_at = time.monotonic()
-                self._signal_all(signal.SIGTERM)
-            elif not self._forced:
-                logger.warning("Received %s again: stopping the worker processes now", name)
-                self._force()
-
-    def _force(self) -> None:
-        self._forced = True
-        for child in self._children.values():
-            child.killed_at = time.monotonic()
-        self._signal_all(signal.SIGTERM)  # a second one: the child requeues and exits
-
-    def _escalate(self) -> None:
-        """Force the stop after --shutdown-timeout, and kill children that a forced stop has
-        not ended within FORCE_GRACE (one stuck holding the GIL, say)."""
-        assert self._stopping_at is not None
-        now = time.monotonic()
-        if (
-            not self._forced
-            and self.shutdown_timeout is not None
-            and now > self._stopping_at + self.shutdown_timeout + FORCE_GRACE
-        ):
-            logger.warning("Worker processes still running after the shutdown timeout")
-            self._force()
-        for child in list(self._children.values()):
-            if child.killed_at is not None and now > child.killed_at + FORCE_GRACE:
-                child.proc.kill()
-                child.proc.wait()
-                self._forget(child)
-                self._ledger.requeue(
-                    child.worker_id,
-                    child.proc.pid,
-                    "The worker process was killed while stopping, before this task finished.",
-                )
-
-    def _signal_all(self, signum: int) -> None:
-        for child in self._children.values():
-            if child.proc.poll() is None:
-                child.proc.send_signal(signum)
