@@ -36,13 +36,15 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Event:
-    """One event: its ``name``, its ``fields``, the process that sent it, and when
-    (``time.monotonic()``, one clock for every process of the machine)."""
+    """One event: its ``name``, its ``fields``, the process that sent it, when
+    (``time.monotonic()``, one clock for every process of the machine), and its place in the
+    log (``seq``: pass ``seq + 1`` as ``after`` to see the events that came after it)."""
 
     name: str
     fields: dict[str, Any]
     pid: int
     at: float
+    seq: int
 
     def __getitem__(self, key: str) -> Any:
         return self.fields[key]
@@ -72,13 +74,14 @@ class EventLog:
         self, name: str, fields: dict[str, Any], pid: int | None = None, at: float | None = None
     ) -> None:
         """Add an event (the listener of the test's own process)."""
-        event = Event(
-            name,
-            fields,
-            os.getpid() if pid is None else pid,
-            time.monotonic() if at is None else at,
-        )
         with self._condition:
+            event = Event(
+                name,
+                fields,
+                os.getpid() if pid is None else pid,
+                time.monotonic() if at is None else at,
+                len(self._events),
+            )
             self._events.append(event)
             self._condition.notify_all()
 
