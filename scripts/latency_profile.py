@@ -181,7 +181,7 @@ def server_costs(env: dict[str, str]) -> str:
                 walk, walk_params = dialect.claim_sql(
                     backend_name="default", queue_names=None, worker_id="p", limit=10
                 )
-                where, where_params = dialect.ready_where("default", None, UNLIMITED)
+                where, where_params = dialect._ready_where("default", None, UNLIMITED)
                 by_id = (
                     f"WITH picked AS (SELECT id FROM {dialect.tasks} WHERE id = %s AND {where} "
                     "AND available_at <= now() FOR UPDATE SKIP LOCKED), claimed AS"

@@ -113,11 +113,11 @@ def test_too_old_version_message_names_what_is_needed() -> None:
     dialect_product = dialect.product
     try:
         dialect.product = "SQLite"
-        assert dialect.too_old((3, 31, 1), MIN_SQLITE) == (
+        assert dialect._too_old((3, 31, 1), MIN_SQLITE) == (
             "Database 'default' runs SQLite 3.31.1; django-sqltasks needs SQLite 3.35 or newer."
         )
         dialect.product = "PostgreSQL"
-        assert "needs PostgreSQL 13 or newer" in dialect.too_old((12, 5), MIN_POSTGRESQL)
+        assert "needs PostgreSQL 13 or newer" in dialect._too_old((12, 5), MIN_POSTGRESQL)
     finally:
         dialect.product = dialect_product
 

@@ -106,7 +106,7 @@ STRUCTURAL = {
     "self.tasks",
     "self.workers",
     "self.paused",  # the paused-queue table's quoted name
-    "self.not_in_paused",  # "NOT IN (SELECT queue_name FROM <paused> ... = %s ...)"
+    "self._not_in_paused",  # "NOT IN (SELECT queue_name FROM <paused> ... = %s ...)"
     "self.dialect.tasks",
     "CHANNEL",
     "COLUMNS",
@@ -129,7 +129,7 @@ STRUCTURAL = {
     "j",
     "kind",
     "dialect.tasks",
-    "self.json_placeholder",  # "%s" or "%s::jsonb": a placeholder
+    "self._json_placeholder",  # "%s" or "%s::jsonb": a placeholder
     # A requeue's status and finished_at (constants, or a CASE on a placeholder's condition)
     # and its rescue count increment: fixed SQL text.
     "status_sql",
@@ -140,7 +140,7 @@ STRUCTURAL = {
     "available_sql",
     # The database's clock for writes (a constant function: statement_timestamp()), and a
     # retry's due time built from it and the outcome's delay column (MariaDB).
-    "self.write_clock",
+    "self._write_clock",
     "later",
     # The database's clock: a constant function (now(), UTC_TIMESTAMP(6)), or "%s" with the
     # process's time as a parameter; an interval ago adds a placeholder for the seconds.

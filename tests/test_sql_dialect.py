@@ -60,7 +60,7 @@ def test_facts(dialect: Dialect) -> None:
     assert dialect.single_writer is (connection.vendor == "sqlite")
     assert unsupported_version("default") is None
     assert dialect.version_problem() is None
-    assert dialect.too_old((1, 0), (2, 0)).endswith("needs " + dialect.product + " 2.0 or newer.")
+    assert dialect._too_old((1, 0), (2, 0)).endswith("needs " + dialect.product + " 2.0 or newer.")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -242,7 +242,7 @@ def test_ping_result_select_and_error_kinds(dialect: Dialect) -> None:
     with connection.cursor() as cursor:
         dialect.ping(cursor)
         cursor.execute(
-            dialect.select_result_sql(RESULT_COLUMNS), [dialect.encode_id(row.id), "default"]
+            dialect.select_result_sql(RESULT_COLUMNS), [dialect._encode_id(row.id), "default"]
         )
         values = dict(zip(RESULT_COLUMNS, cursor.fetchone(), strict=True))
         assert values["status"] == "READY"

@@ -53,18 +53,18 @@ class ClaimStatements(Vendor):
             limit=limit,
             scope=scope,
         )
-        return self.run_claim(cursor, sql, params)
+        return self._run_claim(cursor, sql, params)
 
-    def run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[ClaimedRow]:
+    def _run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[ClaimedRow]:
         """Run the claim statement and read the rows it claimed."""
         cursor.execute(sql, params)
-        return self.fetch_claimed(cursor)
+        return self._fetch_claimed(cursor)
 
-    def fetch_claimed(self, cursor: CursorWrapper) -> list[ClaimedRow]:
+    def _fetch_claimed(self, cursor: CursorWrapper) -> list[ClaimedRow]:
         """The rows the claim statement just returned."""
-        return [self.claimed_row(values) for values in cursor.fetchall()]
+        return [self._claimed_row(values) for values in cursor.fetchall()]
 
-    def claimed_row(self, values: Sequence[Any], *, json_decoded: bool = False) -> ClaimedRow:
+    def _claimed_row(self, values: Sequence[Any], *, json_decoded: bool = False) -> ClaimedRow:
         """A claimed row from its RETURNED_COLUMNS values; ``json_decoded`` when the JSON
         columns arrive as Python values rather than text."""
         (
@@ -89,9 +89,9 @@ class ClaimStatements(Vendor):
         # A row damaged outside this package must fail alone, not break the whole claim.
         problems: list[str] = []
         decode_json = partial(json_column, decoded=json_decoded, problems=problems)
-        decode = partial(self._decode_datetime, problems=problems)
+        decode = partial(self._decode_claimed_datetime, problems=problems)
         return ClaimedRow(
-            id=self.decode_id(id_),
+            id=self._decode_id(id_),
             task_path=task_path,
             backend_name=backend_name,
             queue_name=queue_name,
@@ -106,25 +106,25 @@ class ClaimStatements(Vendor):
             worker_ids=decode_json("worker_ids", worker_ids),
             attempts=attempts,
             snoozes=snoozes,
-            workflow_id=None if workflow_id is None else self.decode_id(workflow_id),
+            workflow_id=None if workflow_id is None else self._decode_id(workflow_id),
             corrupt="; ".join(problems) or None,
             trace_parent=trace_parent,
         )
 
-    def _decode_datetime(self, value: Any, *, problems: list[str]) -> datetime | None:
+    def _decode_claimed_datetime(self, value: Any, *, problems: list[str]) -> datetime | None:
         try:
-            return self.decode_datetime(value)
+            return self._decode_datetime(value)
         except (TypeError, ValueError) as e:
             problems.append(f"a date column holds {str(value)[:100]!r} ({e})")
             return datetime.now(UTC)
 
-    def ready_where(
+    def _ready_where(
         self, backend_name: str, queue_names: list[str] | None, scope: Scope
     ) -> tuple[str, list[Any]]:
         """The claim's conditions besides the due time and the priority: READY, of this
         backend, in the ``scope``'s limit key and queues, not paused. Each form is served by a
         ready index."""
-        queue_sql, queue_params = self.queue_filter(queue_names, backend_name)
+        queue_sql, queue_params = self._queue_filter(queue_names, backend_name)
         if scope.exclude_queues:
             marks = ", ".join(["%s"] * len(scope.exclude_queues))
             queue_sql += f" AND queue_name NOT IN ({marks})"
@@ -143,7 +143,7 @@ class ClaimStatements(Vendor):
             return " AND limit_key IS NULL", []
         return " AND limit_key = %s", [scope.limit_key]
 
-    def queue_filter(
+    def _queue_filter(
         self, queue_names: list[str] | None, backend_name: str
     ) -> tuple[str, list[Any]]:
         """The claim's conditions on the queue: one of ``queue_names`` (None: any), and not
@@ -151,7 +151,7 @@ class ClaimStatements(Vendor):
         each row is checked against them as a filter of the claim's index scan: a correlated
         NOT EXISTS was planned as an anti-join that sorted every due row of the queue (610 ms
         a claim beside 1,000,000 due tasks, against 2 ms)."""
-        paused = f" AND queue_name {self.not_in_paused}"
+        paused = f" AND queue_name {self._not_in_paused}"
         paused_params = [backend_name]
         if queue_names is None:
             return paused, paused_params
@@ -159,11 +159,11 @@ class ClaimStatements(Vendor):
         return f" AND queue_name IN ({marks}){paused}", [*queue_names, *paused_params]
 
     @property
-    def not_in_paused(self) -> str:
+    def _not_in_paused(self) -> str:
         """SQL for "not one of this backend's paused queues" (after a column name)."""
         return f"NOT IN (SELECT queue_name FROM {self.paused} WHERE backend_name = %s)"
 
-    def ready_prefix(
+    def _ready_prefix(
         self, backend_name: str, queue_names: list[str] | None, scope: Scope
     ) -> tuple[str, list[Any]]:
         """The claim's conditions on the columns that lead its ready index: READY, the
@@ -177,8 +177,8 @@ class ClaimStatements(Vendor):
         return prefix, params
 
     @staticmethod
-    def ready_index(queue_names: list[str] | None, scope: Scope) -> str | None:
-        """The ready index that ``ready_prefix`` leads (None for ``ANY_LIMIT``: no one index)."""
+    def _ready_index(queue_names: list[str] | None, scope: Scope) -> str | None:
+        """The ready index that ``_ready_prefix`` leads (None for ``ANY_LIMIT``: no one index)."""
         if scope.limit_key is ANY_LIMIT:
             return None
         if scope.limit_key is not None:
@@ -187,7 +187,7 @@ class ClaimStatements(Vendor):
             return "sqltasks_ready_idx"
         return "sqltasks_ready_all_idx"
 
-    def priorities_sql(
+    def _priorities_sql(
         self, backend_name: str, queue_names: list[str] | None, scope: Scope
     ) -> tuple[str, list[Any]]:
         """A recursive CTE, ``priorities(p)``: the priorities of the READY tasks a claim may
@@ -196,7 +196,7 @@ class ClaimStatements(Vendor):
         index range that ends at the current time, reads no task that is not due; in the one
         range ``priority DESC, available_at``, every deferred task of a higher priority came
         before the first due task of a lower one."""
-        prefix, params = self.ready_prefix(backend_name, queue_names, scope)
+        prefix, params = self._ready_prefix(backend_name, queue_names, scope)
         probe = f"SELECT priority FROM {self.tasks} WHERE {prefix}"
         order = "ORDER BY priority DESC LIMIT 1"
         return (
@@ -211,14 +211,14 @@ class ClaimStatements(Vendor):
             [*params, *params],
         )
 
-    def due_priorities_sql(
+    def _due_priorities_sql(
         self, backend_name: str, queue_names: list[str] | None, scope: Scope = UNLIMITED
     ) -> tuple[str, list[Any]]:
         """The priorities, highest first, that have a due READY task a claim may take: the
-        earliest task of each priority in ``priorities_sql`` is due (one probe each)."""
-        prefix, prefix_params = self.ready_prefix(backend_name, queue_names, scope)
-        priorities, priority_params = self.priorities_sql(backend_name, queue_names, scope)
-        now, now_params = self.now_sql()
+        earliest task of each priority in ``_priorities_sql`` is due (one probe each)."""
+        prefix, prefix_params = self._ready_prefix(backend_name, queue_names, scope)
+        priorities, priority_params = self._priorities_sql(backend_name, queue_names, scope)
+        now, now_params = self._now_sql()
         return (
             f"""
             WITH RECURSIVE {priorities}
@@ -231,25 +231,25 @@ class ClaimStatements(Vendor):
             [*priority_params, *prefix_params, *now_params],
         )
 
-    def suspects_sql(
+    def _suspects_sql(
         self, backend_name: str, queue_names: list[str] | None, limit: int
     ) -> tuple[str, list[Any]]:
         """The ids of up to ``limit`` suspects a worker on ``queue_names`` may take, best
         first. One probe of the ready index per priority: suspects are few."""
-        where, params = self.ready_where(backend_name, queue_names, UNLIMITED)
+        where, params = self._ready_where(backend_name, queue_names, UNLIMITED)
         priorities = list(range(TASK_MAX_PRIORITY, TASK_MIN_PRIORITY - 1, -1))
         marks = ", ".join(["%s"] * len(priorities))
         return (
             f"SELECT id FROM {self.tasks} WHERE {where} AND priority IN ({marks}) "
             f"AND available_at = %s ORDER BY priority DESC, id LIMIT %s",
-            [*params, *priorities, self.encode_datetime(suspect_at()), limit],
+            [*params, *priorities, self._encode_datetime(suspect_at()), limit],
         )
 
     def suspects_waiting(
         self, cursor: CursorWrapper, *, backend_name: str, queue_names: list[str] | None
     ) -> bool:
         """Whether a suspect waits that a worker on ``queue_names`` may take."""
-        cursor.execute(*self.suspects_sql(backend_name, queue_names, 1))
+        cursor.execute(*self._suspects_sql(backend_name, queue_names, 1))
         return cursor.fetchone() is not None
 
     def claim_suspect(
@@ -261,9 +261,9 @@ class ClaimStatements(Vendor):
         worker_id: str,
     ) -> ClaimedRow | None:
         """Claim one suspect for ``worker_id``, which runs it alone (None if none waits)."""
-        cursor.execute(*self.suspects_sql(backend_name, queue_names, SUSPECT_CANDIDATES))
+        cursor.execute(*self._suspects_sql(backend_name, queue_names, SUSPECT_CANDIDATES))
         for (task_id,) in cursor.fetchall():
-            row = self.claim_suspect_by_id(cursor, self.decode_id(task_id), worker_id)
+            row = self.claim_suspect_by_id(cursor, self._decode_id(task_id), worker_id)
             if row is not None:
                 return row
         return None

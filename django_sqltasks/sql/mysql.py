@@ -80,12 +80,12 @@ class MySQLDialect(Dialect):
         # Django stores naive UTC with USE_TZ; without it, naive local time, which only this
         # process's clock knows.
         if self.use_tz:
-            self.db_clock = self.write_clock = "UTC_TIMESTAMP(6)"  # the statement's start
+            self._db_clock = self._write_clock = "UTC_TIMESTAMP(6)"  # the statement's start
 
-    def ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
-        if self.db_clock is None:
-            return super().ago_sql(seconds)
-        return f"{self.db_clock} - INTERVAL %s MICROSECOND", [round(seconds * 1_000_000)]
+    def _ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
+        if self._db_clock is None:
+            return super()._ago_sql(seconds)
+        return f"{self._db_clock} - INTERVAL %s MICROSECOND", [round(seconds * 1_000_000)]
 
     def is_transient(self, error: BaseException) -> bool:
         if isinstance(error, InterfaceError):
@@ -108,18 +108,18 @@ class MySQLDialect(Dialect):
         return bool(args) and args[0] in CONTENTION_CODES
 
     def version_problem(self) -> str | None:
-        connection = self.current_connection()
+        connection = self._current_connection()
         connection.ensure_connection()
         version = connection.mysql_version  # type: ignore[attr-defined]
         if connection.mysql_is_mariadb:  # type: ignore[attr-defined]
             self.product = "MariaDB"
-            return self.too_old(version, MIN_MARIADB) if version < MIN_MARIADB else None
-        return self.too_old(version, MIN_MYSQL) if version < MIN_MYSQL else None
+            return self._too_old(version, MIN_MARIADB) if version < MIN_MARIADB else None
+        return self._too_old(version, MIN_MYSQL) if version < MIN_MYSQL else None
 
     def max_statement_bytes(self) -> int:
         """The server's ``max_allowed_packet`` (read once per connection): a larger statement
         is not refused with an error, the server drops the connection (2006, 1153)."""
-        connection = self.current_connection()
+        connection = self._current_connection()
         connection.ensure_connection()
         raw = connection.connection
         cached: int | None = getattr(raw, PACKET_CACHE_ATTRIBUTE, None)
@@ -169,13 +169,13 @@ class MySQLDialect(Dialect):
             history_length=None if history is None else int(history[0]),
         )
 
-    def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
+    def _append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
         return (
             f"JSON_ARRAY_APPEND({column}, '$', JSON_OBJECT("
             f"'exception_class_path', {class_sql}, 'traceback', {traceback_sql}))"
         )
 
-    def concat(self, *parts: str) -> str:
+    def _concat(self, *parts: str) -> str:
         return f"CONCAT({', '.join(parts)})"
 
     def insert_deduplicated(self, cursor: CursorWrapper, task: NewTask, notify: bool) -> bool:
@@ -203,7 +203,7 @@ class MySQLDialect(Dialect):
         # First the priorities that have due tasks, without a lock: the SELECT below then
         # reads one index range of due tasks per priority, never a deferred one. With none, the
         # claim ends here.
-        cursor.execute(*self.due_priorities_sql(backend_name, queue_names, scope))
+        cursor.execute(*self._due_priorities_sql(backend_name, queue_names, scope))
         priorities = [values[0] for values in cursor.fetchall()]
         if not priorities:
             return []
@@ -233,12 +233,12 @@ class MySQLDialect(Dialect):
     def claim_suspect_by_id(
         self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
     ) -> ClaimedRow | None:
-        now, now_params = self.now_sql()
+        now, now_params = self._now_sql()
         with transaction.atomic(using=self.connection.alias):
             cursor.execute(
                 f"SELECT {COLUMNS}, {now} FROM {self.tasks} "
                 "WHERE id = %s AND status = 'READY' AND available_at = %s FOR UPDATE SKIP LOCKED",
-                [*now_params, self.encode_id(task_id), self.encode_datetime(suspect_at())],
+                [*now_params, self._encode_id(task_id), self._encode_datetime(suspect_at())],
             )
             rows = self._take(cursor, cursor.fetchall(), worker_id)
         return rows[0] if rows else None
@@ -250,10 +250,10 @@ class MySQLDialect(Dialect):
         database's time of the SELECT: the claim's time); fail those that cannot be read."""
         if not selected:
             return []
-        now = self.decode_datetime(selected[0][-1])
+        now = self._decode_datetime(selected[0][-1])
         assert now is not None
-        at = self.encode_datetime(now)
-        rows = [self.claimed_row(values[:-1]) for values in selected]
+        at = self._encode_datetime(now)
+        rows = [self._claimed_row(values[:-1]) for values in selected]
         corrupt = [r for r in rows if r.corrupt is not None]
         if corrupt:
             # MariaDB checks every JSON column's CHECK on any UPDATE of the row: a row
@@ -271,7 +271,7 @@ class MySQLDialect(Dialect):
                 started_at = COALESCE(started_at, %s), last_attempted_at = %s
             WHERE id IN ({marks})
             """,
-            [worker_id, worker_id, at, at, *(self.encode_id(r.id) for r in rows)],
+            [worker_id, worker_id, at, at, *(self._encode_id(r.id) for r in rows)],
         )
         return [
             replace(
@@ -309,7 +309,7 @@ class MySQLDialect(Dialect):
                     CORRUPT_TASK,
                     f"The stored task cannot be run: {row.corrupt}.",
                     at,
-                    self.encode_id(row.id),
+                    self._encode_id(row.id),
                 ],
             )
 
@@ -323,11 +323,11 @@ class MySQLDialect(Dialect):
         scope: Scope = UNLIMITED,
         priorities: Sequence[int] | None = None,
     ) -> tuple[str, list[Any]]:
-        """The claim's locking SELECT; ``priorities`` (from ``due_priorities_sql``) makes it
+        """The claim's locking SELECT; ``priorities`` (from ``_due_priorities_sql``) makes it
         read one index range of due tasks per priority instead of one range of them all, in
         which the deferred tasks of a higher priority come before the due ones of a lower."""
-        where, where_params = self.ready_where(backend_name, queue_names, scope)
-        now, now_params = self.now_sql()
+        where, where_params = self._ready_where(backend_name, queue_names, scope)
+        now, now_params = self._now_sql()
         if priorities is not None:
             marks = ", ".join(["%s"] * len(priorities))
             where += f" AND priority IN ({marks})"
@@ -343,7 +343,7 @@ class MySQLDialect(Dialect):
             [*now_params, *where_params, *now_params, limit],
         )
 
-    def due_priorities_sql(
+    def _due_priorities_sql(
         self, backend_name: str, queue_names: list[str] | None, scope: Scope = UNLIMITED
     ) -> tuple[str, list[Any]]:
         """The priorities that have a due READY task a claim may take: one probe of the ready
@@ -353,10 +353,10 @@ class MySQLDialect(Dialect):
         task of p; "the earliest task of priority p" it reads from the index at once. Each
         probe names its index: with statistics that trail the table, MariaDB took another
         ready index and sorted every READY task of the backend."""
-        prefix, params = self.ready_prefix(backend_name, queue_names, scope)
-        index = self.ready_index(queue_names, scope)
+        prefix, params = self._ready_prefix(backend_name, queue_names, scope)
+        index = self._ready_index(queue_names, scope)
         source = self.tasks if index is None else f"{self.tasks} FORCE INDEX ({index})"
-        now, now_params = self.now_sql()
+        now, now_params = self._now_sql()
         probe = f"SELECT priority FROM {source} WHERE {prefix} ORDER BY priority"
         earliest = (
             f"SELECT available_at FROM {source} WHERE {prefix} AND priority = span.p "
@@ -381,15 +381,15 @@ class MySQLDialect(Dialect):
         first = "SELECT " + ", ".join(f"%s AS {column}" for column in OUTCOME_COLUMNS)
         rest = "SELECT " + ", ".join(["%s"] * len(OUTCOME_COLUMNS))
         derived = " UNION ALL ".join([first] + [rest] * (len(outcomes) - 1))
-        params = [value for o in outcomes for value in self.outcome_params(o)]
-        error = self.append_error("t.errors", "v.error_class", "v.error_traceback")
-        # A delay counts from the server's clock (outcome_params made it a time without one).
+        params = [value for o in outcomes for value in self._outcome_params(o)]
+        error = self._append_error("t.errors", "v.error_class", "v.error_traceback")
+        # A delay counts from the server's clock (_outcome_params made it a time without one).
         later = (
-            f"{self.write_clock} + INTERVAL ROUND(v.delay * 1000000) MICROSECOND, "
-            if self.write_clock
+            f"{self._write_clock} + INTERVAL ROUND(v.delay * 1000000) MICROSECOND, "
+            if self._write_clock
             else ""
         )
-        ids = [self.encode_id(o.id) for o in outcomes]
+        ids = [self._encode_id(o.id) for o in outcomes]
         marks = ", ".join(["%s"] * len(ids))
         # The owner guard keeps a late result from overwriting a task that was rescued and
         # claimed again (or finished) meanwhile. Without RETURNING, lock the rows still ours
@@ -400,7 +400,7 @@ class MySQLDialect(Dialect):
                 "AND owner = %s FOR UPDATE",
                 [*ids, worker_id],
             )
-            held = {self.decode_id(values[0]) for values in cursor.fetchall()}
+            held = {self._decode_id(values[0]) for values in cursor.fetchall()}
             if held:
                 cursor.execute(
                     f"""

@@ -44,21 +44,21 @@ class OutcomeStatements(Vendor):
         before trying; None if nothing is known against it."""
         return None
 
-    def outcome_params(self, outcome: Outcome) -> list[Any]:
+    def _outcome_params(self, outcome: Outcome) -> list[Any]:
         """An outcome's values in the order of OUTCOME_COLUMNS. Where this process's clock is
-        the database's (``write_clock`` None), a delay is made a time here."""
+        the database's (``_write_clock`` None), a delay is made a time here."""
         available_at, delay = outcome.available_at, outcome.delay
-        if self.write_clock is None and delay is not None:
+        if self._write_clock is None and delay is not None:
             available_at = available_at or dj_timezone.now() + timedelta(seconds=delay)
             delay = None
         return [
-            self.encode_id(outcome.id),
+            self._encode_id(outcome.id),
             outcome.status,
-            self.encode_datetime(outcome.finished_at),
+            self._encode_datetime(outcome.finished_at),
             outcome.return_value,
             outcome.error_class,
             outcome.error_traceback,
-            self.encode_datetime(available_at),
+            self._encode_datetime(available_at),
             outcome.snoozed,
             delay,
         ]
@@ -86,27 +86,27 @@ class OutcomeStatements(Vendor):
         )
         cursor.execute(
             f"UPDATE {self.tasks} SET status = 'FAILED', finished_at = %s, owner = NULL, "
-            f"return_value = NULL, errors = {self.json_placeholder} "
+            f"return_value = NULL, errors = {self._json_placeholder} "
             "WHERE id = %s AND status = 'RUNNING' AND owner = %s",
             [
-                self.encode_datetime(
+                self._encode_datetime(
                     outcome.finished_at or outcome.available_at or dj_timezone.now()
                 ),
                 error,
-                self.encode_id(outcome.id),
+                self._encode_id(outcome.id),
                 worker_id,
             ],
         )
         return {outcome.id} if cursor.rowcount else set()
 
     # Pieces of SQL that differ by vendor, used by the shared statements below.
-    text_param = "%s"
+    _text_param = "%s"
 
-    def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
+    def _append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
         """SQL for ``column`` (a JSON list) with one {exception_class_path, traceback} appended."""
         raise NotImplementedError
 
-    def concat(self, *parts: str) -> str:
+    def _concat(self, *parts: str) -> str:
         return " || ".join(parts)
 
     def requeue_orphans(
@@ -140,18 +140,18 @@ class OutcomeStatements(Vendor):
         """The rescue statement (see ``requeue_orphans``)."""
         owner = "COALESCE(t.owner, '(none)')"
         charged = "(t.available_at = %s OR t.limit_key IS NOT NULL)"
-        charged_params = [self.encode_datetime(suspect_at())]
-        p = self.text_param
+        charged_params = [self._encode_datetime(suspect_at())]
+        p = self._text_param
         ends = f"CASE WHEN {charged} THEN {p} ELSE {p} END"
         ends_params = [*charged_params, ORPHAN_MESSAGE[1], ORPHAN_SUSPECT]
         if max_rescues is None:
-            message_sql = self.concat(p, owner, ends)
+            message_sql = self._concat(p, owner, ends)
             message_params: list[Any] = [ORPHAN_MESSAGE[0], *ends_params]
             fail_when = None
         else:
             given_up = f"{charged} AND t.rescues >= %s"
             given_up_params = [*charged_params, max_rescues]
-            message_sql = self.concat(p, owner, f"CASE WHEN {given_up} THEN {p} ELSE {ends} END")
+            message_sql = self._concat(p, owner, f"CASE WHEN {given_up} THEN {p} ELSE {ends} END")
             message_params = [
                 ORPHAN_MESSAGE[0],
                 *given_up_params,
@@ -159,7 +159,7 @@ class OutcomeStatements(Vendor):
                 *ends_params,
             ]
             fail_when = (given_up, given_up_params)
-        live_since, live_params = self.ago_sql(lease_timeout)
+        live_since, live_params = self._ago_sql(lease_timeout)
         return self._requeue_sql(
             where=(
                 f"t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM "
@@ -185,13 +185,13 @@ class OutcomeStatements(Vendor):
         where, params = "t.owner = %s", [worker_id]
         if keep:
             where += f" AND t.id NOT IN ({', '.join(['%s'] * len(keep))})"
-            params += [self.encode_id(task_id) for task_id in keep]
+            params += [self._encode_id(task_id) for task_id in keep]
         cursor.execute(
             *self._requeue_sql(
                 where=where,
                 where_params=params,
                 error_class=WORKER_STOPPED,
-                message_sql=self.text_param,
+                message_sql=self._text_param,
                 message_params=[reason],
             )
         )
@@ -212,8 +212,8 @@ class OutcomeStatements(Vendor):
         ``fail_when`` (SQL, params) become FAILED instead. A ``rescue`` (the SQL, and its
         params, of the rows charged a rescue) counts a rescue on those rows and makes the
         others of no limit suspects (see SUSPECT)."""
-        error = self.append_error("t.errors", self.text_param, message_sql)
-        now, now_params = self.now_sql()
+        error = self._append_error("t.errors", self._text_param, message_sql)
+        now, now_params = self._now_sql()
         if fail_when is None:
             status_sql, status_params = "'READY'", []
             finished_sql, finished_params = "t.finished_at", []
@@ -232,7 +232,7 @@ class OutcomeStatements(Vendor):
             # Tasks under a limit go back by the clock: the limited claim, which keeps their
             # limit, takes them (they are charged at each rescue instead).
             available_sql = f"CASE WHEN t.limit_key IS NULL THEN %s ELSE {now} END"
-            available_params = [self.encode_datetime(suspect_at()), *now_params]
+            available_params = [self._encode_datetime(suspect_at()), *now_params]
         # errors comes first and available_at last: MySQL evaluates single-table SET clauses
         # left to right, and the message, the status and the rescues read t.owner, t.rescues
         # and t.available_at before they change.

@@ -75,7 +75,7 @@ class PostgreSQLDialect(Dialect):
     wakeup = "notify"
     estimates_counts = True
     async_driver = True
-    json_placeholder = "%s::jsonb"
+    _json_placeholder = "%s::jsonb"
     end_session = "pg_terminate_backend()"
     idle_transaction_timeout = "idle_in_transaction_session_timeout"
 
@@ -96,9 +96,9 @@ class PostgreSQLDialect(Dialect):
         return getattr(driver_error(error), "sqlstate", None) in CONTENTION_SQLSTATES
 
     def version_problem(self) -> str | None:
-        connection = self.current_connection()
+        connection = self._current_connection()
         version = divmod(connection.pg_version, 10000)  # type: ignore[attr-defined]
-        return self.too_old(version, MIN_VERSION) if version[:1] < MIN_VERSION else None
+        return self._too_old(version, MIN_VERSION) if version[:1] < MIN_VERSION else None
 
     def table_health(self, cursor: CursorWrapper) -> TableHealth:
         # Statistics are read once per transaction and cached: read them afresh.
@@ -135,16 +135,16 @@ class PostgreSQLDialect(Dialect):
             statements.append(("SELECT set_config('role', %s, false)", [role]))
         return statements
 
-    db_clock = "now()"  # the statement's (transaction's) start, by the server's clock
+    _db_clock = "now()"  # the statement's (transaction's) start, by the server's clock
     # An enqueue may run late in a long transaction: it is due from its own statement, not
     # from the transaction's start.
-    write_clock = "statement_timestamp()"
+    _write_clock = "statement_timestamp()"
 
-    def ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
+    def _ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
         return "now() - make_interval(secs => %s)", [float(seconds)]
 
     @property
-    def not_in_paused(self) -> str:
+    def _not_in_paused(self) -> str:
         # A per-row lookup in the paused table's unique index, kept a filter of the claim's
         # ordered index scan: OFFSET 0 stops the planner from turning it into an anti-join,
         # and an uncorrelated array (<> ALL) made it estimate one due row and sort them all.
@@ -153,15 +153,15 @@ class PostgreSQLDialect(Dialect):
             f"AND p.queue_name = {self.tasks}.queue_name OFFSET 0)"
         )
 
-    text_param = "%s::text"
+    _text_param = "%s::text"
 
-    def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
+    def _append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
         return (
             f"{column} || jsonb_build_array(jsonb_build_object("
             f"'exception_class_path', {class_sql}, 'traceback', {traceback_sql}))"
         )
 
-    def encode_id(self, value: uuid.UUID) -> Any:
+    def _encode_id(self, value: uuid.UUID) -> Any:
         return value
 
     def insert_statement(
@@ -176,7 +176,7 @@ class PostgreSQLDialect(Dialect):
                 f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) "
                 "SELECT id, task_path, backend_name, queue_name, priority, 'READY', args, "
                 "kwargs, '[]', '[]', 0, enqueued_at, run_after, "
-                f"COALESCE(run_after, {self.write_clock}), dedupe_key, limit_key, trace_parent "
+                f"COALESCE(run_after, {self._write_clock}), dedupe_key, limit_key, trace_parent "
                 f"FROM jsonb_to_recordset(%s::jsonb) AS v({INSERT_RECORD})"
             )
             params = [
@@ -232,11 +232,11 @@ class PostgreSQLDialect(Dialect):
         due = INSERT_COLUMNS.index("available_at")
         now = None
         if any(task.run_after is None for task in tasks):
-            cursor.execute(f"SELECT {self.write_clock}")
+            cursor.execute(f"SELECT {self._write_clock}")
             now = cursor.fetchone()[0]
         with raw.copy(f"COPY {self.tasks} ({', '.join(INSERT_COLUMNS)}) FROM STDIN") as copy:
             for task in tasks:
-                params = self.insert_params(task)
+                params = self._insert_params(task)
                 if task.run_after is None:
                     params[due] = now
                 copy.write_row(params)
@@ -260,8 +260,8 @@ class PostgreSQLDialect(Dialect):
         limit: int,
         scope: Scope = UNLIMITED,
     ) -> tuple[str, list[Any]]:
-        where, where_params = self.ready_where(backend_name, queue_names, scope)
-        priorities, priority_params = self.priorities_sql(backend_name, queue_names, scope)
+        where, where_params = self._ready_where(backend_name, queue_names, scope)
+        priorities, priority_params = self._priorities_sql(backend_name, queue_names, scope)
         # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
         # concurrent workers take the next rows instead of waiting on these. The due tasks of
         # each priority are read in turn (LATERAL), and the recursive CTE probes the next
@@ -306,16 +306,16 @@ class PostgreSQLDialect(Dialect):
             )
             SELECT json_agg(json_build_array({COLUMNS}))::text FROM claimed
             """,
-            [worker_id, worker_id, task_id, self.encode_datetime(suspect_at())],
+            [worker_id, worker_id, task_id, self._encode_datetime(suspect_at())],
         )
-        rows = self.fetch_claimed(cursor)
+        rows = self._fetch_claimed(cursor)
         return rows[0] if rows else None
 
-    def run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[ClaimedRow]:
+    def _run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[ClaimedRow]:
         raw: Any = getattr(cursor.cursor, "connection", None)
         if not _can_prepare(raw):
             cursor.execute(sql, params)
-            return self.fetch_claimed(cursor)
+            return self._fetch_claimed(cursor)
         # A prepared statement, where the project allows them: the claim is then planned
         # once per connection, not at each call (planning its walk over priorities is a
         # large part of its cost). Django's cursors bind parameters on the client.
@@ -323,21 +323,21 @@ class PostgreSQLDialect(Dialect):
 
         with self.connection.wrap_database_errors, psycopg.Cursor(raw) as prepared:
             prepared.execute(sql, params, prepare=True)
-            return self.fetch_claimed(prepared)
+            return self._fetch_claimed(prepared)
 
-    def fetch_claimed(self, cursor: Any) -> list[ClaimedRow]:
+    def _fetch_claimed(self, cursor: Any) -> list[ClaimedRow]:
         return self.claimed_rows(cursor.fetchone()[0])
 
     def claimed_rows(self, document: str | None) -> list[ClaimedRow]:
         """The rows of the claim's one value: its json_agg(), or NULL for no row."""
         if document is None:
             return []
-        return [self.claimed_row(values) for values in loads(document)]
+        return [self._claimed_row(values) for values in loads(document)]
 
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
     ) -> set[uuid.UUID]:
-        error = self.append_error("t.errors", "v.error_class", "v.error_traceback")
+        error = self._append_error("t.errors", "v.error_class", "v.error_traceback")
         # The outcomes travel as one JSON document (cheaper to encode than seven arrays). The
         # owner guard keeps a late result from overwriting a task that was rescued and claimed
         # again (or finished) meanwhile.
@@ -349,7 +349,7 @@ class PostgreSQLDialect(Dialect):
                 errors = CASE WHEN v.error_class IS NULL THEN t.errors ELSE {error} END,
                 available_at = COALESCE(
                     v.available_at,
-                    {self.write_clock} + make_interval(secs => v.delay),
+                    {self._write_clock} + make_interval(secs => v.delay),
                     t.available_at
                 ),
                 attempts = t.attempts - v.snoozed, snoozes = t.snoozes + v.snoozed
@@ -381,7 +381,7 @@ class PostgreSQLDialect(Dialect):
                 worker_id,
             ],
         )
-        return {self.decode_id(values[0]) for values in cursor.fetchall()}
+        return {self._decode_id(values[0]) for values in cursor.fetchall()}
 
 
 def _can_prepare(raw: Any) -> bool:

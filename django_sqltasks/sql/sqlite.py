@@ -33,7 +33,7 @@ class SQLiteDialect(Dialect):
     product = "SQLite"
     wakeup = "files"
     single_writer = True
-    explain_prefix = "EXPLAIN QUERY PLAN"
+    _explain_prefix = "EXPLAIN QUERY PLAN"
 
     def is_transient(self, error: BaseException) -> bool:
         # Another connection holds the write lock past the busy timeout: "database is
@@ -55,9 +55,9 @@ class SQLiteDialect(Dialect):
 
     def version_problem(self) -> str | None:
         version = self.connection.Database.sqlite_version_info  # type: ignore[attr-defined]
-        return self.too_old(version, MIN_VERSION) if version < MIN_VERSION else None
+        return self._too_old(version, MIN_VERSION) if version < MIN_VERSION else None
 
-    def append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
+    def _append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
         return (
             f"json_insert({column}, '$[#]', json_object("
             f"'exception_class_path', {class_sql}, 'traceback', {traceback_sql}))"
@@ -79,7 +79,7 @@ class SQLiteDialect(Dialect):
         # "priority IN (...)" with a SeekScan step that in 3.40 returned tasks not yet due,
         # and builds a Bloom filter of every task of the backend for a join. With nothing
         # due, the claim ends before taking the write lock.
-        cursor.execute(*self.due_priorities_sql(backend_name, queue_names, scope))
+        cursor.execute(*self._due_priorities_sql(backend_name, queue_names, scope))
         rows: list[ClaimedRow] = []
         for (priority,) in cursor.fetchall():
             cursor.execute(
@@ -92,7 +92,7 @@ class SQLiteDialect(Dialect):
                     priority=priority,
                 )
             )
-            rows.extend(self.fetch_claimed(cursor))
+            rows.extend(self._fetch_claimed(cursor))
             if len(rows) >= limit:
                 break
         return rows
@@ -108,8 +108,8 @@ class SQLiteDialect(Dialect):
         priority: int | None = None,
     ) -> tuple[str, list[Any]]:
         """One claim statement: of the due tasks of ``priority``, or (None) of any priority."""
-        where, where_params = self.ready_where(backend_name, queue_names, scope)
-        at = self.encode_datetime(timezone.now())  # one machine: its clock is the database's
+        where, where_params = self._ready_where(backend_name, queue_names, scope)
+        at = self._encode_datetime(timezone.now())  # one machine: its clock is the database's
         order = "priority DESC, available_at"
         if priority is not None:
             where, where_params = f"{where} AND priority = %s", [*where_params, priority]
@@ -134,7 +134,7 @@ class SQLiteDialect(Dialect):
     def claim_suspect_by_id(
         self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
     ) -> ClaimedRow | None:
-        at = self.encode_datetime(timezone.now())  # one machine: its clock is the database's
+        at = self._encode_datetime(timezone.now())  # one machine: its clock is the database's
         cursor.execute(
             f"""
             UPDATE {self.tasks}
@@ -149,11 +149,11 @@ class SQLiteDialect(Dialect):
                 worker_id,
                 at,
                 at,
-                self.encode_id(task_id),
-                self.encode_datetime(suspect_at()),
+                self._encode_id(task_id),
+                self._encode_datetime(suspect_at()),
             ],
         )
-        rows = self.fetch_claimed(cursor)
+        rows = self._fetch_claimed(cursor)
         return rows[0] if rows else None
 
     def complete(
@@ -161,8 +161,8 @@ class SQLiteDialect(Dialect):
     ) -> set[uuid.UUID]:
         marks = ", ".join(["%s"] * len(OUTCOME_COLUMNS))
         rows = ", ".join([f"({marks})"] * len(outcomes))
-        params = [value for o in outcomes for value in self.outcome_params(o)]
-        error = self.append_error(f"{self.tasks}.errors", "v.error_class", "v.error_traceback")
+        params = [value for o in outcomes for value in self._outcome_params(o)]
+        error = self._append_error(f"{self.tasks}.errors", "v.error_class", "v.error_traceback")
         # The owner guard keeps a late result from overwriting a task that was rescued and
         # claimed again (or finished) meanwhile.
         cursor.execute(
@@ -183,4 +183,4 @@ class SQLiteDialect(Dialect):
             """,
             [*params, worker_id],
         )
-        return {self.decode_id(values[0]) for values in cursor.fetchall()}
+        return {self._decode_id(values[0]) for values in cursor.fetchall()}

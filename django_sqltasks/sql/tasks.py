@@ -22,9 +22,9 @@ class TaskStatements(Vendor):
         """A statement reading one task's ``columns`` by id and backend name."""
         return f"SELECT {', '.join(columns)} FROM {self.tasks} WHERE id = %s AND backend_name = %s"
 
-    def insert_params(self, task: NewTask) -> list[Any]:
+    def _insert_params(self, task: NewTask) -> list[Any]:
         return [
-            self.encode_id(task.id),
+            self._encode_id(task.id),
             task.task_path,
             task.backend_name,
             task.queue_name,
@@ -35,21 +35,21 @@ class TaskStatements(Vendor):
             "[]",
             "[]",
             0,
-            self.encode_datetime(task.enqueued_at),
-            self.encode_datetime(task.run_after),
+            self._encode_datetime(task.enqueued_at),
+            self._encode_datetime(task.run_after),
             # With a clock of its own, the database fills in when a task without run_after
-            # is due (see insert_sql): the enqueuing machine's clock may be off.
-            self.encode_datetime(
-                task.run_after if self.write_clock else task.run_after or task.enqueued_at
+            # is due (see _insert_sql): the enqueuing machine's clock may be off.
+            self._encode_datetime(
+                task.run_after if self._write_clock else task.run_after or task.enqueued_at
             ),
             task.dedupe_key,
             task.limit_key,
             task.trace_parent,
         ]
 
-    def insert_sql(self, count: int) -> str:
-        j = self.json_placeholder
-        due = f"COALESCE(%s, {self.write_clock})" if self.write_clock else "%s"
+    def _insert_sql(self, count: int) -> str:
+        j = self._json_placeholder
+        due = f"COALESCE(%s, {self._write_clock})" if self._write_clock else "%s"
         row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, {due}, %s, %s, %s)"
         return f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
             [row] * count
@@ -61,14 +61,14 @@ class TaskStatements(Vendor):
         """One multi-row INSERT of ``tasks``; ``notify`` wakes listening workers."""
         params: list[Any] = []
         for task in tasks:
-            params.extend(self.insert_params(task))
-        return self.insert_sql(len(tasks)), params
+            params.extend(self._insert_params(task))
+        return self._insert_sql(len(tasks)), params
 
     def insert(self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False) -> None:
         """Insert ``tasks`` in one statement, on the caller's connection and transaction."""
         cursor.execute(*self.insert_statement(tasks, notify))
 
-    bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 17 per row
+    _bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 17 per row
 
     def insert_deduplicated(self, cursor: CursorWrapper, task: NewTask, notify: bool) -> bool:
         """Insert ``task`` unless a live task has its dedupe key; return whether it did."""
@@ -80,8 +80,8 @@ class TaskStatements(Vendor):
         self, cursor: CursorWrapper, tasks: Sequence[NewTask], notify: bool = False
     ) -> None:
         """Insert many ``tasks`` on the caller's connection, in as few statements as allowed."""
-        for start in range(0, len(tasks), self.bulk_chunk):
-            self.insert(cursor, tasks[start : start + self.bulk_chunk], notify=notify)
+        for start in range(0, len(tasks), self._bulk_chunk):
+            self.insert(cursor, tasks[start : start + self._bulk_chunk], notify=notify)
 
     def live_task_with_key(self, cursor: CursorWrapper, dedupe_key: str) -> uuid.UUID | None:
         """The id of the READY or RUNNING task holding ``dedupe_key``, if any."""
@@ -90,22 +90,22 @@ class TaskStatements(Vendor):
             [dedupe_key],
         )
         row = cursor.fetchone()
-        return None if row is None else self.decode_id(row[0])
+        return None if row is None else self._decode_id(row[0])
 
     def make_due(self, cursor: CursorWrapper, *, backend_name: str, task_id: uuid.UUID) -> bool:
         """Make a deferred READY task due now, by the database's clock; False if it is not
         READY, is due already (it keeps its place), is a workflow step waiting for its turn
         (PARKED), or does not exist."""
-        now, now_params = self.now_sql()
+        now, now_params = self._now_sql()
         cursor.execute(
             f"UPDATE {self.tasks} SET available_at = {now} WHERE id = %s AND backend_name = %s "
             f"AND status = 'READY' AND available_at > {now} AND available_at < %s",
             [
                 *now_params,
-                self.encode_id(task_id),
+                self._encode_id(task_id),
                 backend_name,
                 *now_params,
-                self.encode_datetime(parked_at()),
+                self._encode_datetime(parked_at()),
             ],
         )
         return cursor.rowcount > 0

@@ -25,7 +25,7 @@ def driver_error(error: BaseException) -> BaseException:
 
 class Vendor:
     """One database vendor's facts, clock and values, on one Django connection (shared by every
-    thread: ``current_connection`` gives the calling thread's)."""
+    thread: ``_current_connection`` gives the calling thread's)."""
 
     def __init__(
         self, connection: BaseDatabaseWrapper, *, tasks: str, workers: str, paused: str
@@ -89,7 +89,7 @@ class Vendor:
         """The largest statement the server accepts, in bytes, if it has a limit to heed."""
         return None
 
-    def current_connection(self) -> BaseDatabaseWrapper:
+    def _current_connection(self) -> BaseDatabaseWrapper:
         """This dialect's connection for the calling thread (a dialect is shared by all)."""
         return connections[self.connection.alias]
 
@@ -105,11 +105,11 @@ class Vendor:
 
     # Statements any part uses ------------------------------------------------------------
 
-    explain_prefix = "EXPLAIN"  # how to ask the planner for a statement's plan
+    _explain_prefix = "EXPLAIN"  # how to ask the planner for a statement's plan
 
     def explain(self, cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> str:
         """The planner's plan for ``sql`` as text (the statement is not run)."""
-        cursor.execute(f"{self.explain_prefix} {sql}", params)
+        cursor.execute(f"{self._explain_prefix} {sql}", params)
         return "\n".join(" ".join(str(value) for value in row) for row in cursor.fetchall())
 
     def ping(self, cursor: CursorWrapper) -> None:
@@ -117,36 +117,36 @@ class Vendor:
         cursor.execute("SELECT 1")
         cursor.fetchone()
 
-    json_placeholder = "%s"
+    _json_placeholder = "%s"
 
-    db_clock: str | None = None  # SQL for the database's current time; None: this process's
+    _db_clock: str | None = None  # SQL for the database's current time; None: this process's
 
     # SQL for the database's time at the start of a statement: what an enqueue without
     # run_after is due at, and what a retry's or a snooze's delay counts from. None: this
-    # process's (then db_clock is None too).
-    write_clock: str | None = None
+    # process's (then _db_clock is None too).
+    _write_clock: str | None = None
 
-    def now_sql(self) -> tuple[str, list[Any]]:
+    def _now_sql(self) -> tuple[str, list[Any]]:
         """SQL (and its parameters) for the current time, by the database's clock."""
-        if self.db_clock is not None:
-            return self.db_clock, []
-        return "%s", [self.encode_datetime(dj_timezone.now())]
+        if self._db_clock is not None:
+            return self._db_clock, []
+        return "%s", [self._encode_datetime(dj_timezone.now())]
 
-    def ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
+    def _ago_sql(self, seconds: float) -> tuple[str, list[Any]]:
         """SQL (and its parameters) for the time ``seconds`` ago, by the database's clock."""
-        return "%s", [self.encode_datetime(dj_timezone.now() - timedelta(seconds=seconds))]
+        return "%s", [self._encode_datetime(dj_timezone.now() - timedelta(seconds=seconds))]
 
     def db_now(self, cursor: CursorWrapper) -> datetime:
         """The database's current time (an aware datetime with USE_TZ, as Django reads it)."""
-        sql, params = self.now_sql()
-        if self.db_clock is None:
+        sql, params = self._now_sql()
+        if self._db_clock is None:
             return dj_timezone.now()
         cursor.execute(f"SELECT {sql}", params)
-        value = self.decode_datetime(cursor.fetchone()[0])
+        value = self._decode_datetime(cursor.fetchone()[0])
         assert value is not None
         return value
 
-    def too_old(self, version: Sequence[int], needed: Sequence[int]) -> str:
+    def _too_old(self, version: Sequence[int], needed: Sequence[int]) -> str:
         have = ".".join(map(str, version[: len(needed) + 1]))
         need = ".".join(map(str, needed))
         return (
@@ -156,16 +156,16 @@ class Vendor:
 
     # Values in and out ------------------------------------------------------------------
 
-    def encode_id(self, value: uuid.UUID) -> Any:
+    def _encode_id(self, value: uuid.UUID) -> Any:
         return value.hex
 
-    def decode_id(self, value: Any) -> uuid.UUID:
+    def _decode_id(self, value: Any) -> uuid.UUID:
         return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
 
-    def encode_datetime(self, value: datetime | None) -> Any:
+    def _encode_datetime(self, value: datetime | None) -> Any:
         return self.connection.ops.adapt_datetimefield_value(value)
 
-    def decode_datetime(self, value: Any) -> datetime | None:
+    def _decode_datetime(self, value: Any) -> datetime | None:
         if value is None:
             return None
         if isinstance(value, str):

@@ -12,7 +12,7 @@ class WorkerStatements(Vendor):
 
     def heartbeat(self, cursor: CursorWrapper, worker_id: str) -> bool:
         """Renew ``worker_id``'s lease by the database's clock; False if its row is gone."""
-        now, params = self.now_sql()
+        now, params = self._now_sql()
         cursor.execute(
             f"UPDATE {self.workers} SET heartbeat_at = {now} WHERE id = %s",
             [*params, worker_id],
@@ -23,7 +23,7 @@ class WorkerStatements(Vendor):
         self, cursor: CursorWrapper, worker_id: str, lease_timeout: float
     ) -> tuple[int, str] | None:
         """The pid and host of ``worker_id`` if it heartbeat within ``lease_timeout`` seconds."""
-        since, params = self.ago_sql(lease_timeout)
+        since, params = self._ago_sql(lease_timeout)
         cursor.execute(
             f"SELECT pid, hostname FROM {self.workers} WHERE id = %s AND heartbeat_at >= {since}",
             [worker_id, *params],
@@ -36,7 +36,7 @@ class WorkerStatements(Vendor):
     ) -> list[tuple[str, int, str]]:
         """The id, pid and host of workers whose id starts with ``prefix`` and that heartbeat
         within ``lease_timeout`` seconds."""
-        since, params = self.ago_sql(lease_timeout)
+        since, params = self._ago_sql(lease_timeout)
         # "!" escapes: a backslash would need escaping itself in MySQL's string literals.
         escaped = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_")
         cursor.execute(
@@ -48,6 +48,6 @@ class WorkerStatements(Vendor):
 
     def forget_dead_workers(self, cursor: CursorWrapper, lease_timeout: float) -> int:
         """Delete the rows of workers silent for over ``lease_timeout`` seconds."""
-        since, params = self.ago_sql(lease_timeout)
+        since, params = self._ago_sql(lease_timeout)
         cursor.execute(f"DELETE FROM {self.workers} WHERE heartbeat_at < {since}", params)
         return cursor.rowcount
