@@ -18,6 +18,7 @@ from django.db import DatabaseError, ProgrammingError, connections, router, tran
 
 from .compat import BaseTaskBackend, InvalidTask, Task, TaskResult
 from .core import tracing
+from .core.binding import check_binds
 from .core.config_checks import check_backend
 from .core.options import BackendOptions, OptionError
 from .core.policy import check_priority_and_queue, validate_options
@@ -91,6 +92,13 @@ class SQLTaskBackend(BaseTaskBackend):
             task, args, kwargs, alias=self.alias, config=self.config, traceparent=traceparent
         )
 
+    def _new_call(self, task: Task, args: Any, kwargs: Any) -> tuple[NewTask, TaskResult]:
+        """``new_row``, for a call made now: its arguments must fit the function's parameters
+        (a workflow step's are checked when it is handed its own)."""
+        row, result = self.new_row(task, args, kwargs)
+        check_binds(task, result.args, result.kwargs)
+        return row, result
+
     def _validate_once(self, task: Task) -> None:
         try:
             if task in self._validated:
@@ -124,7 +132,7 @@ class SQLTaskBackend(BaseTaskBackend):
         results: list[TaskResult] = []
         with self._span(task, results):
             self.check_usable()
-            row, result = self.new_row(task, args, kwargs)
+            row, result = self._new_call(task, args, kwargs)
             rows.check_packet([row], self._packet_limit())
             if row.dedupe_key is not None:
                 result = self._enqueue_deduplicated(row, result)
@@ -159,7 +167,7 @@ class SQLTaskBackend(BaseTaskBackend):
         results: list[TaskResult] = []
         with self._span(task, results, len(calls)):
             self.check_usable()
-            new, built = rows.new_rows(task, calls, self.new_row)
+            new, built = rows.new_rows(task, calls, self._new_call)
             rows.check_packet(new, self._packet_limit(), many=True)
             if new and new[0].dedupe_key is not None:
                 # Each row may meet a live twin: insert them one by one.
@@ -197,7 +205,7 @@ class SQLTaskBackend(BaseTaskBackend):
         self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]
     ) -> TaskResult:
         self.check_usable()
-        row, result = self.new_row(task, args, kwargs)
+        row, result = self._new_call(task, args, kwargs)
         database = self.database  # the routers' answer, asked once per call
         if database in self._packet_limits:
             limit = self._packet_limits[database]

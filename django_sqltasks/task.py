@@ -131,11 +131,13 @@ def rebind_task(
     """Return a copy of ``task`` with the stored options, without validating it again.
 
     ``Task.using()`` validates against today's settings; a row enqueued under older settings
-    (a queue since removed, say) must still be readable and runnable. The task must be declared
-    for ``backend``: a row of one backend cannot run another backend's task.
+    (a queue since removed, say) must still be readable and runnable. ``backend`` is the one the
+    row was enqueued through, which must be one that may run the task (``check_backend``); the
+    copy names it, so its ``get_backend()`` is the row's.
     """
     check_backend(task, backend)
-    if (task.priority, task.queue_name, task.run_after) == (priority, queue_name, run_after):
+    stored = (priority, queue_name, run_after, backend)
+    if (task.priority, task.queue_name, task.run_after, task.backend) == stored:
         return task
     clone = object.__new__(type(task))
     for f in dataclasses.fields(task):
@@ -143,6 +145,7 @@ def rebind_task(
     object.__setattr__(clone, "priority", priority)
     object.__setattr__(clone, "queue_name", queue_name)
     object.__setattr__(clone, "run_after", run_after)
+    object.__setattr__(clone, "backend", backend)
     return clone
 
 
@@ -160,6 +163,11 @@ class MissingTask(SQLTask):
 
     def __post_init__(self) -> None:
         pass  # nothing to validate against the backend: it is never enqueued
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Task's own reduce imports module_path again, which is what no longer resolves.
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return (_rebuild_missing_task, (fields,))
 
     @property
     def module_path(self) -> str:
@@ -180,6 +188,10 @@ class MissingTask(SQLTask):
 
     async def aenqueue(self, *args: Any, **kwargs: Any) -> Any:
         raise TaskNotFound(self.reason)
+
+
+def _rebuild_missing_task(fields: dict[str, Any]) -> MissingTask:
+    return MissingTask(**fields)
 
 
 def missing_task(row: dict[str, Any], reason: str) -> MissingTask:

@@ -39,19 +39,23 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Tests that fail by design, each with the reason docs/guarantees.md ("Django's own tests") gives.
 STORED = "tasks are rows read back from the database, not the objects the test holds"
-LOGS = "the worker logs to 'django_sqltasks', not 'django.tasks', and says other words"
 GET_RESULT = "results can be read back (supports_get_result is True)"
 DOCUMENTED: dict[str, str] = {
-    "test_dummy_backend.DummyBackendTestCase.test_get_result_async": STORED,
+    "test_dummy_backend.DummyBackendTestCase.test_refresh_result": STORED,
     "test_dummy_backend.DummyBackendTestCase.test_refresh_result_async": STORED,
-    "test_dummy_backend.DummyBackendTestCase.test_enqueue_logs": LOGS,
+    "test_tasks.TaskTestCase.test_refresh_result": (
+        "refresh() reads the database, which Django refuses on an event loop: use arefresh()"
+    ),
     "test_immediate_backend.ImmediateBackendTestCase.test_cannot_get_result": GET_RESULT,
     "test_immediate_backend.ImmediateBackendTestCase.test_cannot_refresh_result": GET_RESULT,
-    "test_immediate_backend.ImmediateBackendTestCase.test_enqueue_logs": LOGS,
-    "test_immediate_backend.ImmediateBackendTestCase.test_failed_logs": LOGS,
-    "test_immediate_backend.ImmediateBackendTestCase.test_catches_exception": LOGS,
     "test_immediate_backend.ImmediateBackendTestCase.test_cannot_pass_run_after": (
         "run_after is supported: the task waits in the table until it is due"
+    ),
+    "test_immediate_backend.ImmediateBackendTestCase.test_complex_return_value": (
+        "a return value that is not JSON fails with InvalidReturnValue, a TypeError that names it"
+    ),
+    "test_immediate_backend.ImmediateBackendTestCase.test_throws_keyboard_interrupt": (
+        "a task raising KeyboardInterrupt is FAILED with its traceback, like any other exception"
     ),
 }
 
@@ -123,8 +127,8 @@ def swap_backends() -> None:
     class ImmediateBackend(StoredResults, ImmediateSQLTaskBackend):
         """ImmediateSQLTaskBackend under the name Django's tests give the one that runs them."""
 
-    dummy.DummyBackend = DummyBackend  # type: ignore[misc]
-    immediate.ImmediateBackend = ImmediateBackend  # type: ignore[misc]
+    dummy.DummyBackend = DummyBackend  # type: ignore[misc,assignment]
+    immediate.ImmediateBackend = ImmediateBackend  # type: ignore[misc,assignment]
 
 
 def in_event_loop() -> bool:

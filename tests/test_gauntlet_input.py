@@ -140,7 +140,7 @@ BAD_ROWS: list[tuple[str, dict[str, Any], str, str]] = [
         "another backend's task",
         {"task_path": "tests.tasks_hardening.on_immediate", "args": ["/nonexistent/x"]},
         "django_sqltasks.exceptions.TaskBackendMismatch",
-        "is declared for backend 'immediate', not 'default'",
+        "is declared for backend 'immediate', which is not a django-sqltasks backend",
     ),
 ]
 

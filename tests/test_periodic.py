@@ -204,12 +204,19 @@ def test_a_schedule_that_fails_at_run_time_does_not_stop_the_others(
     periodic.schedules = {"broken": broken, **periodic.schedules}
     assert periodic.run_due(at(10, 0)) == []  # first sight of each
     with caplog.at_level(logging.ERROR, logger="django_sqltasks"):
-        assert periodic.run_due(at(10, 1)) == ["refused", "good"]
+        assert periodic.run_due(at(10, 1)) == ["good"]
         assert periodic.next_wakeup(at(10, 1)) == at(10, 2)
     failed = {r.schedule for r in caplog.records if getattr(r, "action", "") == "periodic_failed"}
-    assert failed == {"broken", "gone"}
-    assert periodic.run_due(at(10, 2)) == ["refused", "good"]
-    assert TaskRecord.objects.filter(task_path=TICK).count() == 4
+    assert failed == {"broken", "gone", "refused"}  # refused: its kwargs do not fit tick()
+    assert periodic.run_due(at(10, 2)) == ["good"]
+    assert TaskRecord.objects.filter(task_path=TICK).count() == 2
+
+
+def test_a_schedule_whose_arguments_do_not_fit_its_task_is_a_check_error(settings: Any) -> None:
+    periodic_settings(settings, {"x": {"task": TICK, "every": 60, "kwargs": {"unexpected": 1}}})
+    messages = list(task_backends["default"].check())
+    assert [m.id for m in messages] == ["django_sqltasks.E005"]
+    assert "got an unexpected keyword argument 'unexpected'" in messages[0].msg
 
 
 def test_a_schedule_of_a_task_declared_for_another_backend_is_a_check_error(

@@ -10,7 +10,9 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
+from ..exceptions import InvalidTaskArguments
 from . import tracing
+from .binding import check_binds
 from .columns import MAX_NAME_LENGTH
 from .resolve import resolve_task
 from .settings import SQLBackend
@@ -76,10 +78,19 @@ def check_backend(backend: SQLBackend) -> Iterable[checks.CheckMessage]:
 def _check_periodic(backend: SQLBackend, name: str) -> Iterable[checks.CheckMessage]:
     for schedule in backend.config.periodic.values():
         try:
-            resolve_task(schedule.task_path, backend=backend.alias)
+            task = resolve_task(schedule.task_path, backend=backend.alias)
         except Exception as e:
             yield checks.Error(
                 f"{name}['OPTIONS']['PERIODIC'][{schedule.name!r}]: {e}",
                 hint="Point 'task' at a function decorated with @task.",
+                id="django_sqltasks.E005",
+            )
+            continue
+        try:
+            check_binds(task, schedule.args, schedule.kwargs)
+        except InvalidTaskArguments as e:
+            yield checks.Error(
+                f"{name}['OPTIONS']['PERIODIC'][{schedule.name!r}]: {e}",
+                hint="Give 'args' and 'kwargs' that the task's function takes.",
                 id="django_sqltasks.E005",
             )

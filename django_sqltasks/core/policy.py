@@ -17,6 +17,7 @@ from .bounds import MAX_COUNT, MAX_DELAY, is_count, is_number
 from .columns import MAX_DEDUPE_KEY_LENGTH, MAX_NAME_LENGTH, MAX_TASK_PATH_LENGTH
 from .limits import call_key, validate_task_limits
 from .options import DEFAULT_RETRY_BACKOFF_MAX, BackendOptions
+from .resolve import may_run
 from .serialization import dumps, text_problem
 from .subject import Subject
 
@@ -74,7 +75,7 @@ def check_priority_and_queue(task: Task) -> None:
     if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
         raise InvalidTask(
             f"priority must be a whole number between {TASK_MIN_PRIORITY} and "
-            f"{TASK_MAX_PRIORITY}, not {priority!r} (a {type(priority).__name__})."
+            f"{TASK_MAX_PRIORITY}. Got {priority!r} (a {type(priority).__name__})."
         )
     queue_name = task.queue_name
     if not isinstance(queue_name, str) or not queue_name:
@@ -89,11 +90,12 @@ def validate_options(task: Task, alias: str) -> None:
     through backend ``alias``: an extra field is wrong, a name is too long for its column, or
     the task is declared for another backend."""
     declared = getattr(sys.modules.get(task.func.__module__), task.func.__name__, None)
-    if isinstance(declared, Task) and declared.backend != alias:
+    refusal = may_run(alias, declared.backend) if isinstance(declared, Task) else None
+    if isinstance(declared, Task) and refusal is not None:
         # Its row would be refused by this backend's workers (resolve.check_backend).
         raise InvalidTask(
-            f"Task {task.module_path} is declared for backend {declared.backend!r}, so "
-            f"backend {alias!r} does not run it: enqueue it through "
+            f"Task {task.module_path} is declared for backend {declared.backend!r}, "
+            f"{refusal}, so backend {alias!r} does not run it: enqueue it through "
             f"{declared.backend!r}, or declare it with @task(backend={alias!r})."
         )
     if len(task.module_path) > MAX_TASK_PATH_LENGTH:

@@ -16,14 +16,14 @@ starts with no report, and the last attempt's report stays on the row once it ha
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from django.utils import timezone
 
@@ -35,12 +35,34 @@ from .storable import escape
 MAX_NOTE_CHARS = 200  # characters of a progress note
 MAX_METADATA_BYTES = 8_192  # of the metadata dict, encoded as JSON
 MAX_METADATA_KEYS = 64
-NO_METADATA: Mapping[str, Any] = MappingProxyType({})  # read-only, so one is shared by all
+
+
+class Metadata(dict[str, Any]):
+    """A report's metadata: a dict that refuses changes, and that pickles, copies and deep-copies
+    as one (a ``TaskResult`` holding it goes through ``pickle``, caches and
+    ``dataclasses.asdict``)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("A task result's metadata is read-only: copy it with dict() to change it.")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[type[Metadata], tuple[dict[str, Any]]]:
+        return (type(self), (dict(self),))
+
+    def __copy__(self) -> Metadata:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Metadata:
+        return type(self)(copy.deepcopy(dict(self), memo))
+
+
+NO_METADATA: Mapping[str, Any] = Metadata()  # read-only, so one is shared by all
 
 
 def no_metadata() -> Mapping[str, Any]:
-    """NO_METADATA, as a dataclass default: Python before 3.12 takes a mappingproxy for a
-    mutable default (it has no hash there)."""
+    """NO_METADATA, as a dataclass default (a dict default must come from a factory)."""
     return NO_METADATA
 
 
@@ -140,7 +162,7 @@ class ProgressReport:
                 attempt=int(data["attempt"]),
                 progress=None if progress is None else float(progress),
                 note=str(data.get("note") or ""),
-                metadata=MappingProxyType(dict(data.get("metadata") or {})),
+                metadata=Metadata(data.get("metadata") or {}),
                 updated_at=None if updated is None else datetime.fromisoformat(updated),
             )
         except (TypeError, ValueError, KeyError, AttributeError):
@@ -216,7 +238,7 @@ class AttemptReport:
             attempt=self.attempt,
             progress=self._progress,
             note=self._note,
-            metadata=MappingProxyType(dict(self._metadata)),
+            metadata=Metadata(self._metadata),
             updated_at=self._updated_at,
         )
 

@@ -2,7 +2,9 @@
 
 A row is trusted to *name* a module, never to bring code. A task path is imported only if its
 module is already loaded or belongs to an installed app (or to the backend's TASK_MODULES), it
-must name a ``Task`` object, and that task must be declared for the backend whose row names it.
+must name a ``Task`` object, and the backend whose row names it must be one that may run it:
+the backend the task is declared for, or another django-sqltasks backend keeping its tasks in
+the same database (``may_run``).
 Anything else is refused before it can run; reading such a row (``task.result_from_row``)
 returns its stored result with a stand-in task that says why.
 """
@@ -16,9 +18,9 @@ from functools import lru_cache
 from django.apps import apps
 from django.utils.module_loading import import_string
 
-from ..compat import Task, task_backends
+from ..compat import InvalidTaskBackend, Task, task_backends
 from ..exceptions import TaskBackendMismatch, TaskNotFound
-from .settings import backend_config
+from .settings import backend_config, sql_backend
 
 
 def resolve_task(task_path: str, *, backend: str | None = None) -> Task:
@@ -87,10 +89,38 @@ def allowed_modules(backend: str | None = None) -> set[str]:
 
 
 def check_backend(task: Task, backend: str) -> None:
-    """Refuse a task declared for another backend than ``backend``, whose row names it."""
-    if task.backend != backend:
+    """Refuse a task whose row names ``backend`` when that backend may not run it (see
+    ``may_run``)."""
+    refusal = may_run(backend, task.backend)
+    if refusal is not None:
         raise TaskBackendMismatch(
-            f"Task {task.module_path} is declared for backend {task.backend!r}, not "
-            f"{backend!r}: a worker of {backend!r} does not run it. Enqueue it through its own "
-            f"backend, or declare it with @task(backend={backend!r})."
+            f"Task {task.module_path} is declared for backend {task.backend!r}, {refusal}: a "
+            f"worker of {backend!r} does not run it. Enqueue it through its own backend, or "
+            f"declare it with @task(backend={backend!r})."
         )
+
+
+def may_run(backend: str, declared: str) -> str | None:
+    """Why backend ``backend`` may not run a task declared for backend ``declared``; None if
+    it may.
+
+    A backend runs its own tasks, and those of another django-sqltasks backend whose tasks live
+    in the same database (``task.using(backend=...)``): whoever can write a row naming such a
+    task for ``backend`` could as well have named ``declared``, whose workers would run it, so
+    accepting it gives a row no task it could not already start. A task declared for a backend
+    of another kind, or one keeping its tasks in another database, is refused: a row in this
+    database must not reach code that only another database's rows (or another kind of
+    backend) may start.
+    """
+    if backend == declared:
+        return None
+    try:
+        mine, theirs = sql_backend(backend), sql_backend(declared)
+    except InvalidTaskBackend:
+        return f"which is not a django-sqltasks backend sharing {backend!r}'s table"
+    if mine.database != theirs.database:
+        return (
+            f"whose tasks are in database {theirs.database!r}, not {mine.database!r} "
+            f"where {backend!r} keeps its own"
+        )
+    return None

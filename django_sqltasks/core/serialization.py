@@ -75,7 +75,9 @@ def check_json(value: Any, where: str, _depth: int = 0) -> None:
         return
     kind = type(value)
     raise InvalidTaskArguments(
-        f"{where} is a {kind.__module__}.{kind.__qualname__}, which is not JSON-serializable: "
+        # "Unsupported type" is Django's own wording (django.utils.json.normalize_json).
+        f"Unsupported type: {where} is a {kind.__module__}.{kind.__qualname__}, which is not "
+        "JSON-serializable: "
         "use str, int, float, bool, None, list, tuple or dict (convert dates, Decimals, UUIDs "
         "and model instances to strings or ids)."
     )

@@ -261,8 +261,10 @@ class PostgresWriter(Writer):
 
     async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
         sql, params = self.dialect.insert_statement(rows, notify)
-        async with self.pool.connection() as connection:
-            await connection.execute(sql, params)
+        # psycopg's errors become Django's (OperationalError, ...), as on the sync path.
+        with connections[self.database].wrap_database_errors:
+            async with self.pool.connection() as connection:
+                await connection.execute(sql, params)
 
     async def get_result(self, backend: SQLBackend, result_id: str) -> Any:
         # App registry: the backend, and so this module, loads before apps are ready.
@@ -273,11 +275,12 @@ class PostgresWriter(Writer):
         except ValueError as e:
             raise TaskResultDoesNotExist(result_id) from e
         columns = [f.attname for f in TaskRecord._meta.concrete_fields]
-        async with self.pool.connection() as connection:
-            cursor = await connection.execute(
-                self.dialect.select_result_sql(columns), [task_id, backend.alias]
-            )
-            values = await cursor.fetchone()
+        with connections[self.database].wrap_database_errors:
+            async with self.pool.connection() as connection:
+                cursor = await connection.execute(
+                    self.dialect.select_result_sql(columns), [task_id, backend.alias]
+                )
+                values = await cursor.fetchone()
         if values is None:
             raise TaskResultDoesNotExist(result_id)
         return result_from_row(dict(zip(columns, values, strict=True)))

@@ -51,7 +51,8 @@ class Command(BaseCommand):
             "--queue",
             type=queue_name,
             metavar="NAME",
-            help="Prune this queue only (default: every queue).",
+            help="Prune this queue only; '*' means every queue, as for tasks_worker (default: "
+            "every queue).",
         )
         parser.add_argument(
             "--batch-size",
@@ -66,7 +67,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         backend = sql_backend(options["backend"])
-        queue = options["queue"]
+        queue = None if options["queue"] == "*" else options["queue"]
         if queue is not None:
             refuse_unknown_queues(backend, [queue])
         pruned = prune(

@@ -1,0 +1,48 @@
+"""Whether a call's arguments fit its task's function, checked when it is enqueued, so that a
+wrong call fails in the caller's code rather than later, in a worker."""
+
+from __future__ import annotations
+
+import inspect
+from functools import lru_cache
+from typing import Any
+
+from ..compat import Task
+from ..exceptions import InvalidTaskArguments
+
+
+@lru_cache(maxsize=1024)
+def _signature(func: Any, takes_context: bool) -> inspect.Signature | None:
+    """The parameters a caller passes to ``func`` (its context left out); None if Python
+    cannot tell (some builtins and C functions)."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    if takes_context:  # the worker passes the context first; Django checked it is there
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return signature
+
+
+def check_binds(task: Task, args: Any, kwargs: Any) -> None:
+    """Raise ``InvalidTaskArguments`` (a ``TypeError``) naming the task when ``args`` and
+    ``kwargs`` do not fit its function's parameters, as Python would when calling it."""
+    try:
+        signature = _signature(task.func, bool(task.takes_context))
+    except TypeError:  # an unhashable function object: look it up each time
+        signature = _signature.__wrapped__(task.func, bool(task.takes_context))
+    if signature is None:
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise InvalidTaskArguments(
+            f"Task {task.module_path}({_names(signature)}) cannot be called with these "
+            f"arguments: {e}."
+        ) from None
+
+
+def _names(signature: inspect.Signature) -> str:
+    """The parameters as a caller writes them, without their annotations."""
+    bare = [p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()]
+    return str(inspect.Signature(bare))[1:-1]
