@@ -12,7 +12,8 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker.lease import EXIT_ID_IN_USE
 from tests import tasks_processes as tasks
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WorkerProcess
+from tests.events import EventLog, Gate
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
 
@@ -30,25 +31,27 @@ def _registered(*worker_ids: str) -> bool:
     return WorkerRecord.objects.filter(id__in=worker_ids).count() == len(worker_ids)
 
 
+def _wait_registered(events: EventLog, *worker_ids: str) -> None:
+    for worker_id in worker_ids:
+        events.wait("registered", worker_id=worker_id)
+
+
 def test_a_second_supervisor_of_the_same_id_is_refused_and_takes_nothing(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
     marker = tmp_path / "ran"
-    results = [tasks.record.enqueue(str(marker), 2.0) for _ in range(8)]
-    first = worker_process("--processes", "2", "-c", "4", "--worker-id", "web", env=ENV)
-    wait_for(lambda: len(_starts(marker)) == 8)
+    results = [tasks.record_at_gate.enqueue(str(marker), gate.path) for _ in range(8)]
+    first = worker_process(
+        "--processes", "2", "-c", "4", "--prefetch", "0", "--worker-id", "web", env=ENV
+    )
+    events.wait("note", what="start", count=8)  # each process runs four
     second = worker_process("--processes", "2", "-c", "4", "--worker-id", "web", env=ENV)
     assert second.wait(timeout=60) == EXIT_ID_IN_USE
     assert "--worker-id: 'web' is in use" in second.output
     assert "web-1" in second.output and "web-2" in second.output
-    wait_for(
-        lambda: (
-            TaskRecord.objects.filter(
-                id__in=[r.id for r in results], status=TaskResultStatus.SUCCESSFUL
-            ).count()
-            == 8
-        )
-    )
+    gate.open()
+    for result in results:
+        events.wait("task_finished", id=str(result.id), status=TaskResultStatus.SUCCESSFUL)
     assert len(_starts(marker)) == 8  # each ran once
     for record in TaskRecord.objects.filter(id__in=[r.id for r in results]):
         assert record.errors == [] and record.rescues == 0
@@ -56,26 +59,27 @@ def test_a_second_supervisor_of_the_same_id_is_refused_and_takes_nothing(
 
 
 def test_a_supervisor_beside_a_single_worker_of_one_of_its_ids_is_refused(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
     marker = tmp_path / "ran"
-    result = tasks.record.enqueue(str(marker), 2.0)
+    result = tasks.record_at_gate.enqueue(str(marker), gate.path)
     single = worker_process("-c", "4", "--worker-id", "web-1", env=ENV)
-    wait_for(lambda: _starts(marker))
+    events.wait("note", what="start")
     supervisor = worker_process("--processes", "2", "--worker-id", "web", env=ENV)
     assert supervisor.wait(timeout=60) == EXIT_ID_IN_USE
     assert "web-1" in supervisor.output
-    wait_for(lambda: TaskRecord.objects.get(id=result.id).status == TaskResultStatus.SUCCESSFUL)
+    gate.open()
+    events.wait("task_finished", id=str(result.id), status=TaskResultStatus.SUCCESSFUL)
     record = TaskRecord.objects.get(id=result.id)
     assert record.errors == [] and len(_starts(marker)) == 1
     single.stop()
 
 
 def test_a_single_worker_of_a_supervised_id_is_refused(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog
 ) -> None:
     supervisor = worker_process("--processes", "2", "--worker-id", "web", env=ENV)
-    wait_for(lambda: _registered("web-1", "web-2"))
+    _wait_registered(events, "web-1", "web-2")
     single = worker_process("--worker-id", "web-2", env=ENV)
     assert single.wait(timeout=60) == EXIT_ID_IN_USE
     assert "--worker-id: 'web-2' is in use by a live worker" in single.output
@@ -84,7 +88,7 @@ def test_a_single_worker_of_a_supervised_id_is_refused(
 
 
 def test_a_child_that_finds_its_id_taken_stops_its_supervisor(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
 ) -> None:
     """The id of a process the supervisor starts later is taken after its check at start: the
     refused process exits with status 78, and its supervisor stops instead of restarting it,
@@ -93,9 +97,9 @@ def test_a_child_that_finds_its_id_taken_stops_its_supervisor(
     supervisor = worker_process(
         "--processes", "1", "--worker-id", "late", "--max-tasks-per-child", "1", env=ENV
     )
-    wait_for(lambda: _registered("late-1"))
+    _wait_registered(events, "late-1")
     single = worker_process("-Q", "other", "--worker-id", "late-2", env=ENV)
-    wait_for(lambda: _registered("late-2"))
+    _wait_registered(events, "late-2")
     # late-1 runs it, and is recycled: its replacement would be late-2.
     result = tasks.record.enqueue(str(marker))
     assert supervisor.wait(timeout=60) == EXIT_ID_IN_USE, supervisor.output
