@@ -7,13 +7,18 @@ import time
 from pathlib import Path
 
 from django_sqltasks.compat import task
+from tests import events
 
 
-def _logged(path: str, label: str, seconds: float) -> str:
-    """Append "start"/"end" lines with times to ``path`` around a sleep of ``seconds``."""
+def _logged(path: str, label: str, seconds: float, gate: str | None = None) -> str:
+    """Append "start"/"end" lines with times to ``path`` around a sleep of ``seconds`` (or a
+    wait at the test's ``gate``); tell the test of the start (a ``note``)."""
     with Path(path).open("a") as f:
         f.write(f"start {label} {time.time():.6f} {os.getpid()}\n")
+    events.note("start", label=label)
     time.sleep(seconds)
+    if gate is not None:
+        events.wait_at(gate)
     with Path(path).open("a") as f:
         f.write(f"end {label} {time.time():.6f} {os.getpid()}\n")
     return label
@@ -24,9 +29,14 @@ def two_at_once(path: str, label: str, seconds: float = 0.0) -> str:
     return _logged(path, label, seconds)
 
 
-@task(concurrency_limit=1, concurrency_key=lambda path, customer, label, seconds=0.0: customer)
-def one_per_customer(path: str, customer: str, label: str, seconds: float = 0.0) -> str:
-    return _logged(path, f"{customer}:{label}", seconds)
+@task(
+    concurrency_limit=1,
+    concurrency_key=lambda path, customer, label, seconds=0.0, gate=None: customer,
+)
+def one_per_customer(
+    path: str, customer: str, label: str, seconds: float = 0.0, gate: str | None = None
+) -> str:
+    return _logged(path, f"{customer}:{label}", seconds, gate)
 
 
 @task(rate_limit="3/s")

@@ -21,7 +21,8 @@ from django_sqltasks.models import TaskLimit, TaskRecord
 from django_sqltasks.sql import ClaimedRow, dialect_for
 from django_sqltasks.worker.limited import LimitedClaim
 from tests import tasks_limits
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WorkerProcess, expire_lease
+from tests.events import EventLog, Gate
 from tests.tasks_limits import intervals, most_at_once
 
 pytestmark = pytest.mark.django_db
@@ -267,7 +268,7 @@ def test_nothing_is_scanned_for_or_locked_when_no_limit_is_used(tmp_path: Path) 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker_process
 def test_four_worker_processes_never_overshoot_a_concurrency_limit(
-    worker_process: Callable[..., WorkerProcess], tmp_path: Path
+    worker_process: Callable[..., WorkerProcess], events: EventLog, tmp_path: Path
 ) -> None:
     log = tmp_path / "log"
     count = 24
@@ -276,7 +277,7 @@ def test_four_worker_processes_never_overshoot_a_concurrency_limit(
     for i in range(12):
         tasks_limits.one_per_customer.enqueue(str(log), f"c{i % 3}", f"k{i}", 0.1)
     workers = [worker_process("--concurrency", "4", "--burst") for _ in range(4)]
-    wait_for(lambda: TaskRecord.objects.succeeded().count() == count + 12, timeout=120)
+    events.wait("task_finished", count=count + 12, timeout=120)
     for worker in workers:
         worker.stop()
     spans = intervals(log)
@@ -293,7 +294,7 @@ def test_four_worker_processes_never_overshoot_a_concurrency_limit(
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker_process
 def test_worker_processes_share_a_queue_limit(
-    worker_process: Callable[..., WorkerProcess], tmp_path: Path
+    worker_process: Callable[..., WorkerProcess], events: EventLog, tmp_path: Path
 ) -> None:
     log = tmp_path / "log"
     for i in range(12):
@@ -302,7 +303,7 @@ def test_worker_processes_share_a_queue_limit(
         tasks_limits.unlimited.enqueue(str(log), f"u{i}")
     env = {"SQLTASKS_QUEUE_LIMITS": json.dumps({"other": {"concurrency": 2}})}
     workers = [worker_process("--concurrency", "4", "--queue", "*", env=env) for _ in range(3)]
-    wait_for(lambda: TaskRecord.objects.succeeded().count() == 32, timeout=120)
+    events.wait("task_finished", count=32, timeout=120)
     for worker in workers:
         worker.stop()
     spans = intervals(log)
@@ -362,7 +363,7 @@ def test_metrics_expose_paused_queues_and_limited_tasks(tmp_path: Path) -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker_process
 def test_a_busy_worker_still_finds_limited_tasks(
-    worker_process: Callable[..., WorkerProcess], tmp_path: Path
+    worker_process: Callable[..., WorkerProcess], events: EventLog, tmp_path: Path
 ) -> None:
     """Every claim of a worker with a long backlog is full: limited tasks are still found."""
     from django_sqltasks.compat import task_backends
@@ -370,9 +371,9 @@ def test_a_busy_worker_still_finds_limited_tasks(
 
     task_backends["default"].enqueue_many(tasks.sleep, [((0.005,), {})] * 3000)
     worker = worker_process("--concurrency", "4", "--prefetch", "0")
-    wait_for(lambda: TaskRecord.objects.succeeded().exists())
+    events.wait("task_finished")
     limited = tasks_limits.two_at_once.enqueue(str(tmp_path / "log"), "l")
-    wait_for(lambda: TaskRecord.objects.get(id=limited.id).status == "SUCCESSFUL", timeout=60)
+    events.wait("task_finished", id=str(limited.id), status="SUCCESSFUL")
     backlog = TaskRecord.objects.filter(status="READY", limit_key__isnull=True).count()
     worker.stop()
     assert backlog > 0, "the backlog ran dry first: the test proves nothing"
@@ -402,24 +403,23 @@ def test_limit_rows_untouched_for_hours_are_forgotten_and_made_again(tmp_path: P
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker_process
 def test_a_killed_workers_slot_comes_back_with_the_rescue(
-    worker_process: Callable[..., WorkerProcess], tmp_path: Path
+    worker_process: Callable[..., WorkerProcess], events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
     """SIGKILL the worker holding the only slot of a limit: the rescue frees it, the task and
     the one queued behind it run on another worker, never side by side."""
     log = tmp_path / "log"
-    lease = {"SQLTASKS_LEASE_TIMEOUT": "2", "SQLTASKS_HEARTBEAT_INTERVAL": "0.5"}
-    first = tasks_limits.one_per_customer.enqueue(str(log), "acme", "first", 1.0)
-    second = tasks_limits.one_per_customer.enqueue(str(log), "acme", "second", 0.0)
-    victim = worker_process("--concurrency", "2", "--worker-id", "victim", env=lease)
-    wait_for(lambda: log.exists() and "start acme:first" in log.read_text())
+    first = tasks_limits.one_per_customer.enqueue(str(log), "acme", "first", gate=gate.path)
+    second = tasks_limits.one_per_customer.enqueue(str(log), "acme", "second")
+    victim = worker_process("--concurrency", "2", "--worker-id", "victim")
+    events.wait("note", what="start", label="acme:first")
     victim.kill()
     victim.wait()
     assert TaskRecord.objects.get(id=second.id).status == "READY"  # the limit held it back
-    rescuer = worker_process("--concurrency", "2", "--worker-id", "rescuer", env=lease)
-    wait_for(
-        lambda: TaskRecord.objects.filter(id__in=[first.id, second.id]).succeeded().count() == 2,
-        timeout=60,
-    )
+    expire_lease("victim")
+    gate.open()
+    rescuer = worker_process("--concurrency", "2", "--worker-id", "rescuer")
+    for result in (first, second):
+        events.wait("task_finished", id=str(result.id), status="SUCCESSFUL")
     rescuer.stop()
     assert most_at_once(intervals(log)) == 1
     assert TaskRecord.objects.get(id=first.id).worker_ids == ["victim", "rescuer"]
