@@ -241,6 +241,7 @@ def _on_task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
     events.emit(
         "task_finished",
         id=str(task_result.id),
+        task=task_result.task.module_path,
         status=str(task_result.status),
         worker_ids=task_result.worker_ids,
     )

@@ -6,7 +6,6 @@ import logging
 import math
 import signal
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +18,8 @@ from django_sqltasks.core.options import BackendOptions, OptionError
 from django_sqltasks.core.schedules import MIN_EVERY, Schedule
 from django_sqltasks.models import ScheduleRecord, TaskRecord
 from django_sqltasks.worker.scheduler import Scheduler
-from tests.conftest import WorkerProcess, set_backend_options, wait_for
+from tests.conftest import WorkerProcess, set_backend_options
+from tests.events import EventLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,14 +97,14 @@ def test_concurrent_schedulers_fire_a_slot_once(settings: Any) -> None:
 
 
 def test_workers_enqueue_each_slot_once(
-    settings: Any, worker_process: Callable[..., WorkerProcess]
+    settings: Any, worker_process: Callable[..., WorkerProcess], events: EventLog
 ) -> None:
     periodic = {"tick": {"task": "tests.tasks.tick", "every": 1}}
     env = {"SQLTASKS_PERIODIC_EVERY": "1"}
     workers = [worker_process("--concurrency", "2", env=env) for _ in range(2)]
     periodic_settings(settings, periodic)
-    wait_for(lambda: TaskRecord.objects.filter(task_path="tests.tasks.tick").count() >= 4)
-    time.sleep(0.5)
+    events.wait("task_finished", task="tests.tasks.tick", count=4)
+    # Once both have stopped, every slot either enqueued is in the table.
     for worker in workers:
         worker.signal(signal.SIGTERM)
     for worker in workers:
