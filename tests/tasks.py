@@ -134,6 +134,13 @@ def touch_then_wait_at(path: str, gate: str) -> str:
 
 
 @task
+async def async_touch_then_wait_at(path: str, gate: str) -> str:
+    _touch(path)
+    await asyncio.to_thread(events.wait_at, gate)
+    return "done"
+
+
+@task
 def connection_left_open() -> bool:
     """Whether an earlier task left this thread's database connection open; then use it."""
     from django.db import connection

@@ -25,7 +25,8 @@ from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql.rows import suspect_at
 from django_sqltasks.worker import Worker
 from tests import tasks
-from tests.conftest import set_backend_options, wait_for, worker_thread
+from tests.conftest import set_backend_options, worker_thread
+from tests.events import EventLog, Gate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -425,16 +426,19 @@ def test_worker_checks_its_arguments(kwargs: dict[str, Any], message: str) -> No
 
 
 @pytest.mark.django_db(transaction=True)
-def test_stopping_releases_claimed_tasks_that_have_not_started(tmp_path: Path) -> None:
+def test_stopping_releases_claimed_tasks_that_have_not_started(
+    tmp_path: Path, events: EventLog, gate: Gate
+) -> None:
     paths = [tmp_path / f"t{i}" for i in range(4)]
-    results = [tasks.touch_then_sleep.enqueue(str(path), 1.0) for path in paths]
+    results = [tasks.touch_then_wait_at.enqueue(str(path), gate.path) for path in paths]
     worker = Worker(concurrency=4, queue_names=["*"])
     # No thread is added for waiting tasks: of the four claimed, two start and two wait.
     worker._threads.spawn_after = 3600
     with worker_thread(worker):
-        wait_for(lambda: sum(path.exists() for path in paths) == 2, timeout=10)
-        time.sleep(0.2)
-        assert sum(path.exists() for path in paths) == 2
+        events.wait("note", what="start", count=2, timeout=10)
+        worker.stop()
+        events.wait("stopping")
+        gate.open()  # the two running tasks end after the stop
     statuses: dict[str, int] = {}
     for result, path in zip(results, paths, strict=True):
         record = TaskRecord.objects.get(id=result.id)
@@ -449,13 +453,19 @@ def test_stopping_releases_claimed_tasks_that_have_not_started(tmp_path: Path) -
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("task", [tasks.touch_then_sleep, tasks.async_touch_then_sleep])
-def test_stopping_releases_prefetched_tasks(tmp_path: Path, task: Any) -> None:
+@pytest.mark.parametrize("task", [tasks.touch_then_wait_at, tasks.async_touch_then_wait_at])
+def test_stopping_releases_prefetched_tasks(
+    tmp_path: Path, events: EventLog, gate: Gate, task: Any
+) -> None:
     paths = [tmp_path / f"t{i}" for i in range(3)]
-    results = [task.enqueue(str(path), 1.0) for path in paths]
+    results = [task.enqueue(str(path), gate.path) for path in paths]
     worker = Worker(concurrency=1, prefetch=2, queue_names=["*"])
     with worker_thread(worker):
-        wait_for(lambda: worker.claimed == 3 and any(path.exists() for path in paths))
+        events.wait("note", what="start")
+        assert worker.claimed == 3  # one claim took all three
+        worker.stop()
+        events.wait("stopping")
+        gate.open()
     records = [TaskRecord.objects.get(id=result.id) for result in results]
     assert [r.status for r in records].count(TaskResultStatus.SUCCESSFUL) == 1
     for record, path in zip(records, paths, strict=True):
@@ -538,16 +548,19 @@ def test_max_rescues_none_never_gives_up_and_zero_fails_at_once(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_stopping_worker_enqueues_no_more_periodic_tasks(settings: Any, tmp_path: Path) -> None:
+def test_a_stopping_worker_enqueues_no_more_periodic_tasks(
+    settings: Any, events: EventLog, gate: Gate, tmp_path: Path
+) -> None:
     set_backend_options(settings, PERIODIC={"tick": {"task": "tests.tasks.tick", "every": 1}})
     ticks = TaskRecord.objects.filter(task_path="tests.tasks.tick")
-    long = tasks.touch_then_sleep.enqueue(str(tmp_path / "long"), 4.0)
+    long = tasks.touch_then_wait_at.enqueue(str(tmp_path / "long"), gate.path)
     worker = Worker(concurrency=2, queue_names=["*"])
     with worker_thread(worker):
-        wait_for(lambda: ticks.exists(), timeout=10)
-        worker.stop()  # the long task keeps the worker running for a few more slots
-        time.sleep(0.1)
+        events.wait("task_finished", task="tests.tasks.tick")
+        worker.stop()  # the long task keeps the worker running past the next slots
+        events.wait("stopping")
         enqueued = ticks.count()
-        time.sleep(2.5)
+        events.wait("scheduling_stopped", timeout=10)
         assert TaskRecord.objects.get(id=long.id).status == TaskResultStatus.RUNNING
-        assert ticks.count() == enqueued
+        assert ticks.count() == enqueued  # (the stop came just after a slot's tick ran)
+        gate.open()

@@ -11,7 +11,10 @@ The signals, and their fields (all JSON values):
 - ``registered``: a worker took its lease (``worker_id``); it claims next.
 - ``worker_started``: a worker is up (``worker_id``): registered, listening for wake-ups, its
   heartbeat running; it claims next.
-- ``stopping``: a worker was asked to stop (``worker_id``), with ``running`` tasks to finish.
+- ``stopping``: a worker asked to stop has put back the tasks it had claimed but not started
+  (``worker_id``); it waits for its ``running`` tasks.
+- ``scheduling_stopped``: a stopping worker's periodic thread ended, with no slot enqueued
+  since (``worker_id``).
 - ``rescue_pass``: a worker looked for the tasks of dead workers (``worker_id``, ``count``
   rescued), at its registration and at each heartbeat.
 - ``child_started``: a supervisor started a worker process (``worker_id``, ``pid``).

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from django.utils import timezone
 
 from ..ops import health
+from . import events
 from .lease import Lease
 from .liveness import Progress
 from .reporter import Reporter
@@ -196,3 +197,4 @@ class Maintenance:
             # A little past the slot, so that it is the latest one when computed.
             if self._stopped.wait(max(0.0, delay) + 0.005):
                 return
+        events.emit("scheduling_stopped", worker_id=self.lease.worker_id)

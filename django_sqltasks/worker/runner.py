@@ -331,6 +331,7 @@ class Worker:
         assert executor is not None
         if producer.stopping:
             await producer.release_unstarted()
+            events.emit("stopping", worker_id=self.worker_id, running=self.running)
         if not self.running:
             return
         logger.info("Waiting for %d running task(s) worker_id=%s", self.running, self.worker_id)
@@ -356,7 +357,6 @@ class Worker:
             return
         self._producer.stop()
         self._maintenance.stop_scheduling()
-        events.emit("stopping", worker_id=self.worker_id, running=self.running)
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
