@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from .compat import Task, TaskError, TaskResult, TaskResultStatus
+from .core import error_text
 from .core.progress import NO_METADATA, current_report, no_metadata
 from .core.resolve import check_backend, resolve_task
 from .core.subject import Subject, subject_of
@@ -207,10 +208,11 @@ def missing_task(row: dict[str, Any], reason: str) -> MissingTask:
     )
 
 
-def errors_from_json(errors: list[dict[str, str]]) -> list[TaskError]:
+def errors_from_json(errors: Any) -> list[TaskError]:
+    """A row's errors as Django's ``TaskError``s, whatever shape the column holds."""
     return [
         TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
-        for e in errors
+        for e in error_text.stored_errors(errors)
     ]
 
 

@@ -17,6 +17,7 @@ STATUS_COLOURS = {
     "SUCCESSFUL": "#16a34a",
     "FAILED": "#dc2626",
 }
+PARKED_YEAR = 9999  # of sql.rows.PARKED: a workflow step waiting for the steps before it
 SUMMARY_CHARACTERS = 80  # of an error's summary in the list; the full line is its tooltip
 
 
@@ -35,8 +36,9 @@ def status_badge_html(status: str, label: str) -> str:
     )
 
 
-def error_summary_html(errors: list[dict[str, Any]]) -> str:
+def error_summary_html(stored: Any) -> str:
     """The last error as ``Class: first line of the message``, cut to fit a list column."""
+    errors = error_text.stored_errors(stored)
     if not errors:
         return "—"
     text = error_text.summary(errors[-1])
@@ -50,7 +52,7 @@ def cut_html(text: str, title: str | None = None, css_class: str = "sqltasks-cut
 
 
 def moment_html(value: datetime | None) -> str:
-    """A time as short as a list column allows: ``14:05:09`` today, ``Mar 01 14:05`` this year,
+    """A time as short as a list column allows: ``14:05:09`` today, ``Mar 01 14:05:09`` this year,
     ``2025-03-01`` before; the full time is its tooltip."""
     if value is None:
         return "—"
@@ -59,7 +61,7 @@ def moment_html(value: datetime | None) -> str:
     if local.date() == today.date():
         short = local.strftime("%H:%M:%S")
     elif local.year == today.year:
-        short = local.strftime("%b %d %H:%M")
+        short = local.strftime("%b %d %H:%M:%S")
     else:
         short = local.strftime("%Y-%m-%d")
     return format_html(
@@ -67,4 +69,17 @@ def moment_html(value: datetime | None) -> str:
         value.isoformat(),
         local.strftime("%Y-%m-%d %H:%M:%S %Z"),
         short,
+    )
+
+
+def full_time_html(value: datetime | None, parked: str = "") -> str:
+    """A time on a task's page, to the second, in the current time zone; ``parked`` stands for
+    the far-future time a workflow step waits at until the steps before it end."""
+    if value is None:
+        return "—"
+    if value.year == PARKED_YEAR:
+        return parked or "—"
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    return format_html(
+        '<time datetime="{}">{}</time>', value.isoformat(), local.strftime("%Y-%m-%d %H:%M:%S %Z")
     )

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy as _
 
 from ..models import TaskLimit, TaskRecord
+from .display import cut_html
 
 if TYPE_CHECKING:
     LimitAdminBase = admin.ModelAdmin[TaskLimit]
@@ -21,12 +22,24 @@ else:
 class TaskLimitAdmin(LimitAdminBase):
     """Each limit workers enforce: its numbers as last written, its RUNNING and waiting tasks."""
 
-    list_display = ("key", "backend_name", "concurrency", "rate_display", "running", "waiting")
+    list_display = (
+        "key_display",
+        "backend_name",
+        "concurrency",
+        "rate_display",
+        "running",
+        "waiting",
+    )
+    list_display_links = ("key_display",)
     list_filter = ("backend_name",)
     search_fields = ("key",)
     list_per_page = 50
     readonly_fields = ("backend_name", "key", "concurrency", "rate", "period", "updated_at")
     exclude = ("starts",)
+
+    @admin.display(description=_("key"), ordering="key")
+    def key_display(self, obj: TaskLimit) -> str:
+        return cut_html(obj.key)
 
     @admin.display(description=_("rate limit"))
     def rate_display(self, obj: TaskLimit) -> str:
@@ -50,6 +63,13 @@ class TaskLimitAdmin(LimitAdminBase):
             return tasks.filter(queue_name=obj.key[len("queue:") :])
         # A task's row also holds the rate of each of its keys' tasks.
         return tasks.filter(Q(limit_key=obj.key) | Q(limit_key__startswith=obj.key + "#"))
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # As the task list: at 1280 px the app navigation would push Waiting out of sight.
+        context = {"is_nav_sidebar_enabled": False, **(extra_context or {})}
+        return super().changelist_view(request, context)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -5,6 +5,7 @@ permission. A part of the task page (``admin/tasks.py``)."""
 from __future__ import annotations
 
 import uuid
+from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -19,7 +20,9 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from ..compat import TaskResultStatus
+from ..core.resolve import resolve_task
 from ..core.settings import sql_backends
+from ..exceptions import TaskNotFound
 from ..models import FINISHED_STATUSES, TaskRecord
 from ..store import control
 
@@ -45,10 +48,19 @@ class TaskActions(TaskAdminBase):
 
     @admin.action(description=_("Retry selected failed tasks"), permissions=["retry"])
     def retry_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
-        failed = queryset.filter(status=TaskResultStatus.FAILED)
+        failed = retryable(queryset)
         done = control.retry(failed, using=queryset.db)
         self._log(request, done, "Retried: FAILED to READY, errors and attempts kept.")
-        self._report(request, len(done), queryset.count(), _("retried"), _("were not FAILED"))
+        self._report(
+            request,
+            len(done),
+            queryset.count(),
+            _("retried"),
+            _(
+                "were not FAILED, or are workflow steps that never ran (their arguments come "
+                "from the steps before them: retry the step that failed)"
+            ),
+        )
 
     @admin.action(
         description=_("Cancel selected tasks (running async tasks at their next heartbeat)"),
@@ -62,15 +74,30 @@ class TaskActions(TaskAdminBase):
         running = queryset.filter(status=TaskResultStatus.RUNNING)
         asked = control.request_cancel(running, using=queryset.db)
         self._log(request, asked, "Cancellation requested of a RUNNING task.")
-        self._report(
-            request, len(done), queryset.count() - len(asked), _("cancelled"), _("had started")
-        )
-        if asked:
+        selected = queryset.count()
+        if done or not asked:
+            self.message_user(request, f"{len(done)} task(s) cancelled.", messages.SUCCESS)
+        stopping = [record for record in asked if runs_async(record.task_path)]
+        if stopping:
             self.message_user(
                 request,
-                f"{len(asked)} running task(s) asked to stop: async tasks are cancelled at their "
-                "worker's next heartbeat; sync tasks cannot be interrupted.",
-                messages.INFO,
+                f"{len(stopping)} running async task(s) will be cancelled at their worker's next "
+                "heartbeat.",
+                messages.SUCCESS,
+            )
+        if len(asked) > len(stopping):
+            self.message_user(
+                request,
+                f"{len(asked) - len(stopping)} running sync task(s) cannot be interrupted: they "
+                "run to their end (a task prefetched but not started yet is cancelled at its "
+                "worker's next heartbeat).",
+                messages.WARNING,
+            )
+        if selected > len(done) + len(asked):
+            self.message_user(
+                request,
+                f"{selected - len(done) - len(asked)} task(s) skipped: they had finished.",
+                messages.WARNING,
             )
 
     @admin.action(description=_("Run selected deferred tasks now"), permissions=["run"])
@@ -157,3 +184,19 @@ class TaskActions(TaskAdminBase):
         return HttpResponseRedirect(
             reverse("admin:django_sqltasks_taskrecord_change", args=[object_id])
         )
+
+
+def retryable(tasks: QuerySet[TaskRecord]) -> QuerySet[TaskRecord]:
+    """The FAILED tasks of ``tasks`` that a retry can run: not a workflow step that never ran,
+    which was written without the arguments the steps before it hand on."""
+    failed = tasks.filter(status=TaskResultStatus.FAILED)
+    return failed.exclude(workflow_id__isnull=False, attempts=0)
+
+
+def runs_async(task_path: str) -> bool:
+    """Whether the stored path names an ``async def`` task (False if it no longer resolves)."""
+    try:
+        task = resolve_task(task_path)
+    except TaskNotFound:
+        return False
+    return iscoroutinefunction(task.func)

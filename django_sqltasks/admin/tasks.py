@@ -13,7 +13,14 @@ from ..compat import TaskResultStatus
 from ..core import error_text
 from ..models import FINISHED_STATUSES, TaskRecord
 from . import progress as admin_progress
-from .display import cut_html, error_summary_html, moment_html, pretty, status_badge_html
+from .display import (
+    cut_html,
+    error_summary_html,
+    full_time_html,
+    moment_html,
+    pretty,
+    status_badge_html,
+)
 from .lists import (
     EstimatedCountPaginator,
     NulSafeAdmin,
@@ -23,6 +30,16 @@ from .lists import (
 )
 from .task_actions import TaskActions, TaskAdminBase
 from .workflows import workflow_html
+
+
+def time_field(name: str, label: Any, parked: Any = "") -> Any:
+    """A read-only display of the time column ``name``, to the second."""
+
+    @admin.display(description=label, ordering=name)
+    def show(self: Any, obj: TaskRecord) -> str:
+        return full_time_html(getattr(obj, name), str(parked))
+
+    return show
 
 
 @admin.register(TaskRecord)
@@ -72,12 +89,12 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
             _("Times"),
             {
                 "fields": (
-                    "enqueued_at",
-                    "run_after",
-                    "available_at",
-                    "started_at",
-                    "last_attempted_at",
-                    "finished_at",
+                    "enqueued_at_display",
+                    "run_after_display",
+                    "available_at_display",
+                    "started_at_display",
+                    "last_attempted_at_display",
+                    "finished_at_display",
                     "duration_display",
                 )
             },
@@ -102,15 +119,27 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
         "limit_key",
         "worker_ids",
         "owner",
-        "enqueued_at",
-        "run_after",
-        "available_at",
-        "started_at",
-        "last_attempted_at",
-        "finished_at",
+        "enqueued_at_display",
+        "run_after_display",
+        "available_at_display",
+        "started_at_display",
+        "last_attempted_at_display",
+        "finished_at_display",
         "duration_display",
         "workflow_display",
     )
+
+    # Times to the second (Django's default DATETIME_FORMAT stops at the minute).
+    enqueued_at_display = time_field("enqueued_at", _("enqueued at"))
+    run_after_display = time_field("run_after", _("run after"))
+    available_at_display = time_field(
+        "available_at",
+        _("available at"),
+        parked=_("when the workflow steps before it have ended"),
+    )
+    started_at_display = time_field("started_at", _("started at"))
+    last_attempted_at_display = time_field("last_attempted_at", _("last attempted at"))
+    finished_at_display = time_field("finished_at", _("finished at"))
 
     @admin.display(description=_("task"), ordering="task_path")
     def task_name(self, obj: TaskRecord) -> str:
@@ -166,24 +195,10 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
 
     @admin.display(description=_("errors"))
     def errors_display(self, obj: TaskRecord) -> str:
-        if not obj.errors:
+        errors = error_text.stored_errors(obj.errors)
+        if not errors:
             return "—"
-        return format_html_join(
-            "",
-            '<div class="sqltasks-error"><strong>{}. {}</strong><p class="sqltasks-error-message">'
-            "{}</p><pre>{}</pre></div>",
-            (
-                (
-                    number,
-                    error.get("exception_class_path", ""),
-                    error_text.first_line(
-                        str(error.get("exception_class_path", "")), str(error.get("traceback", ""))
-                    ),
-                    error.get("traceback", ""),
-                )
-                for number, error in enumerate(obj.errors, start=1)
-            ),
-        )
+        return format_html_join("", "{}", ((error_html(n, e),) for n, e in enumerate(errors, 1)))
 
     @admin.display(description=_("workflow"))
     def workflow_display(self, obj: TaskRecord) -> str:
@@ -227,6 +242,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
         context["can_retry"] = (
             obj is not None
             and obj.status == TaskResultStatus.FAILED
+            and not (obj.workflow_id is not None and obj.attempts == 0)  # as retryable()
             and self.has_retry_permission(request)
         )
         context["can_cancel"] = (
@@ -235,3 +251,25 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
             and self.has_cancel_permission(request)
         )
         return super().render_change_form(request, context, *args, **kwargs)
+
+
+def error_html(number: int, error: dict[str, str]) -> str:
+    """One stored error: its class, its message's first line, and its traceback; an error
+    recorded as a reason (cancelled, a workflow step that never ran) is shown whole, once."""
+    class_path, text = error["exception_class_path"], error["traceback"]
+    if not text.lstrip().startswith(error_text.TRACEBACK_START):
+        return format_html(
+            '<div class="sqltasks-error"><strong>{}. {}</strong>'
+            '<p class="sqltasks-error-message">{}</p></div>',
+            number,
+            class_path or _("(no exception class stored)"),
+            text,
+        )
+    return format_html(
+        '<div class="sqltasks-error"><strong>{}. {}</strong><p class="sqltasks-error-message">'
+        "{}</p><pre>{}</pre></div>",
+        number,
+        class_path,
+        error_text.first_line(class_path, text),
+        text,
+    )

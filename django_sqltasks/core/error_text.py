@@ -7,10 +7,40 @@ the worker or an operator records (cancelled, worker lost), the reason itself.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 TRACEBACK_START = "Traceback (most recent call last):"
+KEYS = ("exception_class_path", "traceback")
+UNREADABLE = "<a stored value too deeply nested to show>"
+
+
+def stored_errors(value: Any) -> list[dict[str, str]]:
+    """A row's ``errors`` column as a list of ``{"exception_class_path", "traceback"}`` of text,
+    whatever it holds: the worker writes that shape, but a row written by hand (or damaged) may
+    hold a dict, a string, other items or other values; each becomes one error that shows it."""
+    if value is None or value == []:
+        return []
+    items = value if isinstance(value, list) else [value]
+    errors = []
+    for item in items:
+        if isinstance(item, dict) and any(key in item for key in KEYS):
+            errors.append({key: _text(item.get(key)) for key in KEYS})
+        else:
+            errors.append({"exception_class_path": "", "traceback": _text(item)})
+    return errors
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    try:
+        return json.dumps(value, ensure_ascii=False, default=repr)
+    except (RecursionError, ValueError):  # nested deeper than Python recurses, or circular
+        return UNREADABLE
 
 
 def short_class(class_path: str) -> str:

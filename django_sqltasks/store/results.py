@@ -33,7 +33,12 @@ def undecodable_row(records: Any) -> dict[str, Any]:
     dict, as the column holds) for each JSON column Python cannot decode without recursing
     too deep."""
     fields = {f.attname: f for f in TaskRecord._meta.concrete_fields}
-    json_columns = {"args": [CUT_MARKER], "kwargs": {"cut": CUT_MARKER}, "return_value": CUT_MARKER}
+    json_columns = {
+        "args": [CUT_MARKER],
+        "kwargs": {"cut": CUT_MARKER},
+        "return_value": CUT_MARKER,
+        "errors": [CUT_MARKER],
+    }
     row: dict[str, Any] = records.values(*(n for n in fields if n not in json_columns)).get()
     for name, stand_in in json_columns.items():
         try:

@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.models import TaskLimit, TaskRecord, WorkerRecord
 from tests.factories import task_row
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -161,3 +161,18 @@ def test_queue_overview_breadcrumbs_look_like_every_other_page_s(
     screenshot("09-queue-overview-breadcrumbs")
     assert page.locator(".breadcrumbs").evaluate(style) == expected
     assert expected[0] not in ("rgba(0, 0, 0, 0)", "transparent")
+
+
+def test_limits_page_shows_its_waiting_column_at_1280(
+    live_server: Any, page: Any, screenshot: Callable[[str], Path]
+) -> None:
+    key = "tests.tasks_limits.one_per_customer#customer_id:" + "7" * 120
+    TaskLimit.objects.create(backend_name="default", key=key, concurrency=1, rate=10, period=60)
+    task_row(TaskResultStatus.READY, task_path="tests.tasks_limits.one_per_customer", limit_key=key)
+    log_in(page, live_server)
+    page.goto(f"{live_server.url}/admin/django_sqltasks/tasklimit/")
+    screenshot("10-limits-1280")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    waiting = page.locator("#result_list thead th.column-waiting").bounding_box()
+    assert waiting["x"] + waiting["width"] <= 1280
+    assert page.locator("#result_list td.field-waiting").inner_text() == "1"
