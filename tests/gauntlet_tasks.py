@@ -69,12 +69,14 @@ async def async_raise_keyboard_interrupt() -> None:
 def never_returns(path: str) -> None:
     """Mark the start in ``path``, then block forever: what a hung task looks like."""
     mark.func(path, "never-returns")
+    events.note("start")
     threading.Event().wait()
 
 
 @task
 async def async_never_returns(path: str) -> None:
     mark.func(path, "async-never-returns")
+    events.note("start")
     await asyncio.Event().wait()
 
 

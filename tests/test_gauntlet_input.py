@@ -19,7 +19,8 @@ from django_sqltasks.exceptions import InvalidTaskArguments, PayloadTooLarge
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from tests import gauntlet_tasks, tasks
-from tests.conftest import WorkerProcess, run_burst_or_fail, wait_for
+from tests.conftest import WorkerProcess, run_burst_or_fail
+from tests.events import EventLog
 
 RunWorker = Callable[..., Worker]
 StartWorker = Callable[..., WorkerProcess]
@@ -247,16 +248,19 @@ def test_misbehaving_tasks_fail_alone_and_the_worker_carries_on(run_worker: RunW
 @pytest.mark.worker_process
 @pytest.mark.parametrize("task", [gauntlet_tasks.never_returns, gauntlet_tasks.async_never_returns])
 def test_a_task_that_never_returns_holds_one_slot_until_the_shutdown_timeout(
-    worker_process: StartWorker, tmp_path: Path, task: Any
+    worker_process: StartWorker, events: EventLog, tmp_path: Path, task: Any
 ) -> None:
     log = tmp_path / "executions"
     hung = task.enqueue(str(log))
-    lease = {"SQLTASKS_LEASE_TIMEOUT": "1", "SQLTASKS_HEARTBEAT_INTERVAL": "0.25"}
-    worker = worker_process("--concurrency", "2", "--shutdown-timeout", "1", env=lease)
-    wait_for(lambda: gauntlet_tasks.executions(log))
+    lease, interval = 1.0, 0.25
+    env = {"SQLTASKS_LEASE_TIMEOUT": str(lease), "SQLTASKS_HEARTBEAT_INTERVAL": str(interval)}
+    worker = worker_process("--concurrency", "2", "--shutdown-timeout", "1", env=env)
+    started = events.wait("note", what="start")[0]
     others = [tasks.add.enqueue(i, i) for i in range(30)]
-    wait_for(lambda: all(tasks.add.get_result(r.id).is_finished for r in others), timeout=30)
-    time.sleep(1.5)  # past the lease: the heartbeat keeps a live worker's task its own
+    for result in others:
+        events.wait("task_finished", id=str(result.id), timeout=30)
+    # Past the lease: the heartbeat keeps a live worker's task its own.
+    events.wait("rescue_pass", lambda e: e.at > started.at + lease + interval)
     record = TaskRecord.objects.get(id=hung.id)
     assert record.status == TaskResultStatus.RUNNING
     assert record.errors == []
