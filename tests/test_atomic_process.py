@@ -12,7 +12,8 @@ from django.contrib.auth.models import Group
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
 from tests import tasks_atomic as tasks
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WorkerProcess
+from tests.events import EventLog
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
 
@@ -37,7 +38,7 @@ def stop(worker: WorkerProcess) -> None:
 
 @MODES
 def test_concurrent_atomic_tasks_each_commit_their_row(
-    worker_process: StartWorker, mode: list[str]
+    worker_process: StartWorker, events: EventLog, mode: list[str]
 ) -> None:
     """Each reads its row, then writes it (docs/workflows.md): on SQLite, a deferred
     transaction's write after another's commit failed at once with "database is locked"."""
@@ -45,7 +46,7 @@ def test_concurrent_atomic_tasks_each_commit_their_row(
     results = [tasks.rename.enqueue(row.pk, f"after-{n}", 0.1) for n, row in enumerate(rows)]
     ids = [r.id for r in results]
     worker = worker_process(*mode)
-    wait_for(lambda: finished(ids), timeout=60)
+    events.until(lambda: finished(ids), "every task to end")
     stop(worker)
     stored = TaskRecord.objects.filter(id__in=ids)
     assert {(t.status, t.attempts) for t in stored} == {(TaskResultStatus.SUCCESSFUL, 1)}, [
@@ -57,7 +58,7 @@ def test_concurrent_atomic_tasks_each_commit_their_row(
 
 @MODES
 def test_an_atomic_task_past_its_timeout_fails_and_keeps_no_write(
-    worker_process: StartWorker, mode: list[str]
+    worker_process: StartWorker, events: EventLog, mode: list[str]
 ) -> None:
     """On SQLite, the TaskTimeout waited for the task's write lock, and the task committed its
     success first."""
@@ -65,11 +66,11 @@ def test_an_atomic_task_past_its_timeout_fails_and_keeps_no_write(
     result = tasks.rename_past_timeout.enqueue(row.pk, "after", 2.5)
     bystander = tasks.rename.enqueue(Group.objects.create(name="other").pk, "other-after")
     worker = worker_process(*mode)
-    wait_for(lambda: finished([result.id, bystander.id]), timeout=60)
-    if "--processes" not in mode:
-        # The late task's thread ends after its outcome is stored; it logs when it ends.
-        wait_for(lambda: "ended after its timeout" in worker.output, timeout=30)
+    events.until(lambda: finished([result.id, bystander.id]), "both tasks to end")
     stop(worker)
+    if "--processes" not in mode:
+        # The late task's thread ended (the stop waits for it) after its outcome was stored.
+        assert "ended after its timeout" in worker.output
     result.refresh()
     assert result.status == TaskResultStatus.FAILED, worker.output
     assert [e.exception_class_path for e in result.errors] == [
