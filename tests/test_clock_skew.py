@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -24,7 +23,8 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import dialect_for
 from tests import gauntlet_tasks, tasks_flow, tasks_tools
-from tests.conftest import ROOT, WorkerProcess, wait_for, worker_env
+from tests.conftest import ROOT, WorkerProcess, worker_env
+from tests.events import EventLog, Gate
 
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 StartWorker = Callable[..., WorkerProcess]
@@ -50,12 +50,12 @@ def _skewed(offset: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("offset", ["+60s", "-60s"])
 def test_a_worker_with_a_wrong_clock_rescues_nothing_live_and_starts_nothing_early(
-    worker_process: StartWorker, tmp_path: Path, offset: str
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path, offset: str
 ) -> None:
     log = tmp_path / "executions"
     count = 24
     for i in range(count):
-        gauntlet_tasks.mark_slowly.enqueue(str(log), f"t{i}", 3.0)
+        gauntlet_tasks.mark_at_gate.enqueue(str(log), f"t{i}", gate.path)
     deferred = gauntlet_tasks.mark.using(run_after=timezone.now() + timedelta(seconds=45)).enqueue(
         str(log), "deferred"
     )
@@ -63,10 +63,18 @@ def test_a_worker_with_a_wrong_clock_rescues_nothing_live_and_starts_nothing_ear
         "--concurrency", "8", "--worker-id", "honest",
         env={"SQLTASKS_HEARTBEAT_INTERVAL": "1", "SQLTASKS_LEASE_TIMEOUT": "10"},
     )  # fmt: skip
-    wait_for(lambda: len(gauntlet_tasks.executions(log)) >= 4, timeout=30)
-    skewed = worker_process("--concurrency", "8", "--worker-id", "skewed", env=_skewed(offset))
-    wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=60)
-    time.sleep(2)  # a few more heartbeats of the skewed worker, rescuing if it would
+    events.wait("note", what="at_gate", count=4, timeout=30)
+    often = {"SQLTASKS_HEARTBEAT_INTERVAL": "0.25"}
+    skewed = worker_process(
+        "--concurrency", "8", "--worker-id", "skewed", env={**_skewed(offset), **often}
+    )
+    # Both run tasks (which wait at the gate), and the skewed worker looks for dead workers'
+    # tasks again and again while the honest one's run: it would rescue them if it went by
+    # its own clock.
+    events.wait("note", what="at_gate", count=16)
+    events.wait("rescue_pass", worker_id="skewed", count=5)
+    gate.open()
+    events.until(lambda: TaskRecord.objects.succeeded().count() == count, "every task to end")
     deferred_status = TaskRecord.objects.get(id=deferred.id).status
     for worker in (honest, skewed):
         worker.signal(signal.SIGTERM)
@@ -83,7 +91,7 @@ def test_a_worker_with_a_wrong_clock_rescues_nothing_live_and_starts_nothing_ear
 
 
 def test_periodic_slots_go_on_after_a_worker_with_a_fast_clock_stops(
-    worker_process: StartWorker,
+    worker_process: StartWorker, events: EventLog
 ) -> None:
     """A worker 60 s ahead fires the slots of the database's clock, not its own: once it
     stops, an honest worker fires the next slots at once instead of a minute later."""
@@ -91,12 +99,12 @@ def test_periodic_slots_go_on_after_a_worker_with_a_fast_clock_stops(
     skewed = worker_process(
         "--worker-id", "skewed", env={**_skewed("+60s"), "SQLTASKS_PERIODIC_EVERY": "1"}
     )
-    wait_for(lambda: ticks.count() >= 2, timeout=30)
+    events.wait("task_finished", task="tests.tasks.tick", count=2, timeout=30)
     skewed.signal(signal.SIGTERM)
     assert skewed.wait(timeout=30) == 0, skewed.output
     before = ticks.count()
     honest = worker_process("--worker-id", "honest", env={"SQLTASKS_PERIODIC_EVERY": "1"})
-    wait_for(lambda: ticks.count() >= before + 2, timeout=10)
+    events.until(lambda: ticks.count() >= before + 2, "two more slots", timeout=10)
     honest.signal(signal.SIGTERM)
     assert honest.wait(timeout=30) == 0, honest.output
 
@@ -146,7 +154,7 @@ def test_a_task_enqueued_from_a_fast_host_is_due_at_once(entry: str) -> None:
 
 @pytest.mark.parametrize("kind", ["snooze", "retry"])
 def test_a_worker_with_a_slow_clock_waits_out_snoozes_and_retries_by_the_database(
-    worker_process: StartWorker, tmp_path: Path, kind: str
+    worker_process: StartWorker, events: EventLog, tmp_path: Path, kind: str
 ) -> None:
     """A worker 60 s behind ran Snooze(30) again at once (21 times in 20 s): it computed the
     due time from its own clock. The database adds the delay to its own."""
@@ -157,7 +165,7 @@ def test_a_worker_with_a_slow_clock_waits_out_snoozes_and_retries_by_the_databas
     row = TaskRecord.objects.filter(id=result.id)
     worker = worker_process("--worker-id", "slow", env=_skewed("-60s"))
     ran = row.filter(worker_ids__contains=["slow"]).exclude(status=TaskResultStatus.RUNNING)
-    wait_for(ran.exists, timeout=30)
+    events.until(ran.exists, "the task's first run to end", timeout=30)
     due_in = row.get().available_at - _database_now()
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0, worker.output
@@ -169,19 +177,19 @@ def test_a_worker_with_a_slow_clock_waits_out_snoozes_and_retries_by_the_databas
 
 
 def test_an_admin_with_a_fast_clock_keeps_a_live_worker_s_row(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
     """An admin host 60 s ahead deleted a live worker's row (its heartbeat looked a minute
     old), and the worker's running tasks ran a second time. Liveness is read by the
     database's clock."""
     log = tmp_path / "executions"
     for i in range(4):
-        gauntlet_tasks.mark_slowly.enqueue(str(log), f"t{i}", 3.0)
+        gauntlet_tasks.mark_at_gate.enqueue(str(log), f"t{i}", gate.path)
     honest = worker_process(
         "--concurrency", "4", "--worker-id", "honest",
         env={"SQLTASKS_HEARTBEAT_INTERVAL": "1", "SQLTASKS_LEASE_TIMEOUT": "10"},
     )  # fmt: skip
-    wait_for(lambda: TaskRecord.objects.filter(status=TaskResultStatus.RUNNING).count() == 4)
+    events.wait("note", what="at_gate", count=4)
     started = WorkerRecord.objects.get(id="honest").started_at
     kept = _run_skewed(
         "+60s",
@@ -193,7 +201,8 @@ def test_an_admin_with_a_fast_clock_keeps_a_live_worker_s_row(
     )
     assert kept.split() == ["True"], "a live worker's row was deleted"
     assert WorkerRecord.objects.get(id="honest").started_at == started
-    wait_for(lambda: TaskRecord.objects.succeeded().count() == 4, timeout=30)
+    gate.open()
+    events.wait("task_finished", count=4)
     honest.signal(signal.SIGTERM)
     assert honest.wait(timeout=30) == 0, honest.output
     assert sorted(Counter(gauntlet_tasks.executions(log)).values()) == [1, 1, 1, 1]
