@@ -4,10 +4,15 @@ commands' output when the database is down, and the testing helpers' isolation."
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
@@ -17,6 +22,7 @@ from django_sqltasks.core.workflow_plan import SKIPPED
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.testing import run_tasks
 from tests import tasks
+from tests.conftest import worker_env
 from tests.factories import superuser_client, task_row
 
 DEEP = 200  # levels: more than the admin's and the result's reading may recurse through safely
@@ -140,3 +146,53 @@ def test_cancelling_a_running_async_task_says_it_stops_at_the_next_heartbeat() -
     text = response.content.decode()
     assert "0 task(s) cancelled" not in text and "skipped" not in text
     assert "1 running async task(s) will be cancelled at their worker" in text
+
+
+def unreachable_env() -> dict[str, str]:
+    """The test settings, pointed at a database of this run's kind that cannot be reached."""
+    env = worker_env()
+    env.pop("SQLTASKS_TEST_DB_NAME", None)
+    if connection.vendor == "sqlite":
+        env["SQLTASKS_SQLITE_PATH"] = "/nonexistent/folder/tasks.sqlite3"
+        env.pop("DATABASE_URL", None)
+    else:
+        scheme = "postgres" if connection.vendor == "postgresql" else "mysql"
+        user = connection.settings_dict["USER"]
+        env["DATABASE_URL"] = f"{scheme}://{user}@127.0.0.1:1/sqltasks"
+    return env
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["tasks_status"],
+        ["tasks_check"],
+        ["tasks_prune", "--dry-run"],
+        ["check", "--database", "default"],
+    ],
+)
+def test_commands_say_in_one_line_that_the_database_is_down(command: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "django", *command],
+        env=unreachable_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output
+    assert "Cannot connect to database 'default'" in output
+
+
+@pytest.mark.django_db
+def test_commands_print_escape_sequences_of_stored_text_as_escapes() -> None:
+    task_row(task_path="tests.tasks.gone\x1b[2J\x1b[31m", queue_name="default\x1b]0;owned\x07")
+    checked, status = StringIO(), StringIO()
+    with pytest.raises(CommandError):  # tasks_check fails when it finds a problem
+        call_command("tasks_check", stdout=checked)
+    call_command("tasks_status", stdout=status)
+    for out in (checked.getvalue(), status.getvalue()):
+        assert "\x1b" not in out and "\x07" not in out
+    assert "gone\\x1b[2J\\x1b[31m" in checked.getvalue()
+    assert "default\\x1b]0;owned\\x07" in status.getvalue()

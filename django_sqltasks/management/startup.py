@@ -5,15 +5,43 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
+from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connections
 
-from ..sql import dialect_for
+from ..core.settings import sql_backends
+from ..sql.installation import is_missing_table, unreachable
 
 logger = logging.getLogger("django_sqltasks")
 
 FIRST_WAIT = 0.5  # seconds before the second try
 MAX_WAIT = 5.0  # seconds; the pause between tries doubles up to this
+
+
+class OneLineWhenUnreachable(BaseCommand):
+    """A command that, when a database cannot be reached, says so in one line (as the worker
+    does) instead of a traceback: from its own queries, or from Django's system checks, which
+    connect on MySQL."""
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        try:
+            return super().execute(*args, **options)
+        except (OperationalError, InterfaceError) as e:  # a refused or lost connection
+            if is_missing_table(e):
+                raise
+            raise CommandError(_which_unreachable(e)) from e
+
+
+def _which_unreachable(error: BaseException) -> str:
+    """``describe`` of the first database that cannot be reached, those holding tasks first."""
+    holding_tasks = sorted({backend.database for backend in sql_backends().values()})
+    for alias in [*holding_tasks, *(a for a in connections if a not in holding_tasks)]:
+        try:
+            connections[alias].ensure_connection()
+        except (OperationalError, InterfaceError) as e:
+            return describe(alias, e)
+    return "Cannot connect to the database: " + " ".join(str(error).split())
 
 
 class DatabaseUnreachable(Exception):
@@ -22,10 +50,7 @@ class DatabaseUnreachable(Exception):
 
 def describe(alias: str, error: BaseException) -> str:
     """Say in one line which database could not be reached, where, and why."""
-    connection = connections[alias]
-    where = dialect_for(connection).location()
-    reason = " ".join(str(error).split())  # drivers' messages span lines; a log line must not
-    return f"Cannot connect to database {alias!r} ({connection.vendor} at {where}): {reason}"
+    return unreachable(alias, error)
 
 
 def connect(check: Callable[[], None], alias: str, wait: float) -> None:

@@ -8,11 +8,16 @@ from typing import Any
 
 from django.apps import apps
 from django.core import checks
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError
 
 from ..core.settings import sql_backends
 from ..sql import unsupported_version
-from ..sql.installation import not_migrated, running_migrate, unapplied_migrations
+from ..sql.installation import (
+    not_migrated,
+    running_migrate,
+    unapplied_migrations,
+    unreachable,
+)
 from . import health, overview
 from .health import OLD_TRANSACTION_SECONDS, setting_problem
 
@@ -25,9 +30,19 @@ def check_database_versions(
     databases: Sequence[str] | None = None,
     **kwargs: Any,
 ) -> Iterable[checks.CheckMessage]:
-    """Refuse database servers too old for the claim query (runs with ``--database``/migrate)."""
+    """Refuse database servers too old for the claim query (runs with ``--database``/migrate),
+    and say in one line which database cannot be reached (the other database checks then pass
+    it by)."""
     for alias in databases or []:
-        message = unsupported_version(alias)
+        try:
+            message = unsupported_version(alias)
+        except (OperationalError, InterfaceError) as e:  # a refused or lost connection
+            yield checks.Error(
+                unreachable(alias, e),
+                hint="Start the database server, or correct DATABASES; then check again.",
+                id="django_sqltasks.E014",
+            )
+            continue
         if message:
             yield checks.Error(message, id="django_sqltasks.E010")
 
@@ -49,7 +64,10 @@ def check_migrated(
     for alias in databases or []:
         if alias not in holding_tasks:
             continue
-        unapplied = unapplied_migrations(alias)
+        try:
+            unapplied = unapplied_migrations(alias)
+        except (OperationalError, InterfaceError):
+            continue  # unreachable: check_database_versions says so
         if unapplied:
             yield checks.Warning(
                 not_migrated(alias, unapplied) + " Until then tasks cannot be enqueued or run.",

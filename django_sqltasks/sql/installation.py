@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from django.db import DatabaseError, connections
 
-from . import names_missing_table
+from . import dialect_for, names_missing_table
 
 APP = "django_sqltasks"
 
@@ -18,6 +18,14 @@ def not_installed(alias: str) -> str:
         f"TASKS[{alias!r}] uses django_sqltasks.SQLTaskBackend, but the django_sqltasks app is "
         "not installed: add 'django_sqltasks' to INSTALLED_APPS, then run 'manage.py migrate'."
     )
+
+
+def unreachable(alias: str, error: BaseException) -> str:
+    """Say in one line which database could not be reached, where, and why."""
+    connection = connections[alias]
+    where = dialect_for(connection).location()
+    reason = " ".join(str(error).split())  # drivers' messages span lines; a log line must not
+    return f"Cannot connect to database {alias!r} ({connection.vendor} at {where}): {reason}"
 
 
 def not_migrated(database: str, unapplied: list[str] | None = None) -> str:

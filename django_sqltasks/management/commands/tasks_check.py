@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
 from ...core.settings import sql_backends
 from ...ops.stranded import DEFAULT_SAMPLE, Problem, check_live_tasks
 from ...sql.installation import is_missing_table, not_migrated
 from ..arguments import backend_alias, queue_names, refuse_unknown_queues, whole_number
-from ..help import HelpFormatter, package_version
+from ..help import HelpFormatter, package_version, terminal_safe
+from ..startup import OneLineWhenUnreachable
 
 COLUMNS = ("backend", "task", "ready", "running", "example id", "problem")
 MAX_SAMPLE = 100_000  # rows per task path
@@ -25,7 +26,7 @@ Run it with the code about to be deployed, against the production database: it e
 status 1 when live tasks would fail under that code."""
 
 
-class Command(BaseCommand):
+class Command(OneLineWhenUnreachable):
     help = (
         "Check READY and RUNNING tasks against this code: task paths that no longer import, "
         "and stored arguments that no longer bind to the task's signature. Exit 1 if any."
@@ -115,7 +116,17 @@ class Command(BaseCommand):
         if not problems:
             return
         rows = [COLUMNS] + [
-            (p.backend, p.task_path, str(p.ready), str(p.running), p.example_id, p.reason)
+            tuple(
+                terminal_safe(cell)
+                for cell in (
+                    p.backend,
+                    p.task_path,
+                    str(p.ready),
+                    str(p.running),
+                    p.example_id,
+                    p.reason,
+                )
+            )
             for p in problems
         ]
         # The problem column comes last and is never padded or cut: a pipeline log shows all.

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from ...compat import DEFAULT_TASK_BACKEND_ALIAS
 from ...models import TaskRecord
 from ...store.pruning import BATCH_SIZE, DEFAULT_FAILED_DAYS, DEFAULT_SUCCESSFUL_DAYS, prune
 from ..arguments import backend_alias, days, positive_int, refuse_unknown_queues, sql_backend, text
 from ..help import package_version
+from ..startup import OneLineWhenUnreachable
 
 
 def queue_name(value: str) -> str:
     return text(value, "a queue name")
 
 
-class Command(BaseCommand):
+class Command(OneLineWhenUnreachable):
     help = "Delete finished tasks older than a number of days, in small batches."
 
     def get_version(self) -> str:

@@ -6,13 +6,14 @@ from importlib import import_module
 from importlib.util import find_spec
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
 from ...core.settings import sql_backends
 from ...ops import health, overview
 from ...sql.installation import is_missing_table, not_migrated
-from ..help import package_version
+from ..help import package_version, terminal_safe
+from ..startup import OneLineWhenUnreachable
 
 QUEUE_COLUMNS = (
     "backend",
@@ -30,7 +31,7 @@ QUEUE_COLUMNS = (
 WORKER_COLUMNS = ("worker", "host", "pid", "queues", "running", "last heartbeat")
 
 
-class Command(BaseCommand):
+class Command(OneLineWhenUnreachable):
     help = "Show each queue's counts and backlog age, and the live workers."
 
     def get_version(self) -> str:
@@ -125,6 +126,7 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("  (none)\n")
             return
+        rows = [tuple(terminal_safe(value) for value in row) for row in rows]
         widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
         for row in [columns, *rows]:
             self.stdout.write(
@@ -143,6 +145,7 @@ class Command(BaseCommand):
             table = Table(title=title, title_justify="left")
             for column in columns:
                 table.add_column(column, overflow="fold")  # wrap a long name; never cut it
+            Text = import_module("rich.text").Text  # plain text: a stored "[red]" is not markup
             for row in rows:
-                table.add_row(*row)
+                table.add_row(*(Text(terminal_safe(value)) for value in row))
             console.print(table)
