@@ -15,9 +15,10 @@ from django_sqltasks.worker import Worker
 from tests import tasks
 from tests.conftest import set_backend_options, wait_for, worker_thread
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_ready_task_cancelled_never_runs(run_worker: Callable[..., Worker]) -> None:
     result = tasks.add.enqueue(1, 2)
     assert task_backends["default"].cancel(result.id) is True
@@ -28,6 +29,7 @@ def test_a_ready_task_cancelled_never_runs(run_worker: Callable[..., Worker]) ->
     assert result.errors[0].exception_class_path == "django_sqltasks.exceptions.TaskCancelled"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_finished_task_cannot_be_cancelled(run_worker: Callable[..., Worker]) -> None:
     result = tasks.add.enqueue(1, 2)
     run_worker()
@@ -44,6 +46,7 @@ def _fast_heartbeat(settings: Any) -> None:
     set_backend_options(settings, LEASE_TIMEOUT=2, HEARTBEAT_INTERVAL=0.2, MAX_ATTEMPTS=3)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_running_async_task_is_cancelled_at_the_next_heartbeat(settings: Any) -> None:
     _fast_heartbeat(settings)
     result = tasks.long_async.enqueue(30)
@@ -60,6 +63,7 @@ def test_a_running_async_task_is_cancelled_at_the_next_heartbeat(settings: Any) 
     assert result.errors[-1].exception_class_path == "django_sqltasks.exceptions.TaskCancelled"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_prefetched_task_is_cancelled_before_it_starts(settings: Any, tmp_path: Path) -> None:
     _fast_heartbeat(settings)
     first = tasks.touch_then_sleep.using(priority=1).enqueue(str(tmp_path / "first"), 1.5)

@@ -13,7 +13,7 @@ from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from tests import tasks
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def test_second_enqueue_returns_the_live_task() -> None:
@@ -32,6 +32,7 @@ def test_a_custom_key_ignores_the_other_arguments() -> None:
     assert second.kwargs == {"reason": "signup"}  # the live task, as it was enqueued
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_finished_task_frees_its_key(run_worker: Callable[..., Worker]) -> None:
     first = tasks.refresh_report.enqueue(7)
     run_worker()
@@ -46,6 +47,7 @@ def test_a_running_task_still_holds_its_key() -> None:
     assert tasks.refresh_report.enqueue(7).id == first.id
 
 
+@pytest.mark.django_db(transaction=True)
 def test_concurrent_enqueues_make_one_task() -> None:
     ids: list[str] = []
     errors: list[BaseException] = []
@@ -70,6 +72,7 @@ def test_concurrent_enqueues_make_one_task() -> None:
     assert TaskRecord.objects.filter(dedupe_key__isnull=False).count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_aenqueue_deduplicates_too() -> None:
     from asgiref.sync import sync_to_async
 

@@ -18,7 +18,7 @@ from django_sqltasks.models import TaskRecord
 from tests import tasks
 from tests.conftest import set_backend_options
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 async def close_thread_connections() -> None:
@@ -40,6 +40,7 @@ def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_concurrent_aenqueues_share_inserts(batch_sizes: list[int]) -> None:
     results = await asyncio.gather(*(tasks.add.aenqueue(i, 1) for i in range(300)))
     assert len({r.id for r in results}) == 300
@@ -55,6 +56,7 @@ async def test_concurrent_aenqueues_share_inserts(batch_sizes: list[int]) -> Non
     await close_thread_connections()
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_each_caller_gets_its_own_error() -> None:
     from datetime import date
 
@@ -72,6 +74,7 @@ async def test_each_caller_gets_its_own_error() -> None:
     await close_thread_connections()
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_a_row_the_database_refuses_fails_alone() -> None:
     backend = task_backends["default"]
     coalescer = await aio.coalescer_for(backend)
@@ -90,6 +93,7 @@ async def test_a_row_the_database_refuses_fails_alone() -> None:
     await close_thread_connections()
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_aenqueue_sends_task_enqueued_for_each_task() -> None:
     received: list[Any] = []
 
@@ -129,6 +133,7 @@ def hold_write_lock(seconds: float, locked: threading.Event) -> None:
         other.close()
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_enqueue_never_blocks_the_event_loop() -> None:
     locked = threading.Event()
     blocker = threading.Thread(target=hold_write_lock, args=(0.6, locked))
@@ -173,6 +178,7 @@ class TestEnqueueMany:
         with pytest.raises(TypeError, match=r"calls\[0\] must be an \(args, kwargs\) pair"):
             task_backends["default"].enqueue_many(tasks.add, [(1, 2, 3)])
 
+    @pytest.mark.django_db(transaction=True)
     def test_joins_the_callers_transaction(self) -> None:
         def enqueue_then_fail() -> None:
             with transaction.atomic():
@@ -183,6 +189,7 @@ class TestEnqueueMany:
             enqueue_then_fail()
         assert not TaskRecord.objects.exists()
 
+    @pytest.mark.django_db(transaction=True)
     async def test_aenqueue_many_commits_on_its_own(self) -> None:
         results = await task_backends["default"].aenqueue_many(tasks.noop, [((), {})] * 100)
         assert len(results) == 100
@@ -190,6 +197,7 @@ class TestEnqueueMany:
         await close_thread_connections()
 
 
+@pytest.mark.django_db(transaction=True)
 class TestEnqueueOnCommit:
     @pytest.fixture(autouse=True)
     def on_commit(self, settings: Any) -> None:
@@ -216,6 +224,7 @@ class TestEnqueueOnCommit:
         assert TaskRecord.objects.filter(id=result.id).exists()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_sync_enqueue_is_one_statement() -> None:
     from django.test.utils import CaptureQueriesContext
 
@@ -226,6 +235,7 @@ def test_sync_enqueue_is_one_statement() -> None:
     assert len(queries) == (3 if connection.vendor == "mysql" else 2)
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_a_failing_task_enqueued_receiver_fails_only_its_own_aenqueue() -> None:
     def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
         if task_result.args == [13, 0]:
@@ -246,6 +256,7 @@ async def test_a_failing_task_enqueued_receiver_fails_only_its_own_aenqueue() ->
     await close_thread_connections()
 
 
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "mysql", reason="max_allowed_packet is MySQL's")
 async def test_a_coalesced_batch_over_max_allowed_packet_is_split(settings: Any) -> None:
     """Each row fits the server's max_allowed_packet, their batch does not: it is written as

@@ -17,7 +17,7 @@ from django_sqltasks.sql.packet import max_allowed_packet
 from tests import tasks, tasks_hardening
 from tests.conftest import set_backend_options
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 Enqueue = Callable[[Task, Any, Any], Any]
 
@@ -127,6 +127,7 @@ mysql_only = pytest.mark.skipif(
 )
 
 
+@pytest.mark.django_db(transaction=True)
 @mysql_only
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_a_payload_over_max_allowed_packet_is_refused_and_the_connection_lives(

@@ -63,7 +63,7 @@ def test_gauges_read_the_queues(recorder: metrics.Metrics) -> None:
     assert value(recorder, oldest, backend="default", queue="default") >= 0
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_serve_exposes_metrics_over_http() -> None:
     recorder, server = metrics.serve(0, using="default", addr="127.0.0.1")
     try:
@@ -85,7 +85,7 @@ def scrape_status(host: str, port: int) -> int | str:
         return type(e).__name__
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_serve_binds_the_loopback_interface_by_default() -> None:
     """Metrics name queues and tasks: another interface gets no answer unless asked for."""
     recorder, server = metrics.serve(0, using="default")

@@ -21,7 +21,7 @@ from django_sqltasks.worker.scheduler import Scheduler
 from tests.conftest import WorkerProcess, set_backend_options
 from tests.events import EventLog
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def periodic_settings(settings: Any, periodic: dict[str, Any]) -> None:
@@ -56,6 +56,7 @@ def test_a_new_schedule_starts_without_firing_then_fires_each_slot_once(settings
     assert TaskRecord.objects.filter(task_path="tests.tasks.tick").count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
 def test_after_downtime_only_the_latest_missed_slot_fires(settings: Any) -> None:
     periodic_settings(settings, {"report": {"task": "tests.tasks.tick", "every": 60}})
     scheduler().run_due(at(10, 0))
@@ -64,6 +65,7 @@ def test_after_downtime_only_the_latest_missed_slot_fires(settings: Any) -> None
     assert ScheduleRecord.objects.get(name="report").last_slot == at(12, 30)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_arguments_are_passed(settings: Any) -> None:
     periodic_settings(
         settings,
@@ -74,6 +76,7 @@ def test_arguments_are_passed(settings: Any) -> None:
     assert TaskRecord.objects.get().kwargs == {"label": "hourly"}
 
 
+@pytest.mark.django_db(transaction=True)
 def test_concurrent_schedulers_fire_a_slot_once(settings: Any) -> None:
     periodic_settings(settings, {"report": {"task": "tests.tasks.tick", "every": 60}})
     scheduler().run_due(at(10, 0))
@@ -96,6 +99,7 @@ def test_concurrent_schedulers_fire_a_slot_once(settings: Any) -> None:
     assert TaskRecord.objects.count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
 def test_workers_enqueue_each_slot_once(
     settings: Any, worker_process: Callable[..., WorkerProcess], events: EventLog
 ) -> None:

@@ -25,11 +25,12 @@ from django_sqltasks.worker import Worker
 from tests import tasks_progress
 from tests.conftest import set_backend_options, wait_for, worker_thread
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 RunWorker = Callable[..., Worker]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_sync_task_reports_progress_and_metadata(run_worker: RunWorker) -> None:
     result = tasks_progress.report_steps.enqueue(1000)
     worker = run_worker()
@@ -44,6 +45,7 @@ def test_a_sync_task_reports_progress_and_metadata(run_worker: RunWorker) -> Non
     assert worker._reporter.counts() == (1, 0)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_an_async_task_reports_progress_and_metadata(run_worker: RunWorker) -> None:
     result = tasks_progress.async_report.enqueue()
     run_worker()
@@ -53,6 +55,7 @@ def test_an_async_task_reports_progress_and_metadata(run_worker: RunWorker) -> N
     assert dict(fresh.metadata) == {"pages": 3, "kind": "pdf"}
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_running_task_s_report_is_written_at_the_heartbeat(settings: Any, tmp_path: Path) -> None:
     set_backend_options(settings, HEARTBEAT_INTERVAL=0.2, LEASE_TIMEOUT=5)
     release = tmp_path / "release"
@@ -70,6 +73,7 @@ def test_a_running_task_s_report_is_written_at_the_heartbeat(settings: Any, tmp_
     assert (running.progress, running.progress_note) == (0.75, "done waiting")
 
 
+@pytest.mark.django_db(transaction=True)
 def test_reports_are_kept_per_attempt(settings: Any, run_worker: RunWorker) -> None:
     set_backend_options(settings, MAX_ATTEMPTS=2, RETRY_BACKOFF=0)
     result = tasks_progress.report_and_fail.enqueue()
@@ -85,6 +89,7 @@ def test_reports_are_kept_per_attempt(settings: Any, run_worker: RunWorker) -> N
     assert (fresh.progress, fresh.progress_note, dict(fresh.metadata)) == (None, "", {})
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_snoozed_attempt_s_report_is_not_written_over_the_next(run_worker: RunWorker) -> None:
     result = tasks_progress.report_and_snooze.enqueue()
     run_worker()
@@ -94,6 +99,7 @@ def test_a_snoozed_attempt_s_report_is_not_written_over_the_next(run_worker: Run
     assert (fresh.progress, fresh.progress_note) == (0.9, "snoozing")
 
 
+@pytest.mark.django_db(transaction=True)
 def test_text_no_database_stores_is_escaped_and_large_numbers_kept(
     run_worker: RunWorker,
 ) -> None:
@@ -108,6 +114,7 @@ def test_text_no_database_stores_is_escaped_and_large_numbers_kept(
     assert metadata == {"k\\x00": "v\\ud800", "nested": {"list": ["\\x00"]}}
 
 
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     ("kind", "message"),
     [
@@ -128,6 +135,7 @@ def test_bad_input_fails_the_attempt_naming_the_rule(
     assert row.progress is None
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_task_that_reports_nothing_writes_nothing(run_worker: RunWorker) -> None:
     result = tasks_progress.plain_context.enqueue()
     worker = run_worker()
@@ -138,6 +146,7 @@ def test_a_task_that_reports_nothing_writes_nothing(run_worker: RunWorker) -> No
     assert (fresh.progress, fresh.progress_note, dict(fresh.metadata)) == (None, "", {})
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_failing_write_neither_fails_the_task_nor_stops_the_worker(
     run_worker: RunWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,6 +195,7 @@ def test_a_damaged_stored_report_reads_as_none() -> None:
     assert ProgressReport.from_json([1, 2]) is None
 
 
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.worker_process
 def test_reports_are_written_by_the_processes_of_a_supervisor(
     worker_process: Callable[..., Any], tmp_path: Path
@@ -221,6 +231,7 @@ def test_reports_are_written_by_the_processes_of_a_supervisor(
     assert backend.get_result(steps.id).progress == 1.0
 
 
+@pytest.mark.django_db(transaction=True)
 def test_aget_result_reads_the_report_and_the_subject(run_worker: RunWorker) -> None:
     from asgiref.sync import async_to_sync
     from django.contrib.auth.models import User
@@ -238,6 +249,7 @@ def test_aget_result_reads_the_report_and_the_subject(run_worker: RunWorker) -> 
     assert fresh.subject == Subject(type="auth.user", id=str(user.pk))
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_report_whose_write_failed_is_written_at_a_later_heartbeat(
     settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

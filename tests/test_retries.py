@@ -16,11 +16,12 @@ from django_sqltasks.worker import Worker
 from tests import tasks
 from tests.conftest import set_backend_options
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 RunWorker = Callable[..., Worker]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_retried_task_keeps_its_id_and_every_error(run_worker: RunWorker, tmp_path: Path) -> None:
     result = tasks.flaky.enqueue(str(tmp_path / "calls"), 2)
     run_worker(concurrency=2)
@@ -34,6 +35,7 @@ def test_a_retried_task_keeps_its_id_and_every_error(run_worker: RunWorker, tmp_
     assert "call 2 fails" in result.errors[1].traceback
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_last_allowed_failure_is_final(run_worker: RunWorker, tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     result = tasks.flaky.enqueue(str(calls), 10)
@@ -46,6 +48,7 @@ def test_the_last_allowed_failure_is_final(run_worker: RunWorker, tmp_path: Path
     assert result.finished_at is not None
 
 
+@pytest.mark.django_db(transaction=True)
 def test_only_listed_exceptions_are_retried(run_worker: RunWorker, tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     result = tasks.fails_without_retry.enqueue(str(calls))
@@ -56,6 +59,7 @@ def test_only_listed_exceptions_are_retried(run_worker: RunWorker, tmp_path: Pat
     assert len(calls.read_text().splitlines()) == 1
 
 
+@pytest.mark.django_db(transaction=True)
 def test_retries_wait_for_the_backoff(run_worker: RunWorker, tmp_path: Path) -> None:
     result = tasks.flaky_with_backoff.enqueue(str(tmp_path / "calls"), 2)
     started = time.monotonic()
@@ -68,6 +72,7 @@ def test_retries_wait_for_the_backoff(run_worker: RunWorker, tmp_path: Path) -> 
     assert elapsed >= 0.6, elapsed
 
 
+@pytest.mark.django_db(transaction=True)
 def test_backend_default_applies_to_plain_tasks(settings: Any, run_worker: RunWorker) -> None:
     set_backend_options(settings, MAX_ATTEMPTS=2, RETRY_BACKOFF=0)
     result = tasks.fail.enqueue("twice")
@@ -77,6 +82,7 @@ def test_backend_default_applies_to_plain_tasks(settings: Any, run_worker: RunWo
     assert result.attempts == 2
 
 
+@pytest.mark.django_db(transaction=True)
 def test_exit_exceptions_are_not_retried(settings: Any, run_worker: RunWorker) -> None:
     set_backend_options(settings, MAX_ATTEMPTS=3)
     result = tasks.raise_system_exit.enqueue()
@@ -86,6 +92,7 @@ def test_exit_exceptions_are_not_retried(settings: Any, run_worker: RunWorker) -
     assert result.attempts == 1
 
 
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("task", [tasks.slow_sync, tasks.slow_async])
 def test_an_attempt_past_its_timeout_fails(run_worker: RunWorker, task: Any) -> None:
     result = task.enqueue(1.5)

@@ -18,7 +18,7 @@ from django_sqltasks.worker import Worker
 from tests import tasks_flow
 from tests.factories import staff_client, superuser_client, task_row
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 CHANGELIST = "admin:django_sqltasks_taskrecord_changelist"
 
@@ -29,6 +29,7 @@ def deferred() -> TaskRecord:
     return TaskRecord.objects.get(pk=result.id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_deferred_task_runs_at_once(run_worker: Callable[..., Worker]) -> None:
     row = deferred()
     run_worker()  # not due: a burst worker leaves it

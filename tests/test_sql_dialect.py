@@ -54,7 +54,7 @@ def _claim(dialect: Dialect, limit: int = 10, queues: list[str] | None = None) -
         )
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_facts(dialect: Dialect) -> None:
     assert dialect.wakeup in {"notify", "files", "poll"}
     assert dialect.single_writer is (connection.vendor == "sqlite")
@@ -79,7 +79,7 @@ def test_insert_then_claim_returns_rows_in_full(dialect: Dialect) -> None:
     assert _claim(dialect) == []
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_deduplicated_insert_and_the_live_key(dialect: Dialect) -> None:
     first, second = _new("key-1"), _new("key-1")
     with connection.cursor() as cursor:
@@ -89,7 +89,7 @@ def test_deduplicated_insert_and_the_live_key(dialect: Dialect) -> None:
         assert dialect.live_task_with_key(cursor, "key-2") is None
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_complete_writes_only_tasks_still_held(dialect: Dialect) -> None:
     mine = task_row(TaskResultStatus.RUNNING, owner=WORKER).id
     retried = task_row(TaskResultStatus.RUNNING, owner=WORKER).id
@@ -116,7 +116,7 @@ def test_complete_writes_only_tasks_still_held(dialect: Dialect) -> None:
     assert TaskRecord.objects.get(id=theirs).owner == "someone-else"
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_salvage_replaces_the_outcome_with_an_error_saying_why(dialect: Dialect) -> None:
     held = task_row(TaskResultStatus.RUNNING, owner=WORKER).id
     outcome = Outcome(id=held, status="SUCCESSFUL", finished_at=timezone.now(), return_value="1")
@@ -133,7 +133,7 @@ def test_salvage_replaces_the_outcome_with_an_error_saying_why(dialect: Dialect)
     ]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_requeue_owned_keeps_what_it_is_told(dialect: Dialect) -> None:
     kept = task_row(TaskResultStatus.RUNNING, owner=WORKER).id
     released = task_row(TaskResultStatus.RUNNING, owner=WORKER).id
@@ -162,7 +162,7 @@ RESCUES = [
 @pytest.mark.parametrize(
     ("suspect", "limit_key", "before", "status", "after", "suspect_after"), RESCUES
 )
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_requeue_orphans_charges_only_tasks_that_ran_alone(
     dialect: Dialect,
     suspect: bool,
@@ -218,7 +218,7 @@ def test_suspects_are_claimed_one_by_one_and_never_by_the_main_claim(dialect: Di
         assert dialect.claim_suspect_by_id(cursor, high, "another") is None
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_live_workers_like_matches_the_prefix_literally(dialect: Dialect) -> None:
     for worker_id in ("web-1", "web-2", "web_x-1", "webs-1", "stale-1"):
         WorkerRecord.objects.create(id=worker_id, backend_name="default", pid=1)
@@ -236,7 +236,7 @@ def test_live_workers_like_matches_the_prefix_literally(dialect: Dialect) -> Non
         assert dialect.live_workers_like(cursor, "stale-", 30) == []
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_ping_result_select_and_error_kinds(dialect: Dialect) -> None:
     row = task_row()
     with connection.cursor() as cursor:
@@ -263,7 +263,7 @@ def _plan(dialect: Dialect, sql: str, params: list) -> str:
         return dialect.explain(cursor, sql, params)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_the_claim_rescue_and_prune_statements_have_plans(dialect: Dialect) -> None:
     now = timezone.now()
     claim = _plan(
@@ -317,7 +317,7 @@ def test_a_prepared_claim_takes_the_same_rows(dialect: Dialect) -> None:
 # The rest of the operations: every public method of the dialect is called on each database.
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_the_database_clock_and_the_worker_table(dialect: Dialect) -> None:
     from django_sqltasks.models import WorkerRecord
 
@@ -381,7 +381,7 @@ def test_make_due_moves_only_a_deferred_ready_task(dialect: Dialect) -> None:
     assert TaskRecord.objects.get(id=deferred).status == "RUNNING"
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_table_health_location_and_statement_limits(dialect: Dialect) -> None:
     with connection.cursor() as cursor:
         health = dialect.table_health(cursor)
@@ -404,7 +404,7 @@ def test_table_health_location_and_statement_limits(dialect: Dialect) -> None:
         assert problem is not None and "max_allowed_packet" in problem
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_missing_table_is_told_apart_from_other_errors(dialect: Dialect) -> None:
     with connection.cursor() as cursor, pytest.raises(DatabaseError) as missing:
         cursor.execute("SELECT 1 FROM django_sqltasks_no_such_table")

@@ -18,7 +18,7 @@ from django_sqltasks.task import CUT_MARKER, MAX_READ_DEPTH, MissingTask
 from tests import tasks
 from tests.factories import task_row
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def nest(levels: int) -> Any:
@@ -36,6 +36,7 @@ def depth(value: Any) -> tuple[int, Any]:
     return levels, value
 
 
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     ("task_path", "reason"),
     [
@@ -72,6 +73,7 @@ def test_a_stale_row_reads_back_with_a_stand_in_task(
     assert TaskRecord.objects.count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_stale_row_reads_back_from_async_code() -> None:
     record = task_row(TaskResultStatus.FAILED, task_path="gone.module.task")
     result = async_to_sync(task_backends["default"].aget_result)(str(record.id))

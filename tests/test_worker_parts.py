@@ -233,7 +233,7 @@ def _lease(worker_id: str = WORKER, timeout: float = 30) -> Lease:
     )
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_lease_refuses_the_id_of_a_live_worker() -> None:
     _lease().register()
     # The row of a live process of this host (this test's parent), or of another host.
@@ -261,7 +261,7 @@ def test_a_lease_takes_over_the_id_of_a_dead_process_of_this_host() -> None:
     assert WorkerRecord.objects.get(id=WORKER).pid == os.getpid()
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_heartbeat_registers_again_when_its_row_is_gone() -> None:
     lease = _lease()
     lease.register()
@@ -270,7 +270,7 @@ def test_a_heartbeat_registers_again_when_its_row_is_gone() -> None:
     assert WorkerRecord.objects.filter(id=WORKER).exists()
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_lease_rescues_the_tasks_of_a_silent_worker_and_reads_cancel_requests() -> None:
     dead = _lease("dead-worker")
     dead.register()

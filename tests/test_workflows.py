@@ -26,7 +26,7 @@ from django_sqltasks.worker import Worker
 from . import tasks
 from . import tasks_workflows as wf
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 RunWorker = Callable[..., Worker]
 SUCCESSFUL, FAILED, READY = (
@@ -40,6 +40,7 @@ def states(workflow: Any) -> list[str]:
     return [member.status for member in workflow.members]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_chain_hands_each_result_to_the_next_step(run_worker: RunWorker) -> None:
     workflow = chain(wf.add.s(1, 2), wf.double.s(), wf.double).enqueue()
     first, second, _ = workflow.members
@@ -53,6 +54,7 @@ def test_a_chain_hands_each_result_to_the_next_step(run_worker: RunWorker) -> No
     assert [m.args for m in workflow.members] == [[1, 2], [3], [6]]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_enqueue_arguments_go_to_the_first_steps(run_worker: RunWorker) -> None:
     workflow = chain(wf.add, wf.double).enqueue(2, b=3)
     run_worker()
@@ -60,6 +62,7 @@ def test_enqueue_arguments_go_to_the_first_steps(run_worker: RunWorker) -> None:
     assert workflow.return_value == 10
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_group_callback_gets_every_result_in_order(run_worker: RunWorker) -> None:
     workflow = group(wf.add.s(1, 1), wf.add.s(2, 2), wf.add.s(3, 3)).then(wf.total.s()).enqueue()
     run_worker()
@@ -70,6 +73,7 @@ def test_a_group_callback_gets_every_result_in_order(run_worker: RunWorker) -> N
     assert callback.args == [[2, 4, 6]]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_group_without_callback_returns_the_list(run_worker: RunWorker) -> None:
     workflow = group(wf.add.s(1, 1), wf.double.s(5)).enqueue()
     run_worker()
@@ -77,6 +81,7 @@ def test_a_group_without_callback_returns_the_list(run_worker: RunWorker) -> Non
     assert workflow.return_value == [2, 10]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_failed_member_skips_the_callback_by_default(run_worker: RunWorker) -> None:
     workflow = group(wf.add.s(1, 1), wf.boom.s()).then(wf.total.s()).enqueue()
     run_worker()
@@ -94,6 +99,7 @@ def test_a_failed_member_skips_the_callback_by_default(run_worker: RunWorker) ->
     }
 
 
+@pytest.mark.django_db(transaction=True)
 def test_on_failure_run_lists_the_failures(run_worker: RunWorker) -> None:
     workflow = group(wf.add.s(1, 1), wf.boom.s()).then(wf.total.s(), on_failure="run").enqueue()
     run_worker()
@@ -113,6 +119,7 @@ def test_on_failure_run_lists_the_failures(run_worker: RunWorker) -> None:
     }
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_failed_step_ends_the_chain_and_fails_the_rest(run_worker: RunWorker) -> None:
     workflow = chain(wf.add.s(1, 1), wf.boom.s(), wf.double.s(), wf.double.s()).enqueue()
     run_worker()
@@ -125,6 +132,7 @@ def test_a_failed_step_ends_the_chain_and_fails_the_rest(run_worker: RunWorker) 
     assert not TaskRecord.objects.filter(status=READY).exists()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_chain_step_may_be_a_group_and_a_member_a_chain(run_worker: RunWorker) -> None:
     workflow = chain(
         wf.add.s(1, 1),
@@ -138,6 +146,7 @@ def test_a_chain_step_may_be_a_group_and_a_member_a_chain(run_worker: RunWorker)
     assert states(workflow) == [SUCCESSFUL] * 6
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_failure_inside_a_nested_chain_fails_the_group(run_worker: RunWorker) -> None:
     workflow = chain(
         group(wf.add.s(1, 1), chain(wf.boom.s(), wf.double.s())).then(wf.sum_of.s()),
@@ -151,6 +160,7 @@ def test_a_failure_inside_a_nested_chain_fails_the_group(run_worker: RunWorker) 
     assert workflow.failed_step["path"] == "tests.tasks_workflows.boom"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_step_retries_before_the_chain_moves_on(run_worker: RunWorker, tmp_path: Path) -> None:
     marker = tmp_path / "flaky"
     workflow = chain(wf.flaky.s(1, str(marker)), wf.double.s()).enqueue()
@@ -162,6 +172,7 @@ def test_a_step_retries_before_the_chain_moves_on(run_worker: RunWorker, tmp_pat
     assert [e.exception_class_path for e in flaky.errors] == ["builtins.ConnectionError"]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_cancel_fails_every_step_that_has_not_run(run_worker: RunWorker) -> None:
     workflow = chain(wf.add.s(1, 1), group(wf.double.s(), wf.double.s()), wf.double.s()).enqueue()
     assert workflow.cancel() is True
@@ -175,6 +186,7 @@ def test_cancel_fails_every_step_that_has_not_run(run_worker: RunWorker) -> None
         assert not member.worker_ids  # never ran
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_step_cancelled_on_its_own_moves_the_workflow_on(run_worker: RunWorker) -> None:
     from django_sqltasks.store import control
     from django_sqltasks.store.workflows import reconcile
@@ -203,6 +215,7 @@ def test_the_sweep_moves_on_a_workflow_whose_step_ended_elsewhere() -> None:
     assert reconcile("default", "default") == 0
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_member_result_names_its_workflow(run_worker: RunWorker) -> None:
     workflow = chain(wf.add.s(1, 1), wf.double.s()).enqueue()
     member = tasks.add.get_backend().get_result(workflow.task_ids[1])
@@ -215,6 +228,7 @@ def test_a_member_result_names_its_workflow(run_worker: RunWorker) -> None:
         get_workflow("nope")
 
 
+@pytest.mark.django_db(transaction=True)
 def test_atomic_task_commits_its_writes_with_its_outcome(
     run_worker: RunWorker, tmp_path: Path
 ) -> None:
@@ -229,6 +243,7 @@ def test_atomic_task_commits_its_writes_with_its_outcome(
     assert list(Group.objects.values_list("name", flat=True)) == ["atomic-ok"]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_an_atomic_chain_runs_each_step_once(run_worker: RunWorker, tmp_path: Path) -> None:
     marker = str(tmp_path / "atomic")
     steps = [wf.atomic_step.s(f"s{i}", marker) for i in range(3)]
@@ -295,6 +310,7 @@ def test_run_now_leaves_a_waiting_step_alone() -> None:
     assert TaskRecord.objects.get(pk=workflow.task_ids[1]).available_at == PARKED
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_aenqueue_writes_a_workflow() -> None:
     workflow = await chain(wf.add.s(1, 1), wf.double.s()).aenqueue()
     assert workflow.status == TaskResultStatus.RUNNING
@@ -303,6 +319,7 @@ async def test_aenqueue_writes_a_workflow() -> None:
     await sync_to_async(connections.close_all)()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_deferred_step_waits_for_its_run_after_once_its_turn_comes(
     run_worker: RunWorker,
 ) -> None:

@@ -18,7 +18,7 @@ from django_sqltasks.worker import Worker
 
 from . import tasks_workflows as wf
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 RunWorker = Callable[..., Worker]
 SUCCESSFUL, FAILED = TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED
@@ -32,6 +32,7 @@ def plan_bytes(workflow_id: str) -> int:
     return len(dumps(plan))
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_callback_over_the_limit_fails_and_the_members_keep_their_results(
     run_worker: RunWorker,
 ) -> None:
@@ -57,6 +58,7 @@ def test_a_callback_over_the_limit_fails_and_the_members_keep_their_results(
     assert plan_bytes(workflow.id) < 64 * 1024
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_group_over_the_limit_without_callback_fails(run_worker: RunWorker) -> None:
     workflow = chain(group(wf.blob.s(MEGABYTE), wf.blob.s(MEGABYTE)), wf.double.s()).enqueue()
     run_worker()
@@ -70,6 +72,7 @@ def test_a_group_over_the_limit_without_callback_fails(run_worker: RunWorker) ->
     assert plan_bytes(workflow.id) < 64 * 1024
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_chain_step_given_more_than_the_limit_fails(run_worker: RunWorker) -> None:
     own = "y" * (LIMIT - MEGABYTE)  # with the result handed on, just over the limit
     workflow = chain(wf.blob.s(MEGABYTE), wf.blob_after.s(1, own), wf.double.s()).enqueue()
@@ -85,6 +88,7 @@ def test_a_chain_step_given_more_than_the_limit_fails(run_worker: RunWorker) -> 
     assert workflow.failed_step["task_id"] == second.id
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_plan_keeps_a_result_until_it_is_handed_on(run_worker: RunWorker) -> None:
     workflow = chain(wf.blob.s(MEGABYTE), wf.blob_after.s(MEGABYTE), wf.blob_after.s(10)).enqueue()
     run_worker()
