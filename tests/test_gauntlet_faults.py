@@ -19,11 +19,12 @@ import pytest
 from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 
-from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from django_sqltasks.worker.retries import run_with_retries
 from tests import gauntlet_tasks
 from tests.conftest import ROOT, WORKER_APPLICATION_NAME, WorkerProcess, wait_for, worker_env
+from tests.events import EventLog
 from tests.gauntlet_postgres import PrivatePostgres, find_bindir
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -73,7 +74,10 @@ def private_postgres() -> Iterator[PrivatePostgres]:
 @postgres_only
 @pytest.mark.worker_process
 def test_workers_ride_out_a_postgres_restart(
-    private_postgres: PrivatePostgres, worker_process: StartWorker, tmp_path: Path
+    private_postgres: PrivatePostgres,
+    worker_process: StartWorker,
+    events: EventLog,
+    tmp_path: Path,
 ) -> None:
     import psycopg
 
@@ -97,16 +101,10 @@ def test_workers_ride_out_a_postgres_restart(
     workers = [
         worker_process("--concurrency", "8", "--worker-id", f"w{n}", env=env) for n in range(2)
     ]
-    wait_for(lambda: len(gauntlet_tasks.executions(log)) >= count // 4, timeout=60)
+    events.wait("task_finished", count=count // 4, timeout=60)
     private_postgres.restart()
     restarted = time.monotonic()
-
-    def finished() -> bool:
-        with psycopg.connect(private_postgres.url) as c:
-            row = c.execute(f"SELECT count(*) FROM {TABLE} WHERE status = 'SUCCESSFUL'").fetchone()
-            return row is not None and row[0] == count
-
-    wait_for(finished, timeout=120, interval=0.25)
+    events.wait("task_finished", count=count, timeout=120)
     for worker in workers:
         worker.signal(signal.SIGTERM)
     for worker in workers:
@@ -127,18 +125,19 @@ def test_workers_ride_out_a_postgres_restart(
 
 @postgres_only
 @pytest.mark.worker_process
-def test_killed_listen_connection_comes_back(worker_process: StartWorker) -> None:
+def test_killed_listen_connection_comes_back(worker_process: StartWorker, events: EventLog) -> None:
     """pg-boss's test: kill every worker connection, LISTEN included; enqueues still wake it."""
     worker = worker_process("--concurrency", "2", env={"SQLTASKS_POLL_INTERVAL": "30"})
-    wait_for(lambda: WorkerRecord.objects.exists())
-    time.sleep(1.0)
+    events.wait("worker_started")
+    listening = events.wait("listening")
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND application_name = %s",
             [WORKER_APPLICATION_NAME],
         )
-    time.sleep(3.0)  # the listener reconnects after its delay; the worker polls every 30 s
+    # The listener reconnects after its delay; the worker polls every 30 s.
+    events.wait("listening", after=listening[0].seq + 1, timeout=15)
     started = time.monotonic()
     result = gauntlet_tasks.size.enqueue("abc")
     wait_for(lambda: gauntlet_tasks.size.get_result(result.id).is_finished, timeout=15)
@@ -194,7 +193,18 @@ SHORT_LOCK_TIMEOUT = {
     "mysql": "SET SESSION lock_wait_timeout = 1, innodb_lock_wait_timeout = 1",
     "sqlite": "PRAGMA busy_timeout = 100",
 }
-HOLD_LOCK = 2.0  # seconds: longer than any of the timeouts above
+
+
+class Retried(logging.Handler):
+    """Set ``event`` when the worker logs a retry of a database call (``action=db_retry``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.event = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "action", None) == "db_retry":
+            self.event.set()
 
 
 def short_lock_timeouts(sender: Any, connection: Any, **kwargs: Any) -> None:
@@ -204,13 +214,14 @@ def short_lock_timeouts(sender: Any, connection: Any, **kwargs: Any) -> None:
             cursor.execute(SHORT_LOCK_TIMEOUT[connection.vendor])
 
 
-def hold_table_lock(seconds: float) -> None:
-    """Lock the task table against every write (and on MySQL and PostgreSQL, every read)."""
+def hold_table_lock(until: threading.Event) -> None:
+    """Lock the task table against every write (and on MySQL and PostgreSQL, every read) until
+    ``until`` is set (at most 30 seconds)."""
     if connection.vendor == "sqlite":
         raw = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
         try:
             raw.execute("BEGIN IMMEDIATE")
-            time.sleep(seconds)
+            until.wait(30)
             raw.execute("COMMIT")
         finally:
             raw.close()
@@ -220,37 +231,41 @@ def hold_table_lock(seconds: float) -> None:
         with other.cursor() as cursor:
             if connection.vendor == "mysql":
                 cursor.execute(f"LOCK TABLES {TABLE} WRITE")
-                time.sleep(seconds)
+                until.wait(30)
                 cursor.execute("UNLOCK TABLES")
             else:
                 cursor.execute("BEGIN")
                 cursor.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
-                time.sleep(seconds)
+                until.wait(30)
                 cursor.execute("COMMIT")
     finally:
         other.close()
 
 
 def test_a_lock_held_past_the_lock_timeout_is_retried(
-    run_worker: RunWorker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    run_worker: RunWorker, events: EventLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """MariaDB lock wait timeouts, PostgreSQL lock_timeout, SQLite "database is locked"."""
     log = tmp_path / "executions"
     count = 600
     enqueue_marks(log, count, 0.002)
 
+    retried = Retried()
+
     def lock_once_under_way() -> None:
-        wait_for(lambda: len(gauntlet_tasks.executions(log)) >= 50, timeout=60)
-        hold_table_lock(HOLD_LOCK)
+        events.wait("task_finished", count=50, timeout=60)
+        hold_table_lock(until=retried.event)  # until the lock got in the worker's way
 
     locker = threading.Thread(target=lock_once_under_way)
     connection_created.connect(short_lock_timeouts, dispatch_uid="gauntlet-lock-timeout")
+    logging.getLogger("django_sqltasks").addHandler(retried)
     try:
         locker.start()
         with caplog.at_level(logging.WARNING, logger="django_sqltasks"):
             run_worker(concurrency=4)
         locker.join()
     finally:
+        logging.getLogger("django_sqltasks").removeHandler(retried)
         connection_created.disconnect(dispatch_uid="gauntlet-lock-timeout")
     retries = [r for r in caplog.records if getattr(r, "action", None) == "db_retry"]
     assert retries, "the lock did not get in the worker's way"

@@ -15,6 +15,8 @@ The signals, and their fields (all JSON values):
   (``worker_id``); it waits for its ``running`` tasks.
 - ``scheduling_stopped``: a stopping worker's periodic thread ended, with no slot enqueued
   since (``worker_id``).
+- ``listening``: a PostgreSQL worker's loop connection listens for new tasks (``worker_id``),
+  at its start and each time it comes back.
 - ``rescue_pass``: a worker looked for the tasks of dead workers (``worker_id``, ``count``
   rescued), at its registration and at each heartbeat.
 - ``child_started``: a supervisor started a worker process (``worker_id``, ``pid``).

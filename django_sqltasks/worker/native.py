@@ -22,6 +22,7 @@ from django.db import connections
 
 from ..sql import ClaimedRow, Scope, dialect_for
 from ..sql.postgresql import PostgreSQLDialect
+from . import events
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -136,6 +137,7 @@ class LoopDatabase:
         self._watch()
         if self._listen:
             self._on_wake(None)  # anything sent while we were not listening
+            events.emit("listening", worker_id=self.worker_id)
         return connection
 
     async def _run(self, connection: Any, sql: str, params: list[Any]) -> list[ClaimedRow]:
