@@ -188,7 +188,7 @@ needs_a_server = pytest.mark.skipif(
 
 
 @needs_a_server
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db  # the worker reaches no database: no row to share
 def test_an_unreachable_database_is_one_line_naming_host_port_and_error() -> None:
     port = closed_port()
     done = manage("tasks_worker", "--burst", env={"DATABASE_URL": url_for_port(port)})
@@ -267,7 +267,7 @@ def test_wait_for_database_retries_until_the_database_is_up(late_database: LateP
 
 
 @needs_a_server
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db  # the worker reaches no database: no row to share
 def test_wait_for_database_gives_up_after_its_time() -> None:
     started = time.monotonic()
     done = manage(
