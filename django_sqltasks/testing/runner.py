@@ -10,8 +10,6 @@ or pytest-django's ``db``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -31,7 +29,6 @@ from ..compat import (
     task_started,
 )
 from ..core.settings import is_sql_backend
-from ..exceptions import TaskTimeout
 from ..models import TaskRecord
 from ..sql import ANY_LIMIT, ClaimedRow, Outcome, Scope, dialect_for
 from ..sql.rows import parked_at
@@ -215,15 +212,15 @@ class Runner:
     def _call_func(
         self, attempt: attempts.Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        timeout = attempt.policy.timeout
         if attempts.is_async(attempt.task):
-            return async_to_sync(_call_async)(attempt.task.func, args, kwargs, timeout)
+            return async_to_sync(attempt.call_async)(args, kwargs)
+        timeout = attempt.policy.timeout
         started = time.monotonic()
         try:
             value = attempt.task.func(*args, **kwargs)
         finally:
             if timeout is not None and time.monotonic() - started > timeout:
-                raise TaskTimeout(f"The task ran longer than its timeout of {timeout}s.")
+                raise attempt.timed_out()
         return value
 
     def _store_report(self, attempt: attempts.Attempt) -> None:
@@ -251,16 +248,3 @@ def _by_test_clock(outcome: Outcome) -> None:
     if outcome.delay is not None:
         outcome.available_at = timezone.now() + timedelta(seconds=outcome.delay)
         outcome.delay = None
-
-
-async def _call_async(
-    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
-) -> Any:
-    job = asyncio.ensure_future(func(*args, **kwargs))
-    done, _ = await asyncio.wait({job}, timeout=timeout)
-    if done:
-        return job.result()
-    job.cancel()
-    with contextlib.suppress(BaseException):
-        await job  # let it unwind, as the worker does
-    raise TaskTimeout(f"The task ran longer than its timeout of {timeout}s.")

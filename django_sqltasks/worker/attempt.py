@@ -4,6 +4,7 @@ ends is ``outcomes``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from ..compat import Task, TaskContext, TaskResult, TaskResultStatus
 from ..core.policy import Policy, policy_for
 from ..core.progress import AttemptReport, ReportSink, SQLTaskContext
 from ..core.resolve import resolve_task
-from ..exceptions import CorruptTask
+from ..exceptions import CorruptTask, TaskTimeout
 from ..sql import ClaimedRow
 from ..task import errors_from_json, rebind_task
 
@@ -70,6 +71,29 @@ class Attempt:
             context: TaskContext = SQLTaskContext(task_result=self.result, report=self.report)
             args = (context, *args)
         return args, self.result.kwargs
+
+    async def call_async(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Await an ``async def`` task's function; past its timeout, cancel it, let it unwind,
+        and raise ``TaskTimeout``."""
+        timeout = self.policy.timeout
+        if timeout is None:
+            return await self.task.func(*args, **kwargs)
+        job = asyncio.ensure_future(self.task.func(*args, **kwargs))
+        try:
+            done, _ = await asyncio.wait({job}, timeout=timeout)
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
+        if not done:
+            job.cancel()
+            with contextlib.suppress(BaseException):
+                await job
+            raise self.timed_out()
+        return job.result()
+
+    def timed_out(self) -> TaskTimeout:
+        """The error of this attempt once it has run past its timeout."""
+        return TaskTimeout(f"The task ran longer than its timeout of {self.policy.timeout}s.")
 
 
 def is_async(task: Task) -> bool:

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from ..core.tracing import Tracing
-from ..exceptions import TaskCancelled, TaskTimeout
+from ..exceptions import TaskCancelled
 from ..sql import ClaimedRow
 from . import attempt as attempts
 from . import outcomes
@@ -26,7 +26,7 @@ from .attempt import Attempt
 from .completer import Completer
 from .outcomes import Ended
 from .receivers import Receivers
-from .reporter import FINAL_WAIT, Reporter, end_report
+from .reporter import Reporter, aend_report, end_report
 from .threads import SignalThread, TaskThreads
 
 logger = logging.getLogger("django_sqltasks")
@@ -109,10 +109,6 @@ class Executor:
         if async_starting:
             self._on_loop(self._start_async_soon, async_starting)
 
-    def fail_unstarted(self, row: ClaimedRow, exc: BaseException) -> None:
-        """Record ``exc`` for a claimed task that will not start (any thread)."""
-        self._completer.submit(outcomes.unstarted(row, exc))
-
     def take_unstarted(self) -> list[ClaimedRow]:
         """Take back the sync tasks no thread has started yet (any thread)."""
         return [attempt.row for attempt, _ in self._threads.take_queued()]
@@ -170,13 +166,13 @@ class Executor:
             args, kwargs = attempt.call_args(self._reporter)
             try:
                 if self._tracing is None:
-                    value = await self._call_async(attempt, args, kwargs)
+                    value = await attempt.call_async(args, kwargs)
                 else:
                     with self._tracing.run(attempt.row):
-                        value = await self._call_async(attempt, args, kwargs)
+                        value = await attempt.call_async(args, kwargs)
             finally:
                 if attempt.report is not None:
-                    await self._end_report(attempt)
+                    await aend_report(self._reporter, attempt.report)
             ended = outcomes.succeeded(attempt, value, self._max_result_bytes)
         except asyncio.CancelledError as e:
             if attempt.row.id in self._cancel_requested:
@@ -196,46 +192,26 @@ class Executor:
                 self._supervisor.async_ended(attempt.row.id)
             self._done(attempt.row.id)
 
-    async def _call_async(
-        self, attempt: Attempt, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        timeout = attempt.policy.timeout
-        if timeout is None:
-            return await attempt.task.func(*args, **kwargs)
-        job = asyncio.ensure_future(attempt.task.func(*args, **kwargs))
-        try:
-            done, _ = await asyncio.wait({job}, timeout=timeout)
-        except asyncio.CancelledError:
-            job.cancel()
-            raise
-        if not done:
-            job.cancel()
-            with contextlib.suppress(BaseException):
-                await job
-            raise TaskTimeout(f"The task ran longer than its timeout of {timeout}s.")
-        return job.result()
-
-    async def _end_report(self, attempt: Attempt) -> None:
-        """Write the ended attempt's last report before its outcome (waits FINAL_WAIT at most)."""
-        if self._reporter is None or attempt.report is None:
+    def cancel(self, task_id: uuid.UUID, waiting: ClaimedRow | None) -> None:
+        """Act on a user's request to cancel a task: fail it before it starts if it was
+        ``waiting`` for a slot (taken out of the wait); else cancel it if it runs on the loop,
+        or have the supervisor stop it; a sync task without a supervisor runs to its end."""
+        if waiting is not None:
+            logger.warning("Cancelled task id=%s before it started, at a user's request", task_id)
+            error = TaskCancelled("Cancelled before it started, at the request of a user.")
+            self._completer.submit(outcomes.unstarted(waiting, error))
             return
-        future = self._reporter.finish(attempt.report)
-        if future is not None:
-            try:
-                await asyncio.wait_for(asyncio.wrap_future(future), FINAL_WAIT)
-            except TimeoutError:
-                logger.warning(
-                    "The last progress report of task id=%s is not written yet", attempt.row.id
-                )
-
-    def cancel_running(self, task_id: uuid.UUID) -> bool:
-        """Cancel a running async task at a user's request; False if none runs here."""
         self._cancel_requested.add(task_id)
         job = self._by_id.get(task_id)
-        if job is None:
-            return self._supervisor is not None and self._supervisor.cancel(task_id)
-        job.cancel()
-        return True
+        if job is not None:
+            job.cancel()
+        elif self._supervisor is None or not self._supervisor.cancel(task_id):
+            logger.warning(
+                "Task id=%s was asked to cancel, but it is a sync task: it runs to its end",
+                task_id,
+            )
+            return
+        logger.warning("Cancelling task id=%s at a user's request", task_id)
 
     def abandon(self) -> None:
         """Cancel every async task: the shutdown timeout is over and they are requeued."""
@@ -330,7 +306,7 @@ class Executor:
             extra={"action": "task_timeout", "task_id": attempt.result.id},
         )
         self._threads.add_stand_in()  # replace the thread the stuck task holds
-        self._failed(attempt, TaskTimeout(f"The task ran longer than its timeout of {timeout}s."))
+        self._failed(attempt, attempt.timed_out())
         self._done(attempt.row.id)
 
     # Outcomes (any thread) ----------------------------------------------------------------

@@ -9,6 +9,7 @@ task nor stop the worker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import uuid
@@ -137,6 +138,19 @@ def log_failure(report: AttemptReport, error: BaseException) -> None:
         error,
         extra={"action": "progress_write_failed", "task_id": report.task_id},
     )
+
+
+async def aend_report(reporter: Reporter | None, report: AttemptReport | None) -> None:
+    """Write an ended attempt's last report, waiting up to FINAL_WAIT (the event loop)."""
+    if reporter is None or report is None:
+        return
+    future = reporter.finish(report)
+    if future is None:
+        return
+    try:
+        await asyncio.wait_for(asyncio.wrap_future(future), FINAL_WAIT)
+    except TimeoutError:  # the write goes on, guarded by the attempt
+        logger.warning("The last progress report of task id=%s is not written yet", report.task_id)
 
 
 def end_report(reporter: Reporter | None, report: AttemptReport | None) -> None:
