@@ -1,5 +1,6 @@
 """The worker: claims due tasks and runs them, one role per module (see ``runner``)."""
 
-from .runner import MAX_WORKER_ID_LENGTH, Worker
+from .checks import MAX_WORKER_ID_LENGTH
+from .runner import Worker
 
 __all__ = ["MAX_WORKER_ID_LENGTH", "Worker"]

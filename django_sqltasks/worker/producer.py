@@ -14,7 +14,6 @@ import uuid
 from typing import Any
 
 from ..compat import task_started
-from ..exceptions import TaskCancelled
 from ..sql import ClaimedRow
 from .claims import Claims
 from .completer import Completer
@@ -24,17 +23,13 @@ from .native import LoopDatabase
 from .receivers import Receivers
 from .retries import DatabaseThread
 from .slots import Slots
+from .suspects import Step, Suspects
 
 logger = logging.getLogger("django_sqltasks")
 
 GATHER_DELAY = 0.002  # seconds to let more slots free up before claiming a small batch
 SCAN_WHEN_BUSY = 1.0  # seconds between looks for limited tasks while every claim is full
 BUSY_POLL = 0.01  # seconds before polling again right after finding work; doubles when idle
-# A suspect (a task that was running when its worker died beside others) runs alone. To take
-# one, a busy worker stops claiming until its running tasks end, for up to DRAIN_LIMIT seconds;
-# if they run longer, it claims as usual and tries again DRAIN_PAUSE seconds later.
-DRAIN_LIMIT = 30.0
-DRAIN_PAUSE = 60.0
 
 
 def _start_order(row: ClaimedRow) -> tuple[int, Any]:
@@ -85,12 +80,7 @@ class Producer:
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
         self._stopping = False  # set by stop(): claim no more
-        # Suspects may wait (set at start, by the heartbeat thread through on_suspects, and by
-        # a burst worker that found nothing else); cleared when a look finds none.
-        self._suspects = True
-        self._alone: uuid.UUID | None = None  # the suspect running alone here, if any
-        self._drain_since: float | None = None  # monotonic: when this worker began to drain
-        self._next_drain = 0.0  # monotonic: no drain before (after one that ran too long)
+        self._suspects = Suspects()
 
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
         """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
@@ -120,7 +110,7 @@ class Producer:
         capacity = self.slots.capacity
         claims = self._claims
         while not self._stopping:
-            if (self._alone is not None or self._suspects) and await self._isolate():
+            if self._suspects.pending and await self._isolate():
                 continue
             held = self.slots.held
             free = capacity - held
@@ -160,7 +150,7 @@ class Producer:
                     # written meanwhile is READY again and must be claimed.
                     if self._completer.wait_idle(0) and self._completer.written == written_before:
                         if await self._db.call(claims.suspects_waiting):
-                            self._suspects = True
+                            self._suspects.waiting = True
                             continue
                         if not await self._db.call(claims.limited_waiting):
                             return
@@ -178,32 +168,15 @@ class Producer:
                 await self.sleep(min(idle, self.poll_interval))
 
     async def _isolate(self) -> bool:
-        """Run suspects alone: while one runs, claim nothing else; to take one, let the
-        running tasks end first. Return whether this round is spent (slept, or started a
-        suspect); False to claim as usual."""
-        if self._alone is not None:
-            if self._alone in self.slots.held_ids():
-                await self.sleep(self.poll_interval, wake_at=0)
-                return True
-            self._alone = None
-        if not self._suspects:
+        """Run suspects alone (see ``suspects``). Return whether this round is spent (slept,
+        or started a suspect); False to claim as usual."""
+        may_claim = self.max_tasks is None or self.slots.claimed < self.max_tasks
+        step = self._suspects.next_step(self.slots, may_claim)
+        if step is Step.PASS:
             return False
-        now = time.monotonic()
-        if self.slots.held:
-            if now < self._next_drain:
-                return False
-            if self._drain_since is None:
-                self._drain_since = now
-            if now - self._drain_since < DRAIN_LIMIT:
-                await self.sleep(self.poll_interval, wake_at=0)
-                return True
-            # Its tasks run long: claim as usual for now; another worker, or this one once
-            # idle, takes the suspects meanwhile.
-            self._drain_since, self._next_drain = None, now + DRAIN_PAUSE
-            return False
-        self._drain_since = None
-        if self.max_tasks is not None and self.slots.claimed >= self.max_tasks:
-            return False
+        if step is Step.WAIT:
+            await self.sleep(self.poll_interval, wake_at=0)
+            return True
         try:
             row = await self._db.call(self._claims.claim_suspect)
         except Exception:
@@ -215,7 +188,7 @@ class Producer:
             return True
         self._progress.succeeded("claiming")
         if row is None:
-            self._suspects = False
+            self._suspects.waiting = False
             return False
         logger.warning(
             "Running task id=%s alone: its worker died while it ran beside other tasks, and "
@@ -223,7 +196,7 @@ class Producer:
             row.id,
             extra={"action": "suspect_alone", "task_id": row.id, "worker_id": self.worker_id},
         )
-        self._alone = row.id
+        self._suspects.alone = row.id
         self._hold([row])
         return True
 
@@ -234,7 +207,7 @@ class Producer:
                 self._loop.call_soon_threadsafe(self._suspects_told)
 
     def _suspects_told(self) -> None:
-        self._suspects = True
+        self._suspects.waiting = True
 
     async def sleep(self, seconds: float, *, wake_at: int | None = None) -> None:
         """Sleep up to ``seconds``; wake early once a quarter of the room is free (or no more
@@ -315,28 +288,13 @@ class Producer:
         )
 
     def _cancel(self, task_ids: list[uuid.UUID]) -> None:
-        """Fail prefetched tasks before they start and cancel running async ones; a running
-        sync task cannot be stopped."""
+        """Cancel each task asked for once: a prefetched one leaves its wait for a slot."""
         assert self.executor is not None
         for task_id in task_ids:
-            if task_id in self._cancels_seen:
-                continue
-            self._cancels_seen.add(task_id)
-            if dropped := self.slots.drop_waiting(task_id):
-                logger.warning(
-                    "Cancelled task id=%s before it started, at a user's request", task_id
-                )
-                self.executor.fail_unstarted(
-                    dropped[0],
-                    TaskCancelled("Cancelled before it started, at the request of a user."),
-                )
-            elif self.executor.cancel_running(task_id):
-                logger.warning("Cancelling task id=%s at a user's request", task_id)
-            else:
-                logger.warning(
-                    "Task id=%s was asked to cancel, but it is a sync task: it runs to its end",
-                    task_id,
-                )
+            if task_id not in self._cancels_seen:
+                self._cancels_seen.add(task_id)
+                dropped = self.slots.drop_waiting(task_id)
+                self.executor.cancel(task_id, dropped[0] if dropped else None)
 
     # Any thread ---------------------------------------------------------------------------
 

@@ -12,21 +12,18 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from django.db import DatabaseError, connections
-from django.utils.crypto import get_random_string
 
 from ..backend import SQLTaskBackend
 from ..compat import task_backends
-from ..core.bounds import MAX_DELAY, MAX_INTERVAL, is_number
-from ..core.columns import MAX_NAME_LENGTH
 from ..core.settings import is_sql_backend
-from ..sql import dialect_for, unsupported_version
+from ..sql import dialect_for
 from . import events
+from .checks import check_arguments, check_database, default_worker_id
 from .claims import Claims
 from .completer import Completer
 from .executor import Executor, TaskWatch
@@ -43,13 +40,7 @@ from .wakeup import Wakeup, wakeup_for
 
 logger = logging.getLogger("django_sqltasks")
 
-MAX_WORKER_ID_LENGTH = MAX_NAME_LENGTH  # WorkerRecord.id
 WRITES_WAIT = 30.0  # seconds a stopping worker waits for its outcomes to be written
-
-
-def default_worker_id() -> str:
-    """The host name (up to 40 characters), a dash, and 12 random characters."""
-    return f"{socket.gethostname()[:40]}-{get_random_string(12)}"
 
 
 class Worker:
@@ -77,26 +68,9 @@ class Worker:
                 "django_sqltasks SQLTaskBackend: this worker only runs its tasks."
             )
         assert isinstance(task_backend, SQLTaskBackend)  # for the type checker
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, not {concurrency}.")
-        if prefetch is not None and prefetch < 0:
-            raise ValueError(f"prefetch must be 0 or more, not {prefetch}.")
-        if max_tasks is not None and max_tasks < 1:
-            raise ValueError(f"max_tasks must be at least 1, not {max_tasks}.")
-        if poll_interval is not None and not is_number(poll_interval, 0, MAX_INTERVAL, above=True):
-            raise ValueError(
-                f"poll_interval must be a positive number of seconds, at most {MAX_INTERVAL:g}, "
-                f"not {poll_interval!r}."
-            )
-        if shutdown_timeout is not None and not is_number(
-            shutdown_timeout, 0, MAX_DELAY, above=True
-        ):
-            raise ValueError(
-                f"shutdown_timeout must be a positive number of seconds, at most {MAX_DELAY:g}, "
-                f"not {shutdown_timeout!r}."
-            )
-        if worker_id is not None and not 0 < len(worker_id) <= MAX_WORKER_ID_LENGTH:
-            raise ValueError(f"worker_id must be 1 to {MAX_WORKER_ID_LENGTH} characters long.")
+        check_arguments(
+            concurrency, prefetch, max_tasks, poll_interval, shutdown_timeout, worker_id
+        )
         # Set once here; read from any thread.
         self.backend = task_backend
         self.database = task_backend.database
@@ -376,23 +350,6 @@ class Worker:
             self.running,
         )
         self._begin_stop()
-
-
-def check_database(database: str) -> None:
-    """Check the server version and the task table on this thread's connection to
-    ``database``; raise ``RuntimeError`` saying what is wrong."""
-    from ..models import TaskRecord
-
-    message = unsupported_version(database)
-    if message:
-        raise RuntimeError(message)
-    try:
-        TaskRecord.objects.using(database).exists()
-    except DatabaseError as e:
-        raise RuntimeError(
-            f"Cannot read the task table on database {database!r} ({e}); run "
-            "'manage.py migrate django_sqltasks' first."
-        ) from e
 
 
 def _connect(database: str) -> None:

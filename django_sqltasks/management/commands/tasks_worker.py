@@ -14,11 +14,11 @@ from ...compat import DEFAULT_TASK_BACKEND_ALIAS, InvalidTaskBackend, task_backe
 from ...core.bounds import MAX_INTERVAL
 from ...ops import metrics
 from ...worker import Worker
+from ...worker.checks import check_database, default_worker_id
 from ...worker.lease import EXIT_ID_IN_USE, WorkerIdInUse
 from ...worker.processes.health_file import toucher
 from ...worker.processes.pipe import SupervisorLink, die_with_parent
 from ...worker.processes.supervisor import Supervisor
-from ...worker.runner import check_database, default_worker_id
 from .. import logs, startup
 from ..arguments import (
     MAX_NAME_LENGTH,
