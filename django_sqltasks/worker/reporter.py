@@ -142,25 +142,29 @@ def log_failure(report: AttemptReport, error: BaseException) -> None:
 
 async def aend_report(reporter: Reporter | None, report: AttemptReport | None) -> None:
     """Write an ended attempt's last report, waiting up to FINAL_WAIT (the event loop)."""
-    if reporter is None or report is None:
-        return
-    future = reporter.finish(report)
-    if future is None:
-        return
-    try:
-        await asyncio.wait_for(asyncio.wrap_future(future), FINAL_WAIT)
-    except TimeoutError:  # the write goes on, guarded by the attempt
-        logger.warning("The last progress report of task id=%s is not written yet", report.task_id)
+    future = _finish(reporter, report)
+    if future is not None:
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(future), FINAL_WAIT)
+        except TimeoutError:  # the write goes on, guarded by the attempt
+            _not_written_yet(report)
 
 
 def end_report(reporter: Reporter | None, report: AttemptReport | None) -> None:
     """Write an ended attempt's last report, waiting up to FINAL_WAIT (a task thread)."""
-    if reporter is None or report is None:
-        return
-    future = reporter.finish(report)
-    if future is None:
-        return
-    try:
-        future.result(timeout=FINAL_WAIT)
-    except Exception:  # a timeout: the write goes on, guarded by the attempt
-        logger.warning("The last progress report of task id=%s is not written yet", report.task_id)
+    future = _finish(reporter, report)
+    if future is not None:
+        try:
+            future.result(timeout=FINAL_WAIT)
+        except Exception:  # a timeout: the write goes on, guarded by the attempt
+            _not_written_yet(report)
+
+
+def _finish(reporter: Reporter | None, report: AttemptReport | None) -> Future[None] | None:
+    """The write of ``report``'s last change, if there is one to write."""
+    return None if reporter is None or report is None else reporter.finish(report)
+
+
+def _not_written_yet(report: AttemptReport | None) -> None:
+    task_id = None if report is None else report.task_id
+    logger.warning("The last progress report of task id=%s is not written yet", task_id)
