@@ -196,3 +196,38 @@ def test_commands_print_escape_sequences_of_stored_text_as_escapes() -> None:
         assert "\x1b" not in out and "\x07" not in out
     assert "gone\\x1b[2J\\x1b[31m" in checked.getvalue()
     assert "default\\x1b]0;owned\\x07" in status.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_exclude_queues_runs_every_other_queue() -> None:
+    ran = [tasks.noop.using(queue_name=queue).enqueue() for queue in ("default", "slow")]
+    left = tasks.noop.using(queue_name="other").enqueue()
+    call_command("tasks_worker", "-Q", "*", "-X", "other", "--burst", "-v", "0")
+    for result in ran:
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL
+    left.refresh()
+    assert left.status == TaskResultStatus.READY
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["-Q", "default", "-X", "other"], "with -Q '*' or without -Q"),
+        (["-X", "nosuch"], "'nosuch' is not a queue"),
+        (["-X", "default,other,slow"], "excludes every queue"),
+        (["-p", "1", "--max-memory-per-child", "200000"], "write 200000KiB"),
+        (["-p", "1", "--max-memory-per-child", "1.5G"], "such as 512 (MiB), 512MB"),
+    ],
+)
+def test_worker_options_refused_with_a_hint(arguments: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("tasks_worker", *arguments)
+
+
+def test_worker_help_examples_match_what_the_options_do(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        call_command("tasks_worker", "--help")
+    text = capsys.readouterr().out
+    assert "-l info " in text and "-l debug " not in text
+    assert "--exclude-queues" in text and "200000KiB" in text

@@ -127,6 +127,36 @@ def queue_names(value: str) -> list[str]:
     return [text(name, "a queue name") for name in names]
 
 
+# A bare --max-memory-per-child at or above this many MiB (about 98 GiB) is taken for a
+# number of KiB, which Celery's option of that name counts, and refused with a hint.
+LARGEST_BARE_MEGABYTES = 100_000
+MEMORY_UNITS = {  # the power of two of each unit: K, M and G count 1024s, as memory tools do
+    **dict.fromkeys(("K", "KB", "KIB"), 10),
+    **dict.fromkeys(("M", "MB", "MIB"), 20),
+    **dict.fromkeys(("G", "GB", "GIB"), 30),
+}
+
+
+def megabytes(value: str) -> int:
+    """A memory size as whole MiB (rounded up): ``512`` (MiB), or with a unit, ``512MB``,
+    ``200000KiB``, ``2GiB`` (units count 1024s, as memory tools do)."""
+    number, unit = value.strip(), ""
+    while number and not number[-1].isdigit():
+        number, unit = number[:-1], number[-1] + unit
+    shift = MEMORY_UNITS.get(unit.strip().upper()) if unit else 20
+    if not number.isdigit() or shift is None or int(number) < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a size such as 512 (MiB), 512MB, 200000KiB or 2GiB, not {value!a}"
+        )
+    size = int(number)
+    if not unit and size >= LARGEST_BARE_MEGABYTES:
+        raise argparse.ArgumentTypeError(
+            f"{size:,} MiB is over {size >> 10:,} GiB: if you meant KiB, as Celery's "
+            f"--max-memory-per-child counts, write {size}KiB; for that many MiB, write {size}MB"
+        )
+    return max(1, -(-(size << shift) >> 20))
+
+
 def backend_alias(value: str) -> str:
     return text(value, most=255)
 

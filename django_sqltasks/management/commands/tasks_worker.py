@@ -25,6 +25,7 @@ from ..arguments import (
     backend_alias,
     level_number,
     log_level,
+    megabytes,
     non_negative_seconds,
     positive_int,
     positive_seconds,
@@ -52,7 +53,8 @@ examples:
   manage.py tasks_worker                            the backend's QUEUES (or 'default'), 10 at once
   manage.py tasks_worker -Q emails,reports -c 50    two queues, up to 50 tasks at once
   manage.py tasks_worker -Q '*' --burst             every queue until nothing is due, then exit
-  manage.py tasks_worker -l debug                   also log each task (and Django's task lines)
+  manage.py tasks_worker -Q '*' -X bulk             every queue of QUEUES but 'bulk'
+  manage.py tasks_worker -l info                    also log each task's start and end
   manage.py tasks_worker --wait-for-database 60     start before the database is up (containers)
 
 Stop with SIGTERM or Ctrl-C: unstarted tasks go back to the queue and running ones finish;
@@ -109,6 +111,16 @@ class Command(BaseCommand):
             metavar="NAME[,NAME...]",
             help="Queues to run tasks from: comma-separated or repeated, '*' for all (default: "
             "the backend's QUEUES, or 'default'). With QUEUES set, other names are refused.",
+        )
+        parser.add_argument(
+            "-X",
+            "--exclude-queues",
+            dest="exclude_queues",
+            action="append",
+            type=queue_names,
+            metavar="NAME[,NAME...]",
+            help="Run every queue of the backend's QUEUES but these (comma-separated or "
+            "repeated), as Celery's -X; with -Q '*' or no -Q only.",
         )
         parser.add_argument(
             "-c",
@@ -224,10 +236,11 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--max-memory-per-child",
-            type=positive_int,
-            metavar="MB",
+            type=megabytes,
+            metavar="SIZE",
             help="With --processes: replace a worker process whose resident memory exceeds "
-            "this many MB, checked every second (Linux; default: no limit).",
+            "this size, checked every second: 512 or 512MB (MiB; Celery's option counts KiB), "
+            "200000KiB, 2GiB (Linux; default: no limit).",
         )
         parser.add_argument("--supervisor", type=supervisor_link, help=argparse.SUPPRESS)
 
@@ -239,7 +252,7 @@ class Command(BaseCommand):
         except InvalidTaskBackend as e:
             raise CommandError(f"--backend: {e}") from e
         self._check_backend(backend)
-        queues = self._queues(backend, options["queues"])
+        queues = self._queues(backend, options["queues"], options["exclude_queues"])
         if options["processes"] is not None:
             self._supervise(backend, queues, options)
             return
@@ -363,13 +376,36 @@ class Command(BaseCommand):
             if options[option] is not None:
                 raise CommandError(f"--{option.replace('_', '-')}: only with --processes")
 
-    def _queues(self, backend: Any, given: list[list[str]] | None) -> list[str]:
-        """The queues to run: those given (flattened, in order, once each), else the default."""
-        if not given:
-            return sorted(backend.queues) or ["default"]
-        names = list(dict.fromkeys(name for names in given for name in names))
+    def _queues(
+        self, backend: Any, given: list[list[str]] | None, excluded: list[list[str]] | None
+    ) -> list[str]:
+        """The queues to run: those given (flattened, in order, once each), else the default;
+        with ``excluded``, every queue of QUEUES but those."""
+        names = list(dict.fromkeys(name for names in given or [] for name in names))
         refuse_unknown_queues(backend, names)
+        if excluded:
+            return self._all_but(backend, names, [name for names in excluded for name in names])
+        if not names:
+            return sorted(backend.queues) or ["default"]
         return names
+
+    def _all_but(self, backend: Any, given: list[str], excluded: list[str]) -> list[str]:
+        if given and given != ["*"]:
+            raise CommandError(
+                "--exclude-queues: use it with -Q '*' or without -Q, not with a list of queues "
+                "(leave the excluded ones out of the list instead)."
+            )
+        if not backend.queues:
+            raise CommandError(
+                f"--exclude-queues: backend {backend.alias!r} has no QUEUES, so any queue name "
+                "is valid and the worker cannot know them all: list QUEUES in its settings, or "
+                "name the queues to run with -Q."
+            )
+        refuse_unknown_queues(backend, excluded)
+        left = sorted(set(backend.queues) - set(excluded))
+        if not left:
+            raise CommandError("--exclude-queues: it excludes every queue of QUEUES.")
+        return left
 
     def _check_backend(self, backend: Any) -> None:
         """Run the backend's own checks (not the whole ``check`` suite: a worker starts faster
