@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
-from functools import partial
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
 from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
-from .rows import ANY_LIMIT, UNLIMITED, UTC, ClaimedRow, Scope, json_column, suspect_at
+from .rows import ANY_LIMIT, UNLIMITED, ClaimedRow, Scope, suspect_at
 from .vendor import Vendor
 
 SUSPECT_CANDIDATES = 8  # suspects read per claim_suspect: the next ones if others took the first
@@ -31,9 +30,10 @@ class ClaimStatements(Vendor):
         limit: int,
         scope: Scope = UNLIMITED,
     ) -> tuple[str, list[Any]]:
-        """The statement that claims (or, on MySQL, locks) up to ``limit`` due tasks: those
-        whose ``available_at`` has come by the database's clock."""
-        raise NotImplementedError
+        """The statement that claims (or, on MySQL, locks) up to ``limit`` due tasks of any
+        priority: those whose ``available_at`` has come by the database's clock."""
+        ready = self._ready_where(backend_name, queue_names, scope)
+        return self._claim_step_sql(ready, worker_id, limit, None)
 
     def claim(
         self,
@@ -46,77 +46,57 @@ class ClaimStatements(Vendor):
         scope: Scope = UNLIMITED,
     ) -> list[ClaimedRow]:
         """Mark up to ``limit`` due tasks RUNNING for ``worker_id`` and return them."""
-        sql, params = self.claim_sql(
-            backend_name=backend_name,
-            queue_names=queue_names,
-            worker_id=worker_id,
-            limit=limit,
-            scope=scope,
-        )
-        return self._run_claim(cursor, sql, params)
+        # First the priorities that have due tasks, without a lock; then one claim statement
+        # for the highest of them (``_priorities_a_statement`` at a time), then the next,
+        # until the batch is full: each reads one index range of due tasks per priority, never
+        # a deferred one. With nothing due, the claim ends here, before any lock.
+        cursor.execute(*self._due_priorities_sql(backend_name, queue_names, scope))
+        priorities = [values[0] for values in cursor.fetchall()]
+        if not priorities:
+            return []
+        ready = self._ready_where(backend_name, queue_names, scope)
+        step = self._priorities_a_statement
+        with self._claim_transaction():
+            taken: list[Any] = []
+            for start in range(0, len(priorities), step):
+                chosen = priorities[start : start + step]
+                cursor.execute(*self._claim_step_sql(ready, worker_id, limit - len(taken), chosen))
+                taken.extend(self._claim_step_rows(cursor))
+                if len(taken) >= limit:
+                    break
+            return self._take(cursor, taken, worker_id)
 
-    def _run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[ClaimedRow]:
-        """Run the claim statement and read the rows it claimed."""
-        cursor.execute(sql, params)
+    # The claim's walk over priorities, for the databases that claim one statement at a time
+    # (PostgreSQL claims in one statement instead): how many priorities a statement reads,
+    # the statement, the transaction the statements share and what each returns.
+    _priorities_a_statement = 1
+
+    def _claim_step_sql(
+        self,
+        ready: tuple[str, list[Any]],
+        worker_id: str,
+        limit: int,
+        priorities: Sequence[int] | None,
+    ) -> tuple[str, list[Any]]:
+        """One claim statement: up to ``limit`` due tasks that meet ``ready`` (the conditions
+        of ``_ready_where``, and their parameters), of ``priorities`` (None: of any)."""
+        raise NotImplementedError
+
+    def _claim_transaction(self) -> AbstractContextManager[object]:
+        """The transaction a claim's statements share: none, each claims and commits alone."""
+        return nullcontext()
+
+    def _claim_step_rows(self, cursor: CursorWrapper) -> list[Any]:
+        """What one claim statement returned: the rows it claimed."""
         return self._fetch_claimed(cursor)
+
+    def _take(self, cursor: CursorWrapper, taken: list[Any], worker_id: str) -> list[ClaimedRow]:
+        """The claimed rows from what the claim's statements returned (the rows themselves)."""
+        return taken
 
     def _fetch_claimed(self, cursor: CursorWrapper) -> list[ClaimedRow]:
         """The rows the claim statement just returned."""
         return [self._claimed_row(values) for values in cursor.fetchall()]
-
-    def _claimed_row(self, values: Sequence[Any], *, json_decoded: bool = False) -> ClaimedRow:
-        """A claimed row from its RETURNED_COLUMNS values; ``json_decoded`` when the JSON
-        columns arrive as Python values rather than text."""
-        (
-            id_,
-            task_path,
-            backend_name,
-            queue_name,
-            priority,
-            args,
-            kwargs,
-            enqueued_at,
-            run_after,
-            started_at,
-            last_attempted_at,
-            errors,
-            worker_ids,
-            attempts,
-            snoozes,
-            workflow_id,
-            trace_parent,
-        ) = values  # fmt: skip  (RETURNED_COLUMNS, in order)
-        # A row damaged outside this package must fail alone, not break the whole claim.
-        problems: list[str] = []
-        decode_json = partial(json_column, decoded=json_decoded, problems=problems)
-        decode = partial(self._decode_claimed_datetime, problems=problems)
-        return ClaimedRow(
-            id=self._decode_id(id_),
-            task_path=task_path,
-            backend_name=backend_name,
-            queue_name=queue_name,
-            priority=priority,
-            args=decode_json("args", args),
-            kwargs=decode_json("kwargs", kwargs),
-            enqueued_at=decode(enqueued_at),  # type: ignore[arg-type]
-            run_after=decode(run_after),
-            started_at=decode(started_at),  # type: ignore[arg-type]
-            last_attempted_at=decode(last_attempted_at),  # type: ignore[arg-type]
-            errors=decode_json("errors", errors),
-            worker_ids=decode_json("worker_ids", worker_ids),
-            attempts=attempts,
-            snoozes=snoozes,
-            workflow_id=None if workflow_id is None else self._decode_id(workflow_id),
-            corrupt="; ".join(problems) or None,
-            trace_parent=trace_parent,
-        )
-
-    def _decode_claimed_datetime(self, value: Any, *, problems: list[str]) -> datetime | None:
-        try:
-            return self._decode_datetime(value)
-        except (TypeError, ValueError) as e:
-            problems.append(f"a date column holds {str(value)[:100]!r} ({e})")
-            return datetime.now(UTC)
 
     def _ready_where(
         self, backend_name: str, queue_names: list[str] | None, scope: Scope

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, InterfaceError, transaction
+from django.db import IntegrityError, InterfaceError, transaction
 from django.db.backends.utils import CursorWrapper
 
+from . import health
 from .dialect import Dialect
 from .rows import (
     CORRUPT_TASK,
@@ -53,23 +54,6 @@ PRIORITIES_A_SELECT = 20
 PACKET_CACHE_ATTRIBUTE = "_sqltasks_max_allowed_packet"
 # Asked of the server once per connection; a read of a variable, not a query of the tables.
 MAX_ALLOWED_PACKET_SQL = "SELECT @@max_allowed_packet"
-
-
-# The oldest transaction of another connection: its read view keeps InnoDB from purging old
-# row versions, of every table. trx_started is in the server's system time zone. Needs the
-# PROCESS privilege.
-OLDEST_TRANSACTION_SQL = """
-SELECT trx_mysql_thread_id, trx_state,
-    TIMESTAMPDIFF(MICROSECOND, trx_started, CONVERT_TZ(NOW(6), @@session.time_zone, 'SYSTEM'))
-FROM information_schema.innodb_trx
-WHERE trx_mysql_thread_id <> CONNECTION_ID()
-ORDER BY trx_started LIMIT 1
-"""
-# Undo records not yet purged (MariaDB and MySQL both count them here).
-HISTORY_LENGTH_SQL = (
-    "SELECT count FROM information_schema.innodb_metrics WHERE name = 'trx_rseg_history_len'"
-)
-PRIVILEGE_CODES = frozenset({1227, 1142})  # ER_SPECIFIC_ACCESS_DENIED, ER_TABLEACCESS_DENIED
 
 
 class MySQLDialect(Dialect):
@@ -151,23 +135,7 @@ class MySQLDialect(Dialect):
         )
 
     def table_health(self, cursor: CursorWrapper) -> TableHealth:
-        try:
-            cursor.execute(OLDEST_TRANSACTION_SQL)
-            oldest = cursor.fetchone()
-            cursor.execute(HISTORY_LENGTH_SQL)
-            history = cursor.fetchone()
-        except DatabaseError as e:
-            args: tuple[Any, ...] = getattr(driver_error(e), "args", ())
-            if args and args[0] in PRIVILEGE_CODES:
-                return TableHealth()  # without PROCESS, nothing to say
-            raise
-        pid, state, micros = oldest or (None, None, None)
-        return TableHealth(
-            oldest_transaction_seconds=None if micros is None else max(micros, 0) / 1e6,
-            oldest_transaction_pid=pid,
-            oldest_transaction_state=state,
-            history_length=None if history is None else int(history[0]),
-        )
+        return health.read_mysql(cursor)
 
     def _append_error(self, column: str, class_sql: str, traceback_sql: str) -> str:
         return (
@@ -190,45 +158,18 @@ class MySQLDialect(Dialect):
             return False
         return True
 
-    def claim(
-        self,
-        cursor: CursorWrapper,
-        *,
-        backend_name: str,
-        queue_names: list[str] | None,
-        worker_id: str,
-        limit: int,
-        scope: Scope = UNLIMITED,
-    ) -> list[ClaimedRow]:
-        # First the priorities that have due tasks, without a lock: the SELECT below then
-        # reads one index range of due tasks per priority, never a deferred one. With none, the
-        # claim ends here.
-        cursor.execute(*self._due_priorities_sql(backend_name, queue_names, scope))
-        priorities = [values[0] for values in cursor.fetchall()]
-        if not priorities:
-            return []
-        # The selected rows stay locked until this transaction commits: keep it to these
-        # statements (one SELECT, unless the first PRIORITIES_A_SELECT priorities with due
-        # tasks do not fill the batch, and the UPDATE).
-        with transaction.atomic(using=self.connection.alias):
-            selected: list[Any] = []
-            for start in range(0, len(priorities), PRIORITIES_A_SELECT):
-                cursor.execute(
-                    *self.claim_sql(
-                        backend_name=backend_name,
-                        queue_names=queue_names,
-                        worker_id=worker_id,
-                        limit=limit - len(selected),
-                        scope=scope,
-                        priorities=priorities[start : start + PRIORITIES_A_SELECT],
-                    )
-                )
-                selected.extend(cursor.fetchall())
-                if len(selected) >= limit:
-                    break
-            if not selected:
-                return []
-            return self._take(cursor, selected, worker_id)
+    # A claim locks the due tasks of PRIORITIES_A_SELECT priorities a SELECT, highest first
+    # (the walk in ClaimStatements.claim), then marks them RUNNING at once (_take).
+    _priorities_a_statement = PRIORITIES_A_SELECT
+
+    def _claim_transaction(self) -> contextlib.AbstractContextManager[object]:
+        # The selected rows stay locked until this transaction commits: keep it to the
+        # claim's statements (one SELECT, unless the first PRIORITIES_A_SELECT priorities with
+        # due tasks do not fill the batch, and the UPDATE).
+        return transaction.atomic(using=self.connection.alias)
+
+    def _claim_step_rows(self, cursor: CursorWrapper) -> list[Any]:
+        return cursor.fetchall()
 
     def claim_suspect_by_id(
         self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
@@ -244,16 +185,16 @@ class MySQLDialect(Dialect):
         return rows[0] if rows else None
 
     def _take(
-        self, cursor: CursorWrapper, selected: Sequence[Any], worker_id: str
+        self, cursor: CursorWrapper, taken: Sequence[Any], worker_id: str
     ) -> list[ClaimedRow]:
         """Mark the rows of a locking SELECT RUNNING for ``worker_id`` (each row ends with the
         database's time of the SELECT: the claim's time); fail those that cannot be read."""
-        if not selected:
+        if not taken:
             return []
-        now = self._decode_datetime(selected[0][-1])
+        now = self._decode_datetime(taken[0][-1])
         assert now is not None
         at = self._encode_datetime(now)
-        rows = [self._claimed_row(values[:-1]) for values in selected]
+        rows = [self._claimed_row(values[:-1]) for values in taken]
         corrupt = [r for r in rows if r.corrupt is not None]
         if corrupt:
             # MariaDB checks every JSON column's CHECK on any UPDATE of the row: a row
@@ -313,20 +254,17 @@ class MySQLDialect(Dialect):
                 ],
             )
 
-    def claim_sql(
+    def _claim_step_sql(
         self,
-        *,
-        backend_name: str,
-        queue_names: list[str] | None,
+        ready: tuple[str, list[Any]],
         worker_id: str,
         limit: int,
-        scope: Scope = UNLIMITED,
-        priorities: Sequence[int] | None = None,
+        priorities: Sequence[int] | None,
     ) -> tuple[str, list[Any]]:
         """The claim's locking SELECT; ``priorities`` (from ``_due_priorities_sql``) makes it
         read one index range of due tasks per priority instead of one range of them all, in
         which the deferred tasks of a higher priority come before the due ones of a lower."""
-        where, where_params = self._ready_where(backend_name, queue_names, scope)
+        where, where_params = ready
         now, now_params = self._now_sql()
         if priorities is not None:
             marks = ", ".join(["%s"] * len(priorities))

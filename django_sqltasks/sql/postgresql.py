@@ -11,6 +11,7 @@ from django.db.backends.utils import CursorWrapper
 from orjson import Fragment
 
 from ..core.serialization import dumps, loads
+from . import health
 from .dialect import Dialect
 from .rows import (
     INSERT_COLUMNS,
@@ -29,6 +30,10 @@ from .vendor import driver_error
 CHANNEL = "sqltasks"  # LISTEN/NOTIFY channel; payload: the queue name of the enqueued task(s)
 MIN_VERSION = (13,)
 RETURNING = ", ".join(f"t.{c}" for c in RETURNED_COLUMNS)
+# What a claim writes on each row it takes; parameters: the worker's id twice.
+CLAIM_SET = """status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
+    worker_ids = t.worker_ids || jsonb_build_array(%s::text),
+    started_at = COALESCE(t.started_at, now()), last_attempted_at = now()"""
 # The claimed rows' columns in its JSON document. The JSON columns travel as text, decoded row
 # by row: one row nested deeper than the decoder allows then fails alone, not its batch.
 COLUMNS = ", ".join(f"{c}::text" if c in JSON_SHAPES else c for c in RETURNED_COLUMNS)
@@ -45,29 +50,6 @@ INSERT_RECORD = (
     "args jsonb, kwargs jsonb, enqueued_at timestamptz, run_after timestamptz, dedupe_key varchar, "
     "limit_key varchar, trace_parent varchar"
 )
-
-
-# The task table's autovacuum and row statistics, and the oldest transaction of another session
-# of this database that holds a snapshot or an xid: what keeps vacuum from removing dead rows
-# (other databases' sessions do not hold back this table's cleanup). %s: the table's name.
-TABLE_HEALTH_SQL = """
-SELECT current_setting('autovacuum')::boolean,
-    (SELECT o.option_value::boolean FROM pg_options_to_table(c.reloptions) AS o
-     WHERE o.option_name = 'autovacuum_enabled'),
-    s.n_live_tup, s.n_dead_tup,
-    a.pid, EXTRACT(EPOCH FROM clock_timestamp() - a.xact_start)::float8, a.state,
-    a.application_name
-FROM (SELECT to_regclass(%s) AS oid) AS r
-LEFT JOIN pg_class AS c ON c.oid = r.oid
-LEFT JOIN pg_stat_user_tables AS s ON s.relid = r.oid
-LEFT JOIN LATERAL (
-    SELECT pid, xact_start, state, application_name FROM pg_stat_activity
-    WHERE datname = current_database() AND pid <> pg_backend_pid()
-        AND backend_type = 'client backend' AND xact_start IS NOT NULL
-        AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
-    ORDER BY xact_start LIMIT 1
-) AS a ON true
-"""
 
 
 class PostgreSQLDialect(Dialect):
@@ -101,23 +83,7 @@ class PostgreSQLDialect(Dialect):
         return self._too_old(version, MIN_VERSION) if version[:1] < MIN_VERSION else None
 
     def table_health(self, cursor: CursorWrapper) -> TableHealth:
-        # Statistics are read once per transaction and cached: read them afresh.
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(TABLE_HEALTH_SQL, [self.tasks])
-        server_on, table_on, live, dead, pid, seconds, state, application = cursor.fetchone()
-        off_by = (("autovacuum",) if not server_on else ()) + (
-            ("autovacuum_enabled",) if table_on is False else ()
-        )
-        return TableHealth(
-            autovacuum=not off_by,
-            autovacuum_off_by=off_by,
-            live_rows=live,
-            dead_rows=dead,
-            oldest_transaction_seconds=seconds,
-            oldest_transaction_pid=pid,
-            oldest_transaction_state=state,
-            oldest_transaction_application=application or None,
-        )
+        return health.read_postgresql(cursor, self.tasks)
 
     listen_sql = f"LISTEN {CHANNEL}"
 
@@ -179,27 +145,7 @@ class PostgreSQLDialect(Dialect):
                 f"COALESCE(run_after, {self._write_clock}), dedupe_key, limit_key, trace_parent "
                 f"FROM jsonb_to_recordset(%s::jsonb) AS v({INSERT_RECORD})"
             )
-            params = [
-                dumps(
-                    [
-                        {
-                            "id": task.id,
-                            "task_path": task.task_path,
-                            "backend_name": task.backend_name,
-                            "queue_name": task.queue_name,
-                            "priority": task.priority,
-                            "args": Fragment(task.args_json or dumps(task.args)),
-                            "kwargs": Fragment(task.kwargs_json or dumps(task.kwargs)),
-                            "enqueued_at": task.enqueued_at,
-                            "run_after": task.run_after,
-                            "dedupe_key": task.dedupe_key,
-                            "limit_key": task.limit_key,
-                            "trace_parent": task.trace_parent,
-                        }
-                        for task in tasks
-                    ]
-                )
-            ]
+            params = [_insert_document(tasks)]
         if notify:
             # One round trip: the notification rides on the INSERT and, like the rows, is
             # delivered at commit (or never, on rollback). One per distinct queue.
@@ -251,6 +197,26 @@ class PostgreSQLDialect(Dialect):
             f"SELECT pg_notify('{CHANNEL}', q) FROM unnest(%s::text[]) AS q", [list(queue_names)]
         )
 
+    def claim(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        worker_id: str,
+        limit: int,
+        scope: Scope = UNLIMITED,
+    ) -> list[ClaimedRow]:
+        # One statement (claim_sql) walks the priorities and claims: no walk here.
+        sql, params = self.claim_sql(
+            backend_name=backend_name,
+            queue_names=queue_names,
+            worker_id=worker_id,
+            limit=limit,
+            scope=scope,
+        )
+        return self._run_claim(cursor, sql, params)
+
     def claim_sql(
         self,
         *,
@@ -280,9 +246,7 @@ class PostgreSQLDialect(Dialect):
                 LIMIT %s
             ), claimed AS (
                 UPDATE {self.tasks} AS t
-                SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
-                    worker_ids = t.worker_ids || jsonb_build_array(%s::text),
-                    started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
+                SET {CLAIM_SET}
                 FROM picked WHERE t.id = picked.id
                 RETURNING {RETURNING}
             )
@@ -298,9 +262,7 @@ class PostgreSQLDialect(Dialect):
             f"""
             WITH claimed AS (
                 UPDATE {self.tasks} AS t
-                SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
-                    worker_ids = t.worker_ids || jsonb_build_array(%s::text),
-                    started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
+                SET {CLAIM_SET}
                 WHERE t.id = %s AND t.status = 'READY' AND t.available_at = %s
                 RETURNING {RETURNING}
             )
@@ -312,6 +274,7 @@ class PostgreSQLDialect(Dialect):
         return rows[0] if rows else None
 
     def _run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[ClaimedRow]:
+        """Run the claim statement and read the rows it claimed."""
         raw: Any = getattr(cursor.cursor, "connection", None)
         if not _can_prepare(raw):
             cursor.execute(sql, params)
@@ -361,25 +324,7 @@ class PostgreSQLDialect(Dialect):
             WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
             RETURNING t.id
             """,
-            [
-                dumps(
-                    [
-                        {
-                            "id": o.id,
-                            "status": o.status,
-                            "finished_at": o.finished_at,
-                            "return_value": o.return_value,
-                            "error_class": o.error_class,
-                            "error_traceback": o.error_traceback,
-                            "available_at": o.available_at,
-                            "snoozed": o.snoozed,
-                            "delay": o.delay,
-                        }
-                        for o in outcomes
-                    ]
-                ),
-                worker_id,
-            ],
+            [_outcomes_document(outcomes), worker_id],
         )
         return {self._decode_id(values[0]) for values in cursor.fetchall()}
 
@@ -393,3 +338,46 @@ def _can_prepare(raw: Any) -> bool:
     except ImportError:  # psycopg2
         return False
     return isinstance(raw, psycopg.Connection) and raw.prepare_threshold is not None
+
+
+def _insert_document(tasks: Sequence[NewTask]) -> str:
+    """The JSON document a multi-row INSERT reads its rows from (INSERT_RECORD)."""
+    return dumps(
+        [
+            {
+                "id": task.id,
+                "task_path": task.task_path,
+                "backend_name": task.backend_name,
+                "queue_name": task.queue_name,
+                "priority": task.priority,
+                "args": Fragment(task.args_json or dumps(task.args)),
+                "kwargs": Fragment(task.kwargs_json or dumps(task.kwargs)),
+                "enqueued_at": task.enqueued_at,
+                "run_after": task.run_after,
+                "dedupe_key": task.dedupe_key,
+                "limit_key": task.limit_key,
+                "trace_parent": task.trace_parent,
+            }
+            for task in tasks
+        ]
+    )
+
+
+def _outcomes_document(outcomes: Sequence[Outcome]) -> str:
+    """The JSON document a completion reads its outcomes from."""
+    return dumps(
+        [
+            {
+                "id": o.id,
+                "status": o.status,
+                "finished_at": o.finished_at,
+                "return_value": o.return_value,
+                "error_class": o.error_class,
+                "error_traceback": o.error_traceback,
+                "available_at": o.available_at,
+                "snoozed": o.snoozed,
+                "delay": o.delay,
+            }
+            for o in outcomes
+        ]
+    )

@@ -132,8 +132,8 @@ WORKER_STOPPED = "django_sqltasks.exceptions.WorkerStopped"
 
 
 @dataclass(slots=True)
-class NewTask:
-    """A row to insert: arguments already checked and normalized."""
+class TaskCall:
+    """What a task row runs, where and when: the call as it was enqueued."""
 
     id: uuid.UUID
     task_path: str
@@ -144,6 +144,12 @@ class NewTask:
     kwargs: dict[str, Any]
     enqueued_at: datetime
     run_after: datetime | None
+
+
+@dataclass(slots=True)
+class NewTask(TaskCall):
+    """A row to insert: arguments already checked and normalized."""
+
     args_json: str = ""  # args and kwargs encoded once, by the backend
     kwargs_json: str = ""
     dedupe_key: str | None = None
@@ -168,18 +174,9 @@ UNLIMITED = Scope()
 
 
 @dataclass(slots=True)
-class ClaimedRow:
+class ClaimedRow(TaskCall):
     """A task a worker has just claimed, with the values the claim wrote."""
 
-    id: uuid.UUID
-    task_path: str
-    backend_name: str
-    queue_name: str
-    priority: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    enqueued_at: datetime
-    run_after: datetime | None
     started_at: datetime
     last_attempted_at: datetime
     errors: list[dict[str, str]]

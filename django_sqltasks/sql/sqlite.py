@@ -15,14 +15,17 @@ from .dialect import Dialect
 from .rows import (
     OUTCOME_COLUMNS,
     RETURNED_COLUMNS,
-    UNLIMITED,
     ClaimedRow,
     Outcome,
-    Scope,
     suspect_at,
 )
 
 RETURNING = ", ".join(RETURNED_COLUMNS)
+# What a claim writes on each row it takes; parameters: the worker's id twice, then the
+# claim's time twice.
+CLAIM_SET = """status = 'RUNNING', owner = %s, attempts = attempts + 1,
+    worker_ids = json_insert(worker_ids, '$[#]', %s),
+    started_at = COALESCE(started_at, %s), last_attempted_at = %s"""
 MIN_VERSION = (3, 35)  # UPDATE ... RETURNING, used by the claim
 # The statement that tells whether another connection has committed since it last ran.
 DATA_VERSION_SQL = "PRAGMA data_version"
@@ -63,63 +66,30 @@ class SQLiteDialect(Dialect):
             f"'exception_class_path', {class_sql}, 'traceback', {traceback_sql}))"
         )
 
-    def claim(
-        self,
-        cursor: CursorWrapper,
-        *,
-        backend_name: str,
-        queue_names: list[str] | None,
-        worker_id: str,
-        limit: int,
-        scope: Scope = UNLIMITED,
-    ) -> list[ClaimedRow]:
-        # First the priorities that have due tasks, then one claim per priority, highest
-        # first, until the batch is full: each reads one index range of due tasks, never a
-        # deferred one. One statement cannot do this here: SQLite has no LATERAL, reads
-        # "priority IN (...)" with a SeekScan step that in 3.40 returned tasks not yet due,
-        # and builds a Bloom filter of every task of the backend for a join. With nothing
-        # due, the claim ends before taking the write lock.
-        cursor.execute(*self._due_priorities_sql(backend_name, queue_names, scope))
-        rows: list[ClaimedRow] = []
-        for (priority,) in cursor.fetchall():
-            cursor.execute(
-                *self.claim_sql(
-                    backend_name=backend_name,
-                    queue_names=queue_names,
-                    worker_id=worker_id,
-                    limit=limit - len(rows),
-                    scope=scope,
-                    priority=priority,
-                )
-            )
-            rows.extend(self._fetch_claimed(cursor))
-            if len(rows) >= limit:
-                break
-        return rows
+    # A claim takes the due tasks of one priority a statement, highest first (the walk in
+    # ClaimStatements.claim). One statement cannot do this here: SQLite has no LATERAL, reads
+    # "priority IN (...)" with a SeekScan step that in 3.40 returned tasks not yet due, and
+    # builds a Bloom filter of every task of the backend for a join.
+    _priorities_a_statement = 1
 
-    def claim_sql(
+    def _claim_step_sql(
         self,
-        *,
-        backend_name: str,
-        queue_names: list[str] | None,
+        ready: tuple[str, list[Any]],
         worker_id: str,
         limit: int,
-        scope: Scope = UNLIMITED,
-        priority: int | None = None,
+        priorities: Sequence[int] | None,
     ) -> tuple[str, list[Any]]:
-        """One claim statement: of the due tasks of ``priority``, or (None) of any priority."""
-        where, where_params = self._ready_where(backend_name, queue_names, scope)
+        where, where_params = ready
         at = self._encode_datetime(timezone.now())  # one machine: its clock is the database's
         order = "priority DESC, available_at"
-        if priority is not None:
+        if priorities is not None:
+            (priority,) = priorities
             where, where_params = f"{where} AND priority = %s", [*where_params, priority]
             order = "available_at"
         return (
             f"""
             UPDATE {self.tasks}
-            SET status = 'RUNNING', owner = %s, attempts = attempts + 1,
-                worker_ids = json_insert(worker_ids, '$[#]', %s),
-                started_at = COALESCE(started_at, %s), last_attempted_at = %s
+            SET {CLAIM_SET}
             WHERE id IN (
                 SELECT id FROM {self.tasks}
                 WHERE {where} AND available_at <= %s
@@ -138,9 +108,7 @@ class SQLiteDialect(Dialect):
         cursor.execute(
             f"""
             UPDATE {self.tasks}
-            SET status = 'RUNNING', owner = %s, attempts = attempts + 1,
-                worker_ids = json_insert(worker_ids, '$[#]', %s),
-                started_at = COALESCE(started_at, %s), last_attempted_at = %s
+            SET {CLAIM_SET}
             WHERE id = %s AND status = 'READY' AND available_at = %s
             RETURNING {RETURNING}
             """,

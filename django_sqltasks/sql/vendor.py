@@ -1,11 +1,13 @@
 """What one database is, and how values and times cross to it: the facts the package acts on,
-the database's clock, and the encoding of ids and datetimes. Every statement builds on these."""
+the database's clock, and values in and out (ids, datetimes, a claimed row). Every statement
+builds on these."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -14,7 +16,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone as dj_timezone
 
-from .rows import UTC, TableHealth
+from .rows import UTC, ClaimedRow, TableHealth, json_column
 
 
 def driver_error(error: BaseException) -> BaseException:
@@ -175,3 +177,57 @@ class Vendor:
         # Text from the database is in the connection's time zone, which without USE_TZ is
         # TIME_ZONE: the naive local time Django would return.
         return value if self.use_tz else value.replace(tzinfo=None)
+
+    def _claimed_row(self, values: Sequence[Any], *, json_decoded: bool = False) -> ClaimedRow:
+        """A claimed row from its RETURNED_COLUMNS values; ``json_decoded`` when the JSON
+        columns arrive as Python values rather than text."""
+        (
+            id_,
+            task_path,
+            backend_name,
+            queue_name,
+            priority,
+            args,
+            kwargs,
+            enqueued_at,
+            run_after,
+            started_at,
+            last_attempted_at,
+            errors,
+            worker_ids,
+            attempts,
+            snoozes,
+            workflow_id,
+            trace_parent,
+        ) = values  # fmt: skip  (RETURNED_COLUMNS, in order)
+        # A row damaged outside this package must fail alone, not break the whole claim.
+        problems: list[str] = []
+        decode_json = partial(json_column, decoded=json_decoded, problems=problems)
+        decode = partial(self._decode_claimed_datetime, problems=problems)
+        return ClaimedRow(
+            id=self._decode_id(id_),
+            task_path=task_path,
+            backend_name=backend_name,
+            queue_name=queue_name,
+            priority=priority,
+            args=decode_json("args", args),
+            kwargs=decode_json("kwargs", kwargs),
+            enqueued_at=decode(enqueued_at),  # type: ignore[arg-type]
+            run_after=decode(run_after),
+            started_at=decode(started_at),  # type: ignore[arg-type]
+            last_attempted_at=decode(last_attempted_at),  # type: ignore[arg-type]
+            errors=decode_json("errors", errors),
+            worker_ids=decode_json("worker_ids", worker_ids),
+            attempts=attempts,
+            snoozes=snoozes,
+            workflow_id=None if workflow_id is None else self._decode_id(workflow_id),
+            corrupt="; ".join(problems) or None,
+            trace_parent=trace_parent,
+        )
+
+    def _decode_claimed_datetime(self, value: Any, *, problems: list[str]) -> datetime | None:
+        try:
+            return self._decode_datetime(value)
+        except (TypeError, ValueError) as e:
+            problems.append(f"a date column holds {str(value)[:100]!r} ({e})")
+            return datetime.now(UTC)
