@@ -14,6 +14,7 @@ from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from tests import tasks
 from tests.conftest import set_backend_options, wait_for, worker_thread
+from tests.events import EventLog, Gate
 
 pytestmark = pytest.mark.django_db
 
@@ -64,16 +65,25 @@ def test_a_running_async_task_is_cancelled_at_the_next_heartbeat(settings: Any) 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_prefetched_task_is_cancelled_before_it_starts(settings: Any, tmp_path: Path) -> None:
+def test_a_prefetched_task_is_cancelled_before_it_starts(
+    settings: Any, events: EventLog, gate: Gate, tmp_path: Path
+) -> None:
     _fast_heartbeat(settings)
-    first = tasks.touch_then_sleep.using(priority=1).enqueue(str(tmp_path / "first"), 1.5)
+    first = tasks.touch_then_wait_at.using(priority=1).enqueue(str(tmp_path / "first"), gate.path)
     waiting = tasks.record.enqueue(str(tmp_path / "waiting"), "ran")
     worker = Worker(queue_names=["*"], concurrency=1, prefetch=1, burst=True)
     with worker_thread(worker) as runner:
-        wait_for(lambda: worker.claimed == 2)
+        events.wait("note", what="start")
+        assert worker.claimed == 2  # one claim took both: the second waits for the slot
         assert task_backends["default"].cancel(waiting.id) is True
+        # Cancelled at the next heartbeat (looked at again at each one).
+        events.until(
+            lambda: TaskRecord.objects.get(id=waiting.id).status == TaskResultStatus.FAILED,
+            "the prefetched task to be cancelled",
+        )
+        gate.open()
         runner.join(timeout=15)
-    assert tasks.touch_then_sleep.get_result(first.id).status == TaskResultStatus.SUCCESSFUL
+    assert tasks.touch_then_wait_at.get_result(first.id).status == TaskResultStatus.SUCCESSFUL
     result = tasks.record.get_result(waiting.id)
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[-1].exception_class_path == "django_sqltasks.exceptions.TaskCancelled"
