@@ -6,14 +6,17 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import uuid
 from datetime import timedelta
 from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
-from django.urls import reverse
+from django.db import connection, connections
+from django.http import HttpRequest, JsonResponse
+from django.test import Client
+from django.urls import path, reverse
 from django.utils import timezone
 
 from django_sqltasks import chain
@@ -231,3 +234,31 @@ def test_worker_help_examples_match_what_the_options_do(capsys: pytest.CaptureFi
     text = capsys.readouterr().out
     assert "-l info " in text and "-l debug " not in text
     assert "--exclude-queues" in text and "200000KiB" in text
+
+
+async def enqueue_view(request: HttpRequest) -> JsonResponse:
+    result = await tasks.add.aenqueue(1, 2)
+    fetched = await tasks.add.aget_result(result.id)
+    return JsonResponse({"id": result.id, "status": fetched.status})
+
+
+urlpatterns = [path("enqueue/", enqueue_view)]
+
+
+@pytest.mark.django_db
+def test_an_async_view_s_enqueue_is_rolled_back_with_the_test(settings: Any) -> None:
+    settings.ROOT_URLCONF = __name__
+    response = Client().get("/enqueue/")
+    assert response.json()["status"] == "READY"  # read back inside the test's transaction
+    task_id = response.json()["id"]
+    assert TaskRecord.objects.filter(pk=task_id).exists()
+    other = connections.create_connection("default")  # sees only what was committed
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(
+                f"SELECT COUNT(*) FROM {TaskRecord._meta.db_table} WHERE id = %s",
+                [TaskRecord._meta.pk.get_db_prep_value(uuid.UUID(task_id), other)],
+            )
+            assert cursor.fetchone()[0] == 0, "the row was committed beside the test"
+    finally:
+        other.close()

@@ -1,9 +1,11 @@
 """``aenqueue`` without a thread per call: concurrent enqueues on one event loop share INSERTs.
 
 On PostgreSQL with psycopg 3, rows are written on the loop itself through a small async
-connection pool (one per event loop, closed when the loop shuts down). Elsewhere (SQLite,
-MySQL) there is no async driver, so a batch is written by one ``sync_to_async`` call: one
-thread hop and one INSERT per batch instead of per task.
+connection pool (one per event loop, closed when the loop shuts down), unless the connection
+of the thread Django's async ORM uses is in a transaction when the loop's first batch is
+written (Django's ``TestCase``): then they are written on it, and roll back with it.
+Elsewhere (SQLite, MySQL) there is no async driver, so a batch is written by one
+``sync_to_async`` call: one thread hop and one INSERT per batch instead of per task.
 
 Either way a batch gathers for one turn of the loop (no timer) and holds at most
 ``MAX_BATCH`` rows. If a batch INSERT fails, its rows are written one by one, so each caller
@@ -172,6 +174,10 @@ class Writer:
     @staticmethod
     async def create(database: str, loop: asyncio.AbstractEventLoop) -> Writer:
         if dialect_for(connections[database]).async_driver:
+            if await sync_to_async(_in_transaction, thread_sensitive=True)(database):
+                # Django's TestCase (a sync test calling an async view): write in its
+                # transaction, rolled back with it, as a sync enqueue would, not beside it.
+                return ThreadWriter(database)
             try:
                 return await PostgresWriter.open(database)
             except ImportError:
@@ -183,6 +189,11 @@ class Writer:
 
     async def aclose(self) -> None:
         return None
+
+
+def _in_transaction(database: str) -> bool:
+    """Whether the connection of the thread Django's async ORM uses is in a transaction."""
+    return connections[database].in_atomic_block
 
 
 class ThreadWriter(Writer):
