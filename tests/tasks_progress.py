@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from pathlib import Path
 from typing import Any
 
 from django_sqltasks import Snooze
 from django_sqltasks.compat import TaskContext, task
+from tests import events
 
 
 @task(takes_context=True)
@@ -29,13 +28,11 @@ async def async_report(context: Any) -> str:
 
 
 @task(takes_context=True)
-def report_then_wait(context: Any, path: str) -> None:
-    """Report, then wait until ``path`` exists (the test reads the report meanwhile)."""
+def report_then_wait(context: Any, gate: str) -> None:
+    """Report, then wait at the test's ``gate`` (the test reads the report meanwhile)."""
     context.set_progress(0.25, "waiting")
     context.set_metadata(stage="wait")
-    deadline = time.monotonic() + 30
-    while not Path(path).exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    events.wait_at(gate)
     context.set_progress(0.75, "done waiting")
 
 

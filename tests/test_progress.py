@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +22,8 @@ from django_sqltasks.models import TaskRecord
 from django_sqltasks.task import SQLTaskResult
 from django_sqltasks.worker import Worker
 from tests import tasks_progress
-from tests.conftest import set_backend_options, wait_for, worker_thread
+from tests.conftest import set_backend_options, worker_thread
+from tests.events import EventLog, Gate
 
 pytestmark = pytest.mark.django_db
 
@@ -56,19 +56,21 @@ def test_an_async_task_reports_progress_and_metadata(run_worker: RunWorker) -> N
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_running_task_s_report_is_written_at_the_heartbeat(settings: Any, tmp_path: Path) -> None:
+def test_a_running_task_s_report_is_written_at_the_heartbeat(
+    settings: Any, events: EventLog, gate: Gate
+) -> None:
     set_backend_options(settings, HEARTBEAT_INTERVAL=0.2, LEASE_TIMEOUT=5)
-    release = tmp_path / "release"
-    result = tasks_progress.report_then_wait.enqueue(str(release))
+    result = tasks_progress.report_then_wait.enqueue(gate.path)
     with worker_thread(Worker(queue_names=["*"], concurrency=2)):
-        running = wait_for(
-            lambda: (r := task_backends["default"].get_result(result.id)).progress and r
+        running = events.until(
+            lambda: (r := task_backends["default"].get_result(result.id)).progress and r,
+            "the report, written at a heartbeat",
         )
         assert running.status == TaskResultStatus.RUNNING
         assert (running.progress, running.progress_note) == (0.25, "waiting")
         assert dict(running.metadata) == {"stage": "wait"}
-        release.touch()
-        wait_for(lambda: TaskRecord.objects.get(pk=result.id).status == "SUCCESSFUL")
+        gate.open()
+        events.wait("task_finished", id=str(result.id), status="SUCCESSFUL")
     running.refresh()  # our refresh() copies the report too
     assert (running.progress, running.progress_note) == (0.75, "done waiting")
 
@@ -198,10 +200,9 @@ def test_a_damaged_stored_report_reads_as_none() -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker_process
 def test_reports_are_written_by_the_processes_of_a_supervisor(
-    worker_process: Callable[..., Any], tmp_path: Path
+    worker_process: Callable[..., Any], events: EventLog, gate: Gate
 ) -> None:
-    release = tmp_path / "release"
-    waiting = tasks_progress.report_then_wait.enqueue(str(release))
+    waiting = tasks_progress.report_then_wait.enqueue(gate.path)
     steps = tasks_progress.report_steps.enqueue(10)
     supervisor = worker_process(
         "--processes",
@@ -212,17 +213,12 @@ def test_reports_are_written_by_the_processes_of_a_supervisor(
     )
     try:
         # Written by the child's heartbeat while the task runs, then at its end.
-        wait_for(lambda: TaskRecord.objects.get(pk=waiting.id).progress, timeout=30)
-        release.touch()
-        wait_for(
-            lambda: (
-                TaskRecord.objects.filter(
-                    pk__in=[waiting.id, steps.id], status="SUCCESSFUL"
-                ).count()
-                == 2
-            ),
-            timeout=30,
+        events.until(
+            lambda: TaskRecord.objects.get(pk=waiting.id).progress, "the report, at a heartbeat"
         )
+        gate.open()
+        for result in (waiting, steps):
+            events.wait("task_finished", id=str(result.id), status="SUCCESSFUL")
     finally:
         supervisor.signal(signal.SIGTERM)
         assert supervisor.wait(timeout=30) == 0, supervisor.output
@@ -251,7 +247,7 @@ def test_aget_result_reads_the_report_and_the_subject(run_worker: RunWorker) -> 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_report_whose_write_failed_is_written_at_a_later_heartbeat(
-    settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    settings: Any, events: EventLog, gate: Gate, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from django.db import DatabaseError
 
@@ -270,13 +266,12 @@ def test_a_report_whose_write_failed_is_written_at_a_later_heartbeat(
         return real_store(database, worker_id, report)
 
     monkeypatch.setattr(reporter, "store", flaky_store)
-    release = tmp_path / "release"
-    result = tasks_progress.report_then_wait.enqueue(str(release))
+    result = tasks_progress.report_then_wait.enqueue(gate.path)
     worker = Worker(queue_names=["*"], concurrency=2)
     with worker_thread(worker):
-        wait_for(lambda: TaskRecord.objects.get(pk=result.id).progress)
+        events.until(lambda: TaskRecord.objects.get(pk=result.id).progress, "the report")
         assert len(failures) == 2  # two heartbeats' writes failed; the third one wrote it
         assert worker._reporter.counts() == (1, 2)
-        release.touch()
-        wait_for(lambda: TaskRecord.objects.get(pk=result.id).status == "SUCCESSFUL")
+        gate.open()
+        events.wait("task_finished", id=str(result.id), status="SUCCESSFUL")
     assert task_backends["default"].get_result(result.id).progress_note == "done waiting"

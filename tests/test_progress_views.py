@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +11,8 @@ from django.urls import reverse
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from tests import tasks, tasks_progress
-from tests.conftest import set_backend_options, wait_for, worker_thread
+from tests.conftest import set_backend_options, worker_thread
+from tests.events import EventLog, Gate
 
 
 def report(attempt: int, progress: float | None, note: str, **metadata: Any) -> dict[str, Any]:
@@ -61,26 +61,31 @@ def test_the_detail_page_shows_the_report_and_its_metadata(admin_client: Client)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_metrics_show_the_progress_of_running_tasks(settings: Any, tmp_path: Path) -> None:
+def test_metrics_show_the_progress_of_running_tasks(
+    settings: Any, events: EventLog, gate: Gate
+) -> None:
     metrics = pytest.importorskip("django_sqltasks.ops.metrics")
     pytest.importorskip("prometheus_client")
     set_backend_options(settings, HEARTBEAT_INTERVAL=0.2, LEASE_TIMEOUT=5)
     recorder = metrics.Metrics("default")
-    release = tmp_path / "release"
-    result = tasks_progress.report_then_wait.enqueue(str(release))
+    result = tasks_progress.report_then_wait.enqueue(gate.path)
     labels = {
         "backend": "default",
         "queue": "default",
         "task": "tests.tasks_progress.report_then_wait",
     }
     with worker_thread(Worker(queue_names=["*"], concurrency=2)):
-        wait_for(lambda: recorder.registry.get_sample_value("sqltasks_task_progress_min", labels))
+        events.until(
+            lambda: recorder.registry.get_sample_value("sqltasks_task_progress_min", labels),
+            "the running task's progress in the metrics",
+        )
         assert recorder.registry.get_sample_value("sqltasks_task_progress_min", labels) == 0.25
         assert recorder.registry.get_sample_value("sqltasks_tasks_reporting_progress", labels) == 1
-        wait_for(lambda: TaskRecord.objects.get(pk=result.id).progress)  # the heartbeat wrote it
+        # The heartbeat writes it.
+        events.until(lambda: TaskRecord.objects.get(pk=result.id).progress, "the report")
         assert recorder.registry.get_sample_value(
             "sqltasks_progress_writes_total", {"result": "written"}
         )
-        release.touch()
-        wait_for(lambda: TaskRecord.objects.get(pk=result.id).status == "SUCCESSFUL")
+        gate.open()
+        events.wait("task_finished", id=str(result.id), status="SUCCESSFUL")
     assert recorder.registry.get_sample_value("sqltasks_task_progress_min", labels) is None
