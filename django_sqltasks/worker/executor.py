@@ -22,6 +22,7 @@ from ..exceptions import TaskCancelled
 from ..sql import ClaimedRow
 from . import attempt as attempts
 from . import outcomes
+from .atomic import run_atomic
 from .attempt import Attempt
 from .completer import Completer
 from .outcomes import Ended
@@ -284,8 +285,6 @@ class Executor:
         its database writes and its outcome commit together or not at all; return whether its
         timeout fired first (see ``atomic.run_atomic``). A task that raises is rolled back and
         fails as usual."""
-        from .atomic import run_atomic
-
         _exit = partial(_exit_if_forked, self._pid, 0)
         return run_atomic(self._completer, attempt, args, kwargs, self._max_result_bytes, _exit)
 

@@ -14,6 +14,7 @@ from django.db import connections
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
+from ..models import TaskRecord, WorkerRecord
 from ..sql import Dialect, dialect_for
 from . import events
 
@@ -71,8 +72,6 @@ class Lease:
 
     def register(self) -> None:
         """Insert this worker's row; refuse an id held by a live worker."""
-        from ..models import WorkerRecord  # the app registry is ready only once Django is set up
-
         with self._cursor() as (dialect, cursor):
             live = dialect.live_worker(cursor, self.worker_id, self.timeout)
         if live is not None and not gone_from_this_host(*live):
@@ -105,8 +104,6 @@ class Lease:
 
     def cancel_requests(self) -> list[uuid.UUID]:
         """Ids of this worker's RUNNING tasks whose cancellation was asked."""
-        from ..models import TaskRecord
-
         return list(
             TaskRecord.objects.using(self.database)
             .owned_by(self.worker_id)
@@ -123,8 +120,6 @@ class Lease:
             )
 
     def unregister(self) -> None:
-        from ..models import WorkerRecord
-
         WorkerRecord.objects.using(self.database).filter(id=self.worker_id).delete()
 
     def rescue(self) -> int:
@@ -149,8 +144,6 @@ class Lease:
         return count
 
     def _create(self) -> None:
-        from ..models import WorkerRecord
-
         now = timezone.now()  # started_at is for people; the lease is renewed by the database
         WorkerRecord.objects.using(self.database).create(
             id=self.worker_id,

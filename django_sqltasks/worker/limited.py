@@ -21,9 +21,11 @@ from typing import Any
 
 from django.db import transaction
 from django.db.backends.utils import CursorWrapper
+from django.db.models import Q
 
 from ..core.limits import Limit, queue_key, rate_key, record_starts, room, task_limit, task_path_of
 from ..core.resolve import resolve_task
+from ..models import TaskLimit, TaskRecord
 from ..sql import ClaimedRow, Dialect, Scope
 
 logger = logging.getLogger("django_sqltasks.worker")
@@ -122,8 +124,6 @@ class LimitedClaim:
 
     def forget_stale(self, dialect: Dialect, cursor: CursorWrapper) -> int:
         """Delete this backend's limit rows that no claim has touched for ``STALE_AFTER``."""
-        from ..models import TaskLimit
-
         cutoff = dialect.db_now(cursor) - STALE_AFTER
         deleted, _ = (
             TaskLimit.objects.using(self.database)
@@ -176,9 +176,6 @@ class LimitedClaim:
     def waiting(self, dialect: Dialect, cursor: CursorWrapper) -> bool:
         """Whether limited tasks of this worker's queues are due (a burst worker waits for
         them: their limits will let them start)."""
-        from django.db.models import Q
-
-        from ..models import TaskRecord
 
         if not self.active:
             return False
@@ -238,8 +235,6 @@ class LimitedClaim:
     def _lock(self, keys: Sequence[str], dialect: Dialect, now: datetime) -> dict[str, Gate]:
         """Lock the ``TaskLimit`` rows of ``keys`` (made if missing), skipping rows another
         worker holds; return a gate for each row locked."""
-        from ..models import TaskLimit, TaskRecord
-
         unique = sorted(set(keys))
         rows = TaskLimit.objects.using(self.database).filter(
             backend_name=self.backend_name, key__in=unique
@@ -274,8 +269,6 @@ class LimitedClaim:
 
     def _save(self, gates: dict[str, Gate], now: datetime) -> None:
         """Write each locked limit's new starts, and its limits as this worker has them."""
-        from ..models import TaskLimit
-
         epoch = now.timestamp()
         for gate in gates.values():
             limit = gate.limit

@@ -17,11 +17,14 @@ from typing import Any, TypeVar
 from django.utils import timezone
 
 from ..ops import health
+from ..store.pruning import Retention
+from ..store.workflows import reconcile
 from . import events
 from .lease import Lease
 from .liveness import Progress
 from .reporter import Reporter
 from .retries import run_with_retries
+from .scheduler import Scheduler
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -54,8 +57,6 @@ class Maintenance:
         on_beat: Callable[[bool], None] | None = None,
         reporter: Reporter | None = None,
     ) -> None:
-        from ..store.pruning import Retention  # imports the models: not at module import
-
         self.backend = backend
         self.database: str = backend.database
         self.lease = lease
@@ -145,8 +146,6 @@ class Maintenance:
             self._guarded("Pruning", self.retention.run)
 
     def _sweep_workflows(self) -> int:
-        from ..store.workflows import reconcile  # imports the models: not at module import
-
         return reconcile(self.database, self.backend.alias)
 
     def _table_warnings(self) -> list[health.HealthWarning]:
@@ -176,8 +175,6 @@ class Maintenance:
 
     def _schedule_loop(self) -> None:
         """Enqueue periodic tasks at their slots (a thread that sleeps until the next slot)."""
-        from .scheduler import Scheduler
-
         scheduler = Scheduler(self.backend)
         if not scheduler.schedules:
             return

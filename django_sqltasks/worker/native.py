@@ -21,6 +21,7 @@ from typing import Any
 from django.db import connections
 
 from ..sql import ClaimedRow, Scope, dialect_for
+from ..sql.pg import connection_params, open_async
 from ..sql.postgresql import PostgreSQLDialect
 from . import events
 
@@ -67,7 +68,7 @@ class LoopDatabase:
         if not dialect_for(connections[database]).async_driver:
             return False
         try:
-            import psycopg  # noqa: F401
+            import psycopg  # noqa: F401  # optional dependency (the postgres extra)
         except ImportError:  # psycopg2: the threads do it all
             return False
         return True
@@ -75,8 +76,6 @@ class LoopDatabase:
     async def start(self) -> None:
         """Read the connection settings (from Django's settings: no query) and, to listen,
         connect now; if that fails, the next claim tries again."""
-        from ..sql.pg import connection_params
-
         self._loop = asyncio.get_running_loop()
         self._params = connection_params(self.database)
         self._session = self.dialect.session_statements()
@@ -119,9 +118,7 @@ class LoopDatabase:
     # Inside ------------------------------------------------------------------------------
 
     async def _connect(self) -> Any:
-        import psycopg
-
-        from ..sql.pg import open_async
+        import psycopg  # optional dependency (the postgres extra)
 
         connection = await open_async(
             self._params, self._session, cursor_factory=psycopg.AsyncClientCursor
@@ -141,7 +138,7 @@ class LoopDatabase:
         return connection
 
     async def _run(self, connection: Any, sql: str, params: list[Any]) -> list[ClaimedRow]:
-        import psycopg
+        import psycopg  # optional dependency (the postgres extra)
 
         if connection.prepare_threshold is None:
             async with connection.cursor() as cursor:

@@ -19,6 +19,7 @@ from django.db import DatabaseError
 from django.db.models import Q
 
 from ..core.progress import AttemptReport, live_writers
+from ..models import TaskRecord
 from .retries import is_transient, reset
 
 logger = logging.getLogger("django_sqltasks")
@@ -111,8 +112,6 @@ def store(database: str, worker_id: str, report: AttemptReport) -> bool:
     """Write ``report`` to its task's row if it changed since it was last written, and the row
     is still its attempt's; return whether a write was made. A failed write raises, and the
     report is written again with its next change."""
-    from ..models import TaskRecord
-
     taken = report.take()
     if taken is None:
         return False

@@ -23,6 +23,7 @@ from django.db import connections
 from ..enqueue import wakeup as local
 from ..enqueue.wakeup import OnWake
 from ..sql import dialect_for
+from ..sql.sqlite import DATA_VERSION_SQL
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -108,8 +109,6 @@ class SQLiteProbe(Wakeup):
             watcher.close()
 
     def _probe(self, name: str) -> None:
-        from ..sql.sqlite import DATA_VERSION_SQL
-
         connection = sqlite3.connect(name, check_same_thread=False, uri=name.startswith("file:"))
         try:
             last = None

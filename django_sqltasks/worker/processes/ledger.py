@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
+from ...models import WorkerRecord
 from ...sql import Dialect, dialect_for
 from ..lease import WorkerIdInUse, gone_from_this_host
 from ..outcomes import failure
@@ -155,8 +156,6 @@ class Ledger:
 
     def _unregister(self, worker_id: str, pid: int) -> None:
         """Delete the row of ``worker_id`` if process ``pid`` of this host wrote it."""
-        from ...models import WorkerRecord  # the app registry is ready only once Django is set up
-
         WorkerRecord.objects.using(self.database).filter(
             id=worker_id, pid=pid, hostname=socket.gethostname()[:255]
         ).delete()
