@@ -22,6 +22,7 @@ from .core.binding import check_binds
 from .core.config_checks import check_backend
 from .core.options import BackendOptions, OptionError
 from .core.policy import check_priority_and_queue, validate_options
+from .core.resolve import unimportable_by_workers
 from .core.subject import subject_of_task
 from .core.workflow_plan import Node
 from .core.workflows import WorkflowResult
@@ -78,6 +79,14 @@ class SQLTaskBackend(BaseTaskBackend):
         super().validate_task(task)
         validate_options(task, self.alias)
 
+    def _validate_for_enqueue(self, task: Task) -> None:
+        """``validate_task``, and what only an enqueue must refuse (not a declaration, which may
+        happen in a module that is never enqueued from): a task a worker would not import."""
+        self.validate_task(task)
+        unimportable = unimportable_by_workers(task.module_path, self.alias)
+        if unimportable is not None:
+            raise InvalidTask(unimportable)
+
     def check_usable(self) -> None:
         """Raise ``InvalidTaskBackend`` when OPTIONS are wrong or the app is not installed."""
         if not self._usable:
@@ -104,9 +113,9 @@ class SQLTaskBackend(BaseTaskBackend):
             if task in self._validated:
                 return
         except TypeError:  # an unhashable option value: validate every time
-            self.validate_task(task)
+            self._validate_for_enqueue(task)
             return
-        self.validate_task(task)
+        self._validate_for_enqueue(task)
         if len(self._validated) >= MAX_VALIDATED_TASKS:
             self._validated.clear()
         self._validated[task] = True

@@ -77,6 +77,7 @@ def configure(database_url: str | None) -> None:
             "django.contrib.auth",
             "django.contrib.contenttypes",
             "django_sqltasks",
+            "tasks",  # Django's tests/tasks: workers import tasks of installed apps only
         ],
         DATABASES={"default": database},
         TASKS={"default": {"BACKEND": "django_sqltasks.backend.SQLTaskBackend"}},

@@ -3,15 +3,18 @@ commands' output when the database is down, and the testing helpers' isolation."
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
 import uuid
 from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib import admin
 from django.core.management import CommandError, call_command
 from django.db import connection, connections
 from django.http import HttpRequest, JsonResponse
@@ -20,12 +23,12 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from django_sqltasks import chain
-from django_sqltasks.compat import TaskResultStatus, task_backends
+from django_sqltasks.compat import InvalidTask, TaskResultStatus, task_backends
 from django_sqltasks.core.workflow_plan import SKIPPED
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.testing import run_tasks
 from tests import tasks
-from tests.conftest import worker_env
+from tests.conftest import ROOT, set_backend_options, worker_env
 from tests.factories import superuser_client, task_row
 
 DEEP = 200  # levels: more than the admin's and the result's reading may recurse through safely
@@ -262,3 +265,45 @@ def test_an_async_view_s_enqueue_is_rolled_back_with_the_test(settings: Any) -> 
             assert cursor.fetchone()[0] == 0, "the row was committed beside the test"
     finally:
         other.close()
+
+
+@pytest.mark.django_db
+def test_a_task_outside_the_installed_apps_is_refused_at_enqueue_not_in_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """A new project's first task often lands in the project package (mysite/tasks.py), which
+    is no installed app: a worker would not import it."""
+    package = tmp_path / "mysite_h5"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tasks.py").write_text(
+        "from django_sqltasks.compat import task\n\n\n@task\ndef hello() -> str:\n    return 'hi'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mysite_h5.tasks", raising=False)
+    hello = importlib.import_module("mysite_h5.tasks").hello
+    with pytest.raises(InvalidTask, match="which a worker does not import") as info:
+        hello.enqueue()
+    assert "OPTIONS['TASK_MODULES']" in str(info.value)
+    assert not TaskRecord.objects.exists()
+    set_backend_options(settings, TASK_MODULES=["mysite_h5", "tests"])
+    assert importlib.import_module("mysite_h5.tasks").hello.enqueue().status == "READY"
+
+
+NUMBERS = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def test_the_docs_count_the_admin_pages_and_the_demo_s_tasks() -> None:
+    pages = [m for m in admin.site._registry if m._meta.app_label == "django_sqltasks"]
+    admin_doc = (ROOT / "docs" / "admin.md").read_text()
+    assert f"adds {NUMBERS[len(pages)]} pages" in admin_doc
+    for model in pages:
+        assert f"**{model._meta.verbose_name_plural.title()}**" in admin_doc.title()
+    # What the admin's Cancel does, as docs/admin.md's table of actions says it.
+    assert "| `READY`, `RUNNING` |" in admin_doc
+    demo = (ROOT / "example_project/shop/management/commands/demo.py").read_text()
+    enqueued = demo.count("Enqueued(")
+    quickstart = (ROOT / "docs" / "quickstart.md").read_text()
+    assert f"enqueues {NUMBERS[enqueued]} things" in quickstart
+    table = quickstart.split("TASK ", 1)[1].split("```", 1)[0].strip().splitlines()[1:]
+    assert len(table) == enqueued, table

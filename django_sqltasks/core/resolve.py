@@ -68,6 +68,24 @@ def _check_importable(task_path: str, backend: str | None) -> None:
     )
 
 
+def unimportable_by_workers(task_path: str, backend: str) -> str | None:
+    """Why a worker of ``backend`` would refuse to import the module of ``task_path`` (it is
+    loaded here, in the enqueuing process, but a worker imports only what the project vouches
+    for); None if it would import it, or if the apps are still loading (a task declared while
+    they load is checked again when it is enqueued)."""
+    if not apps.apps_ready:
+        return None
+    module = task_path.rpartition(".")[0]
+    if any(module == p or module.startswith(p + ".") for p in allowed_modules(backend)):
+        return None
+    return (
+        f"Task {task_path} is defined in module {module!r}, which a worker does not import: "
+        "it is not part of an installed app or of the backend's TASK_MODULES, so the worker "
+        "would fail the task with TaskNotFound. Define it in an installed app's tasks.py, add "
+        "its app to INSTALLED_APPS, or add its package to OPTIONS['TASK_MODULES']."
+    )
+
+
 def allowed_modules(backend: str | None = None) -> set[str]:
     """The packages a stored task path may import: the TASK_MODULES option of ``backend`` (of
     every django-sqltasks backend when None), or the installed apps where it is not set."""
