@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/sqltasks
 MYSQL_URL ?= mysql://root@127.0.0.1:3306/sqltasks
 
-.PHONY: example test venv test-postgres test-mariadb test-all test-django52 lint format migrations-check bench bench-smoke docs clean
+.PHONY: example test venv test-postgres test-mariadb test-all test-django52 django-contract lint format migrations-check bench bench-smoke docs clean
 
 example: venv  ## Run the example project end to end on SQLite: migrate, enqueue, work, show results
 	$(PY) example_project/manage.py demo
@@ -27,6 +27,14 @@ test-all: test test-postgres test-mariadb test-django52
 test-django52:  ## Django 5.2 with the django-tasks backport, on SQLite
 	VENV=.venv-52 DJANGO=5.2 scripts/venv.sh
 	.venv-52/bin/python -m pytest $(PYTEST_ARGS)
+
+DJANGO_SRC ?= .cache/django-src
+django-contract: venv  ## Django's own tests/tasks against this backend (downloads Django's source)
+	@v=$$($(PY) -c "import django; print(django.__version__)"); \
+	test -d $(DJANGO_SRC)/django-$$v || { \
+	  $(PY) -m pip download "django==$$v" --no-binary :all: --no-deps -q -d $(DJANGO_SRC) && \
+	  tar xzf $(DJANGO_SRC)/django-$$v.tar.gz -C $(DJANGO_SRC) "django-$$v/tests/tasks"; }; \
+	$(PY) scripts/django_contract.py $(DJANGO_SRC)/django-$$v/tests/tasks
 
 lint: venv
 	$(VENV)/bin/ruff check .
