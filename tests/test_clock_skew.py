@@ -71,8 +71,14 @@ def test_a_worker_with_a_wrong_clock_rescues_nothing_live_and_starts_nothing_ear
     # Both run tasks (which wait at the gate), and the skewed worker looks for dead workers'
     # tasks again and again while the honest one's run: it would rescue them if it went by
     # its own clock.
-    events.wait("note", what="at_gate", count=16)
-    events.wait("rescue_pass", worker_id="skewed", count=5)
+
+    def watched() -> bool:
+        if events.all("rescue_pass", lambda e: e["count"] > 0):
+            return True  # wrongly: the assertions below say so
+        running = len(events.all("note", what="at_gate"))
+        return running >= 16 and len(events.all("rescue_pass", worker_id="skewed")) >= 5
+
+    events.until(watched, "16 running tasks and five rescue passes of the skewed worker")
     gate.open()
     events.until(lambda: TaskRecord.objects.succeeded().count() == count, "every task to end")
     deferred_status = TaskRecord.objects.get(id=deferred.id).status
