@@ -23,7 +23,7 @@ from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
 from django_sqltasks.worker.retries import run_with_retries
 from tests import gauntlet_tasks
-from tests.conftest import ROOT, WORKER_APPLICATION_NAME, WorkerProcess, wait_for, worker_env
+from tests.conftest import ROOT, WORKER_APPLICATION_NAME, WorkerProcess, worker_env
 from tests.events import EventLog
 from tests.gauntlet_postgres import PrivatePostgres, find_bindir
 
@@ -140,7 +140,7 @@ def test_killed_listen_connection_comes_back(worker_process: StartWorker, events
     events.wait("listening", after=listening[0].seq + 1, timeout=15)
     started = time.monotonic()
     result = gauntlet_tasks.size.enqueue("abc")
-    wait_for(lambda: gauntlet_tasks.size.get_result(result.id).is_finished, timeout=15)
+    events.wait("task_finished", id=str(result.id), timeout=15)
     latency = time.monotonic() - started
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.output

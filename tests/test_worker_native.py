@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -19,12 +18,13 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql import UNLIMITED, NewTask, dialect_for
 from django_sqltasks.worker import native
 from django_sqltasks.worker.native import LoopDatabase
 from tests import tasks
-from tests.conftest import WORKER_APPLICATION_NAME, WorkerProcess, wait_for
+from tests.conftest import WORKER_APPLICATION_NAME, WorkerProcess
+from tests.events import EventLog
 
 pytestmark = [
     pytest.mark.skipif(
@@ -171,17 +171,17 @@ def test_a_notify_wakes_the_loop_listener() -> None:
 
 @pytest.mark.worker_process
 def test_a_killed_claim_connection_falls_back_and_runs_each_task_once(
-    worker_process: StartWorker, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
 ) -> None:
     log = tmp_path / "executions"
     worker = worker_process("--concurrency", "4", env={"SQLTASKS_POLL_INTERVAL": "0.2"})
-    wait_for(lambda: WorkerRecord.objects.exists())
+    events.wait("worker_started")
     count = 0
     for _ in range(3):
         for _ in range(40):
             tasks.record.enqueue(str(log), f"task-{count}", 0.005)
             count += 1
-        time.sleep(0.3)
+        events.wait("task_finished", count=count - 30)  # the worker is into this batch
         with connection.cursor() as cursor:  # only the loop's claim connection
             cursor.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -189,7 +189,7 @@ def test_a_killed_claim_connection_falls_back_and_runs_each_task_once(
                 "AND query LIKE %s AND pid <> pg_backend_pid()",
                 [WORKER_APPLICATION_NAME, "%priorities(p) AS%"],
             )
-    wait_for(lambda: TaskRecord.objects.succeeded().count() == count, timeout=60)
+    events.wait("task_finished", count=count, timeout=60)
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0, worker.output
     executions = Counter(line.split()[0] for line in log.read_text().splitlines())
