@@ -111,9 +111,7 @@ def limit_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None
     return scoped
 
 
-def call_key(
-    task: Task, option: str, key_of: Any, args: list[Any], kwargs: dict[str, Any]
-) -> str:
+def call_key(task: Task, option: str, key_of: Any, args: list[Any], kwargs: dict[str, Any]) -> str:
     """The key one call of ``task`` has under ``option`` (``dedupe`` or ``concurrency_key``),
     which is "subject" (the call's subject: ``str(subject)``) or a callable of the arguments."""
     if key_of == "subject":
