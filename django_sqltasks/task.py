@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.utils.module_loading import import_string
+
 from .compat import Task, TaskError, TaskResult, TaskResultStatus
 from .core import error_text
 from .core.progress import NO_METADATA, current_report, no_metadata
@@ -53,6 +55,13 @@ class SQLTask(Task):
     # stored in that same transaction (docs/workflows.md#atomic-tasks). Sync functions only.
     atomic: bool = False
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # As Django 6.1's Task pickles (by the path of its declaration), on every version: the
+        # backport and Django 6.0 pickle the function itself, which its @task name hides.
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["func"] = self.module_path
+        return (_rebuild_task, (type(self), fields))
+
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """Return this task with these arguments, as a step of a chain or group."""
         return Signature(self, args, kwargs)
@@ -65,6 +74,14 @@ class SQLTask(Task):
             return task
         clone: SQLTask = with_subject(task, subject)  # type: ignore[assignment]
         return clone
+
+
+def _rebuild_task(cls: type[SQLTask], fields: dict[str, Any]) -> SQLTask:
+    """Unpickle a task: the function of the task declared at the stored path, with the rest."""
+    declared = import_string(fields["func"])
+    if not isinstance(declared, Task):
+        raise ValueError(f"Expected {fields['func']!r} to point to a Task instance.")
+    return cls(**{**fields, "func": declared.func})
 
 
 def with_subject(task: Task, obj: Any) -> Task:
