@@ -127,7 +127,7 @@ class SQLiteProbe(Wakeup):
 def _watch_directory(path: str) -> Any:
     """An inotify watch of the directory holding ``path``, or None where there is none."""
     try:
-        from inotify_simple import INotify, flags
+        from inotify_simple import INotify, flags  # optional: installed on Linux only
     except ImportError:  # not Linux
         return None
     try:
