@@ -54,9 +54,6 @@ DOCUMENTED: dict[str, str] = {
     "test_immediate_backend.ImmediateBackendTestCase.test_complex_return_value": (
         "a return value that is not JSON fails with InvalidReturnValue, a TypeError that names it"
     ),
-    "test_immediate_backend.ImmediateBackendTestCase.test_throws_keyboard_interrupt": (
-        "a task raising KeyboardInterrupt is FAILED with its traceback, like any other exception"
-    ),
 }
 
 

@@ -21,6 +21,7 @@ from django_sqltasks.core.progress import ProgressReport
 from django_sqltasks.exceptions import InvalidTaskArguments
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.task import MissingTask
+from django_sqltasks.testing import run_tasks
 from django_sqltasks.worker import Worker
 from tests import tasks
 from tests.conftest import set_backend_options
@@ -177,3 +178,16 @@ def test_prune_queue_star_means_every_queue() -> None:
     out = StringIO()
     call_command("tasks_prune", "--queue", "*", stdout=out)
     assert not TaskRecord.objects.exists(), out.getvalue()
+
+
+@pytest.mark.django_db
+def test_run_tasks_fails_a_task_interrupted_by_ctrl_c_and_stops() -> None:
+    """In the test's process Ctrl-C reaches the task's frame as KeyboardInterrupt: the task is
+    stored FAILED, as a worker would store it, and the interrupt goes on (Django's
+    ImmediateBackend raises it too)."""
+    result = tasks.raise_keyboard_interrupt.enqueue()
+    with pytest.raises(KeyboardInterrupt):
+        run_tasks()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class_path == "builtins.KeyboardInterrupt"

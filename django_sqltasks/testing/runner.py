@@ -185,15 +185,22 @@ class Runner:
             self._write(outcomes.unstarted(row, e).outcome)
             return self.backend.get_result(str(row.id))
         Receivers(task_started, self.sender).send_for(attempt.result)
+        interrupted: KeyboardInterrupt | None = None
         try:
             ended = outcomes.succeeded(attempt, self._call(attempt), config.max_payload_bytes)
         except BaseException as e:  # a task's SystemExit fails it only, as in the worker
             exc = attempts.from_task_frame(e)
             ended = outcomes.after_error(attempt, exc, config.max_snoozes)
             _by_test_clock(ended.outcome)
+            if isinstance(e, KeyboardInterrupt):
+                # Here Ctrl-C arrives in the task's frame (a worker takes it as a signal): fail
+                # the task as a worker would store it, then stop the test run.
+                interrupted = e
         self._store_report(attempt)
         self._write(ended.outcome)
         outcomes.report(ended, ended.outcome, Receivers(task_finished, self.sender))
+        if interrupted is not None:
+            raise interrupted
         return self.backend.get_result(str(row.id))
 
     def _call(self, attempt: attempts.Attempt) -> Any:
