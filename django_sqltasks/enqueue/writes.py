@@ -45,15 +45,20 @@ def write(
     sender: type,
 ) -> None:
     """Insert ``rows`` (one task's calls) in as few statements as the database allows."""
+    task = results[0].task
+    with installation.explain_missing_tables(database), with_subject(database, task):
+        insert(database, rows, notify=notify)
+        store_subject(database, rows, task)
+    after_write(database, sender, rows, results)
+
+
+def insert(database: str, rows: Sequence[NewTask], *, notify: bool) -> None:
+    """Insert ``rows`` in as few statements as the database allows (one, COPY on PostgreSQL,
+    or packet-sized INSERTs on MySQL), on the caller's connection and transaction."""
     connection = connections[database]
     dialect = dialect_for(connection)
     limit = packet.max_allowed_packet(connection)
-    task = results[0].task
-    with (
-        installation.explain_missing_tables(database),
-        with_subject(database, task),
-        connection.cursor() as cursor,
-    ):
+    with connection.cursor() as cursor:
         if len(rows) == 1:
             dialect.insert(cursor, rows, notify=notify)
         elif limit is None:
@@ -61,8 +66,6 @@ def write(
         else:  # MySQL: each INSERT must fit in one packet
             for run in packet.statements(rows, limit):
                 dialect.bulk_insert(cursor, run, notify=notify)
-        store_subject(database, rows, task)
-    after_write(database, sender, rows, results)
 
 
 def insert_deduplicated(

@@ -47,8 +47,9 @@ TRANSIENT_SQLSTATES = CONTENTION_SQLSTATES | {"53300", "57P01", "57P02", "57P03"
 # with every other new task, with their types.
 INSERT_RECORD = (
     "id uuid, task_path varchar, backend_name varchar, queue_name varchar, priority smallint, "
-    "args jsonb, kwargs jsonb, enqueued_at timestamptz, run_after timestamptz, dedupe_key varchar, "
-    "limit_key varchar, trace_parent varchar"
+    "args jsonb, kwargs jsonb, enqueued_at timestamptz, run_after timestamptz, "
+    "available_at timestamptz, dedupe_key varchar, limit_key varchar, trace_parent varchar, "
+    "workflow_id uuid"
 )
 
 
@@ -142,7 +143,8 @@ class PostgreSQLDialect(Dialect):
                 f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) "
                 "SELECT id, task_path, backend_name, queue_name, priority, 'READY', args, "
                 "kwargs, '[]', '[]', 0, enqueued_at, run_after, "
-                f"COALESCE(run_after, {self._write_clock}), dedupe_key, limit_key, trace_parent "
+                f"COALESCE(available_at, run_after, {self._write_clock}), dedupe_key, limit_key, "
+                "trace_parent, workflow_id "
                 f"FROM jsonb_to_recordset(%s::jsonb) AS v({INSERT_RECORD})"
             )
             params = [_insert_document(tasks)]
@@ -177,13 +179,13 @@ class PostgreSQLDialect(Dialect):
         # not SQL: a task without run_after is due at the server's time, read first.
         due = INSERT_COLUMNS.index("available_at")
         now = None
-        if any(task.run_after is None for task in tasks):
+        if any(task.run_after is None and task.available_at is None for task in tasks):
             cursor.execute(f"SELECT {self._write_clock}")
             now = cursor.fetchone()[0]
         with raw.copy(f"COPY {self.tasks} ({', '.join(INSERT_COLUMNS)}) FROM STDIN") as copy:
             for task in tasks:
                 params = self._insert_params(task)
-                if task.run_after is None:
+                if task.run_after is None and task.available_at is None:
                     params[due] = now
                 copy.write_row(params)
         if notify:
@@ -354,9 +356,11 @@ def _insert_document(tasks: Sequence[NewTask]) -> str:
                 "kwargs": Fragment(task.kwargs_json or dumps(task.kwargs)),
                 "enqueued_at": task.enqueued_at,
                 "run_after": task.run_after,
+                "available_at": task.available_at,
                 "dedupe_key": task.dedupe_key,
                 "limit_key": task.limit_key,
                 "trace_parent": task.trace_parent,
+                "workflow_id": task.workflow_id,
             }
             for task in tasks
         ]

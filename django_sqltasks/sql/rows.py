@@ -67,6 +67,7 @@ INSERT_COLUMNS = (
     "dedupe_key",
     "limit_key",
     "trace_parent",
+    "workflow_id",
 )
 # Every column of the task table, in the model's order: what reading one result selects, without
 # the model (a test holds it to TaskRecord's concrete fields).
@@ -155,6 +156,10 @@ class NewTask(TaskCall):
     dedupe_key: str | None = None
     limit_key: str | None = None
     trace_parent: str | None = None  # the enqueue span's W3C traceparent (OPTIONS["TRACING"])
+    workflow_id: uuid.UUID | None = None  # the workflow this task is a step of
+    # When it is due, if not run_after (or the database's clock): a workflow step parks at
+    # PARKED until its turn, and its first steps are due by the database's clock, read once.
+    available_at: datetime | None = None
 
 
 ANY_LIMIT = "*any*"  # Scope.limit_key: limited or not (the testing runner's in-process claim)

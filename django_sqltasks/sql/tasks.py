@@ -40,17 +40,19 @@ class TaskStatements(Vendor):
             # With a clock of its own, the database fills in when a task without run_after
             # is due (see _insert_sql): the enqueuing machine's clock may be off.
             self._encode_datetime(
-                task.run_after if self._write_clock else task.run_after or task.enqueued_at
+                task.available_at
+                or (task.run_after if self._write_clock else task.run_after or task.enqueued_at)
             ),
             task.dedupe_key,
             task.limit_key,
             task.trace_parent,
+            None if task.workflow_id is None else self._encode_id(task.workflow_id),
         ]
 
     def _insert_sql(self, count: int) -> str:
         j = self._json_placeholder
         due = f"COALESCE(%s, {self._write_clock})" if self._write_clock else "%s"
-        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, {due}, %s, %s, %s)"
+        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, {due}, %s, %s, %s, %s)"
         return f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
             [row] * count
         )
@@ -68,7 +70,7 @@ class TaskStatements(Vendor):
         """Insert ``tasks`` in one statement, on the caller's connection and transaction."""
         cursor.execute(*self.insert_statement(tasks, notify))
 
-    _bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 17 per row
+    _bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 18 per row
 
     def insert_deduplicated(self, cursor: CursorWrapper, task: NewTask, notify: bool) -> bool:
         """Insert ``task`` unless a live task has its dedupe key; return whether it did."""

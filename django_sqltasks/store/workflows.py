@@ -26,7 +26,6 @@ from ..compat import Task, TaskResult, TaskResultStatus
 from ..core import workflow_plan as plan
 from ..core.serialization import check_arguments, dumps, loads
 from ..core.settings import SQLBackend, backend_config
-from ..core.subject import subject_of_task
 from ..enqueue import writes
 from ..exceptions import InvalidWorkflow, PayloadTooLarge
 from ..ids import new_task_id
@@ -54,34 +53,35 @@ def create(
     check_arguments(args, kwargs)
     workflow_id = new_task_id()
     now = control.database_now(backend.database)  # first steps are due by the claim's clock
-    records, rows, results = _task_rows(backend, tasks, workflow_id)
+    steps = _task_rows(backend, tasks, workflow_id)
     for leaf in plan.leaves(root):
-        leaf["id"] = str(records[leaf["id"]].id)
-    by_id = {str(record.id): record for record in records.values()}
+        leaf["id"] = str(steps[leaf["id"]][0].id)
+    by_id = {str(row.id): (row, result) for row, result in steps.values()}
+    started: list[NewTask] = []
     for release in plan.start(root, args, kwargs):
-        record = by_id[release.task_id]
+        row, result = by_id[release.task_id]
         check_arguments(release.args, release.kwargs)
-        _check_size(backend, record.task_path, release)
-        record.args, record.kwargs = release.args, release.kwargs
-        record.available_at = max(record.run_after or now, now)
+        _check_size(backend, row.task_path, release)
+        row.args, row.kwargs = release.args, release.kwargs
+        row.args_json, row.kwargs_json = dumps(release.args), dumps(release.kwargs)
+        object.__setattr__(result, "args", release.args)
+        object.__setattr__(result, "kwargs", release.kwargs)
+        row.available_at = max(row.run_after or now, now)
+        started.append(row)
     database = backend.database
+    rows = [row for row, _ in steps.values()]
     with transaction.atomic(using=database):
         workflow = WorkflowRecord.objects.using(database).create(
             id=workflow_id, backend_name=backend.alias, plan=root, created_at=now, updated_at=now
         )
-        TaskRecord.objects.using(database).bulk_create(records.values())
-        due = {r.queue_name for r in records.values() if r.available_at < parked_at()}
+        # The same INSERT as enqueue()'s; each step's subject as enqueue() stores it.
+        writes.insert(database, rows, notify=False)
+        for row, result in steps.values():
+            writes.store_subject(database, [row], result.task)
         if backend.config.notify:
-            _announce(database, due)
-    for result, record in zip(results, records.values(), strict=True):
-        object.__setattr__(result, "args", record.args)
-        object.__setattr__(result, "kwargs", record.kwargs)
+            _announce(database, {row.queue_name for row in started})
     # Wakes this process's idle workers of the due steps' queues, and sends task_enqueued.
-    started = [
-        row
-        for row, record in zip(rows, records.values(), strict=True)
-        if record.available_at < parked_at()
-    ]
+    results = [result for _, result in steps.values()]
     writes.after_write(database, type(backend), started, results)
     return workflow
 
@@ -105,11 +105,9 @@ def _task_rows(
     backend: SQLBackend,
     tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]],
     workflow_id: uuid.UUID,
-) -> tuple[dict[int, TaskRecord], list[NewTask], list[TaskResult]]:
+) -> dict[int, tuple[NewTask, TaskResult]]:
     """The parked rows of a new workflow's tasks, each checked as ``enqueue()`` checks it."""
-    records: dict[int, TaskRecord] = {}
-    rows: list[NewTask] = []
-    results: list[TaskResult] = []
+    steps: dict[int, tuple[NewTask, TaskResult]] = {}
     for key, (task, own_args, own_kwargs) in tasks.items():
         if getattr(task, "dedupe", False):
             raise InvalidWorkflow(
@@ -117,27 +115,10 @@ def _task_rows(
                 "its row waits in the table for its turn. Enqueue it without the workflow."
             )
         row, result = backend.new_row(task, own_args, own_kwargs)
-        subject = subject_of_task(task)
-        records[key] = TaskRecord(
-            id=row.id,
-            task_path=row.task_path,
-            backend_name=row.backend_name,
-            queue_name=row.queue_name,
-            priority=row.priority,
-            status=TaskResultStatus.READY,
-            args=row.args,
-            kwargs=row.kwargs,
-            enqueued_at=row.enqueued_at,
-            run_after=row.run_after,
-            available_at=parked_at(),
-            limit_key=getattr(row, "limit_key", None),
-            workflow_id=workflow_id,
-            subject_type=None if subject is None else subject.type,
-            subject_id=None if subject is None else subject.id,
-        )
-        rows.append(row)
-        results.append(result)
-    return records, rows, results
+        row.workflow_id = workflow_id
+        row.available_at = parked_at()  # until plan.start() or a step before it releases it
+        steps[key] = (row, result)
+    return steps
 
 
 def complete(
