@@ -42,6 +42,17 @@ def time_field(name: str, label: Any, parked: Any = "") -> Any:
     return show
 
 
+TIME_FIELDS = (
+    "enqueued_at_display",
+    "run_after_display",
+    "available_at_display",
+    "started_at_display",
+    "last_attempted_at_display",
+    "finished_at_display",
+    "duration_display",
+)
+
+
 @admin.register(TaskRecord)
 class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
     # Fits 1280 px beside the filter sidebar (see changelist_view): priority and the start and
@@ -85,20 +96,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
             _("Attempts"),
             {"fields": ("attempts", "rescues", "snoozes", "worker_ids", "owner", "limit_key")},
         ),
-        (
-            _("Times"),
-            {
-                "fields": (
-                    "enqueued_at_display",
-                    "run_after_display",
-                    "available_at_display",
-                    "started_at_display",
-                    "last_attempted_at_display",
-                    "finished_at_display",
-                    "duration_display",
-                )
-            },
-        ),
+        (_("Times"), {"fields": TIME_FIELDS}),
     )
     readonly_fields = (
         "id",
@@ -119,13 +117,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
         "limit_key",
         "worker_ids",
         "owner",
-        "enqueued_at_display",
-        "run_after_display",
-        "available_at_display",
-        "started_at_display",
-        "last_attempted_at_display",
-        "finished_at_display",
-        "duration_display",
+        *TIME_FIELDS,
         "workflow_display",
     )
 
