@@ -3,30 +3,44 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/sqltasks
 MYSQL_URL ?= mysql://root@127.0.0.1:3306/sqltasks
+# pytest-xdist: one pytest process per core, each on a test database of its own (SQLite: a file
+# each; PostgreSQL, MariaDB: test_sqltasks_gw0, ...). PYTEST_XDIST= runs them in one process.
+PYTEST_XDIST ?= -n auto
+# MARKERS="..." runs what pytest -m selects (the markers: pyproject.toml; CI's legs: .ci/run).
+MARKERS ?=
+PYTEST_SELECT = $(PYTEST_XDIST) $(if $(MARKERS),-m "$(MARKERS)") $(PYTEST_ARGS)
+# The inner loop: no worker process, load or browser test (scripts/mutations.sh runs the same).
+FAST_MARKERS := not worker_process and not load
 
-.PHONY: example test venv test-postgres test-mariadb test-all test-django52 django-contract lint format migrations-check bench bench-smoke docs clean
+.PHONY: example test test-fast mutations venv test-postgres test-mariadb test-all test-django52 django-contract lint format migrations-check bench bench-smoke docs clean
 
 example: venv  ## Run the example project end to end on SQLite: migrate, enqueue, work, show results
 	$(PY) example_project/manage.py demo
 
 test: venv  ## Run the test suite (SQLite unless DATABASE_URL says otherwise)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_SELECT)
+
+test-fast: venv  ## The tests of one process: no worker process, load or browser test
+	$(PY) -m pytest $(PYTEST_XDIST) -m "$(FAST_MARKERS)" --ignore=tests/browser $(PYTEST_ARGS)
+
+mutations: venv  ## Break three behaviours on purpose, one at a time: test-fast must catch each
+	scripts/mutations.sh
 
 venv:
 	@VENV=$(VENV) scripts/venv.sh
 
 test-postgres: venv
-	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_SELECT)
 
 test-mariadb:
 	WITH_MYSQL=1 VENV=$(VENV) scripts/venv.sh
-	DATABASE_URL=$(MYSQL_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(MYSQL_URL) $(PY) -m pytest $(PYTEST_SELECT)
 
 test-all: test test-postgres test-mariadb test-django52
 
 test-django52:  ## Django 5.2 with the django-tasks backport, on SQLite
 	VENV=.venv-52 DJANGO=5.2 scripts/venv.sh
-	.venv-52/bin/python -m pytest $(PYTEST_ARGS)
+	.venv-52/bin/python -m pytest $(PYTEST_SELECT)
 
 DJANGO_SRC ?= .cache/django-src
 django-contract: venv  ## Django's own tests/tasks against this backend (downloads Django's source)

@@ -26,6 +26,53 @@ from tests.events import EventLog, Gate, listening
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The modules of the Django 5.2 leg (marker django_api): what changes when Django Tasks comes from
+# the django-tasks backport and Django is 5.2. The rest of the package runs the same code there.
+DJANGO_API_MODULES = {
+    "test_contract": "Django's Tasks API as Django's own tests use it",
+    "test_conformance": "the backend contract, point by point",
+    "test_backend": "enqueue, results, validation: the backend interface",
+    "test_enqueue": "aenqueue and enqueue_many, Django Tasks' signals",
+    "test_enqueue_input": "the exceptions Django Tasks defines, raised at each entry",
+    "test_retries": "the task decorator's options on the Task class of either source",
+    "test_worker": "TaskContext, TaskResult and the started/finished signals, built by the worker",
+    "test_stale_rows": "results read back for tasks that are gone: the stand-in Task",
+    "test_testing_capture": "the testing helpers over Django Tasks' results",
+    "test_testing_immediate": "ImmediateSQLTaskBackend on the source's ImmediateBackend",
+    "test_testing_run": "run_tasks() builds contexts and results as a worker does",
+    "test_testing_progress": "run_tasks() with snoozes and progress reports",
+    "test_tasks_check": "tasks_check resolves task paths to Task objects",
+    "test_checks": "system checks and the migrations on that Django version",
+    "test_installation": "a project without the app or its tables, on that Django version",
+    "test_admin": "the admin's templates, which extend that Django version's",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Markers by what a test needs (the list: pyproject.toml). Every test that starts worker
+    processes through the fixture is a ``worker_process`` test; the modules above are
+    ``django_api``."""
+    for item in items:
+        if "worker_process" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.worker_process)
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.rpartition(".")[2] in DJANGO_API_MODULES:
+            item.add_marker(pytest.mark.django_api)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Escape lone surrogates in a report's captured output. The hostile-input tests log
+    them; pytest-xdist sends each report to the controller as UTF-8, and one such character
+    ended the xdist process with every test it had left."""
+    report = yield
+    report.sections = [
+        (title, text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        for title, text in report.sections
+    ]
+    return report
+
+
 @pytest.fixture
 def run_worker() -> Callable[..., Worker]:
     """Run an in-process worker in burst mode until no runnable task is left."""

@@ -114,7 +114,10 @@ def test_get_result_round_trips_every_field() -> None:
     assert fetched.backend == "default"
 
 
-@pytest.mark.parametrize("bad_id", ["nope", "", "0" * 100, str(uuid.uuid4())])
+@pytest.mark.parametrize(
+    "bad_id",
+    ["nope", "", "0" * 100, pytest.param(str(uuid.uuid4()), id="unknown-uuid")],
+)
 def test_get_result_of_unknown_or_malformed_id_raises(bad_id: str) -> None:
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].get_result(bad_id)

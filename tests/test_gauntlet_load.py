@@ -43,6 +43,7 @@ def stop_all(workers: list[WorkerProcess]) -> None:
         assert worker.wait(timeout=60) in (0, -signal.SIGKILL), worker.output
 
 
+@pytest.mark.load
 @pytest.mark.worker_process
 def test_every_task_runs_exactly_once(
     worker_process: StartWorker, events: EventLog, tmp_path: Path
@@ -72,6 +73,7 @@ def test_every_task_runs_exactly_once(
     print(f"\n{TASKS} tasks, {WORKERS} workers: {elapsed:.1f}s, per worker {dict(per_worker)}")
 
 
+@pytest.mark.load
 @pytest.mark.worker_process
 def test_sigkill_mid_batch_runs_its_tasks_again_after_the_lease(
     worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path

@@ -61,7 +61,9 @@ def test_a_task_not_ready_is_left_alone(status: str) -> None:
     assert (row.status, row.available_at) == (status, before)
 
 
-@pytest.mark.parametrize("result_id", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize(
+    "result_id", [pytest.param(str(uuid.uuid4()), id="unknown-uuid"), "not-a-uuid"]
+)
 def test_an_unknown_id_raises(result_id: str) -> None:
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].run_now(result_id)

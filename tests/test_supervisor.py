@@ -96,6 +96,7 @@ def succeeded(results: list[Any]) -> bool:
     return done.count() == len(ids)
 
 
+@pytest.mark.worker_process_core
 def test_sigterm_stops_every_child_and_exits_zero(
     worker_process: StartWorker, events: EventLog
 ) -> None:
@@ -121,6 +122,7 @@ def test_children_die_with_a_sigkilled_supervisor(
     wait_gone(pids, timeout=10)
 
 
+@pytest.mark.worker_process_core
 def test_a_sigkilled_child_is_replaced_and_its_tasks_finish(
     worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+@pytest.mark.worker_process_core
 def test_burst_runs_everything_and_exits_zero(worker_process: StartWorker) -> None:
     results = [tasks.add.enqueue(i, i) for i in range(20)]
     worker = worker_process("--burst", "--queue", "*", "--concurrency", "5")
@@ -38,6 +39,7 @@ def test_burst_runs_everything_and_exits_zero(worker_process: StartWorker) -> No
     assert not WorkerRecord.objects.exists()
 
 
+@pytest.mark.worker_process_core
 def test_sigterm_lets_the_running_task_finish(
     worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
@@ -57,6 +59,7 @@ def test_sigterm_lets_the_running_task_finish(
     assert "Received SIGTERM" in worker.output
 
 
+@pytest.mark.worker_process_core
 def test_second_sigint_stops_at_once_and_requeues(
     worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
@@ -93,6 +96,7 @@ def test_shutdown_timeout_requeues_what_is_still_running(
     assert "Shutdown timeout: requeueing 1 running task(s)" in worker.output
 
 
+@pytest.mark.worker_process_core
 def test_sigkilled_worker_tasks_are_rescued_after_the_lease(
     worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
@@ -124,6 +128,7 @@ def test_sigkilled_worker_tasks_are_rescued_after_the_lease(
     assert not WorkerRecord.objects.filter(id="victim").exists()
 
 
+@pytest.mark.worker_process_core
 @pytest.mark.parametrize("workers", [2, 4])
 def test_concurrent_workers_never_run_a_task_twice(
     worker_process: StartWorker, events: EventLog, tmp_path: Path, workers: int
@@ -188,6 +193,7 @@ def test_worker_survives_its_connections_being_killed(
     assert "Transient database error" in worker.output
 
 
+@pytest.mark.worker_process_core
 @pytest.mark.skipif(
     connection.vendor == "mysql", reason="MySQL has no wake-up channel; its workers poll"
 )

@@ -157,6 +157,7 @@ def store_outcome(
     return None
 
 
+@pytest.mark.worker_process_core
 def test_two_workers_finishing_the_last_two_members_at_once_fire_one_callback() -> None:
     """Each round, two threads (two connections) store the outcomes of a group's last two
     members at the same instant; the callback is made due once, with both results."""
