@@ -29,6 +29,7 @@ from ..compat import TaskResultDoesNotExist, task_enqueued
 from ..core.settings import SQLBackend
 from ..sql import NewTask, dialect_for, packet
 from ..sql.pg import connection_params, open_async
+from ..sql.rows import RESULT_COLUMNS
 from ..task import result_from_row
 
 logger = logging.getLogger("django_sqltasks")
@@ -278,14 +279,11 @@ class PostgresWriter(Writer):
                 await connection.execute(sql, params)
 
     async def get_result(self, backend: SQLBackend, result_id: str) -> Any:
-        # App registry: the backend, and so this module, loads before apps are ready.
-        from ..models import TaskRecord
-
         try:
             task_id = uuid.UUID(str(result_id))
         except ValueError as e:
             raise TaskResultDoesNotExist(result_id) from e
-        columns = [f.attname for f in TaskRecord._meta.concrete_fields]
+        columns = RESULT_COLUMNS  # every column of the task table (a test holds it to the model)
         with connections[self.database].wrap_database_errors:
             async with self.pool.connection() as connection:
                 cursor = await connection.execute(
