@@ -23,12 +23,14 @@ RunWorker = Callable[..., Worker]
 
 @pytest.mark.django_db(transaction=True)
 def test_a_retried_task_keeps_its_id_and_every_error(run_worker: RunWorker, tmp_path: Path) -> None:
-    result = tasks.flaky.enqueue(str(tmp_path / "calls"), 2)
+    calls = tmp_path / "calls"
+    result = tasks.flaky.enqueue(str(calls), 2)
     run_worker(concurrency=2)
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == 3
     assert result.attempts == 3
+    assert len(calls.read_text().splitlines()) == 3  # one call per attempt, each retry once
     assert len(result.worker_ids) == 3
     assert [e.exception_class_path for e in result.errors] == ["builtins.ConnectionError"] * 2
     assert "call 1 fails" in result.errors[0].traceback
