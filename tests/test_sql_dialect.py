@@ -411,3 +411,57 @@ def test_a_missing_table_is_told_apart_from_other_errors(dialect: Dialect) -> No
     assert dialect.names_missing_table(missing.value)
     assert dialect.names_missing_table(missing.value.__cause__ or missing.value)
     assert not dialect.names_missing_table(ValueError("no such table"))
+
+
+SOUND_ROW = (
+    "0196f5a2-1c3e-7b4d-8e9f-a0b1c2d3e4f5",
+    "tests.tasks.add",
+    "default",
+    "default",
+    0,
+    "[1, 2]",
+    '{"x": [3]}',
+    "2026-01-02T03:04:05.123456+00:00",
+    None,
+    "2026-01-02T03:04:06+00:00",
+    "2026-01-02T03:04:07+00:00",
+    "[]",
+    '["w"]',
+    1,
+    0,
+    None,
+    None,
+)
+
+
+def _damaged(index: int, value: object) -> tuple[object, ...]:
+    return (*SOUND_ROW[:index], value, *SOUND_ROW[index + 1 :])
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        (SOUND_ROW, None),
+        (_damaged(5, "[1, "), "column args holds text that cannot be decoded as JSON"),
+        (_damaged(6, "[]"), "column kwargs holds a JSON list, not a object"),
+        (_damaged(11, '"text"'), "column errors holds a JSON str, not a list"),
+        (_damaged(12, "[" * 1030 + "]" * 1030), "column worker_ids holds text that cannot be"),
+        (_damaged(9, "yesterday"), "a date column holds 'yesterday'"),
+        (_damaged(0, "{0196f5a2-1c3e-7b4d-8e9f-a0b1c2d3e4f5}"), None),  # UUID() reads braces
+    ],
+)
+def test_a_claimed_row_decoded_in_one_pass_matches_one_checked_column_by_column(
+    dialect: Dialect, values: tuple[object, ...], problem: str | None
+) -> None:
+    """The one-pass decoding of a claimed row gives the same row as the column-by-column one,
+    and leaves any row it does not take whole to it, which says what is wrong."""
+    row = dialect._claimed_row(values)
+    if problem is None or "date" not in problem:  # a bad date reads as the time it is read
+        assert row == dialect._checked_claimed_row(values)
+    if problem is None:
+        assert dialect._sound_claimed_row(values) == row and row.corrupt is None
+        assert row.id == uuid.UUID("0196f5a2-1c3e-7b4d-8e9f-a0b1c2d3e4f5")
+        assert (row.args, row.kwargs, row.worker_ids) == ([1, 2], {"x": [3]}, ["w"])
+        assert row.enqueued_at.isoformat() == "2026-01-02T03:04:05.123456+00:00"
+    else:
+        assert row.corrupt is not None and row.corrupt.startswith(problem)
