@@ -19,6 +19,7 @@ from django_sqltasks.core.options import BackendOptions, OptionError
 from django_sqltasks.core.resolve import _import_task
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
+from django_sqltasks.worker.attempt import forget_tasks
 from tests import tasks
 from tests.conftest import set_backend_options
 from tests.factories import staff_client
@@ -305,6 +306,7 @@ def unload() -> Iterator[None]:
     yield
     sys.modules.pop("tests.tasks_unloaded", None)
     _import_task.cache_clear()
+    forget_tasks()
 
 
 def run_row(run_worker: RunWorker, task_path: str) -> TaskRecord:
