@@ -18,11 +18,9 @@ from django.db import DatabaseError, ProgrammingError, connections, router, tran
 
 from .compat import BaseTaskBackend, InvalidTask, Task, TaskResult
 from .core import tracing
-from .core.binding import check_binds
 from .core.config_checks import check_backend
 from .core.options import BackendOptions, OptionError
 from .core.policy import check_priority_and_queue, validate_options
-from .core.resolve import unimportable_by_workers
 from .core.subject import subject_of_task
 from .core.workflow_plan import Node
 from .core.workflows import WorkflowResult
@@ -31,7 +29,6 @@ from .enqueue.coalescer import coalescer_for
 from .sql import NewTask, installation, packet
 from .task import SQLTask
 
-MAX_VALIDATED_TASKS = 4096  # remembered per backend instance; forgotten all at once when full
 DEDUPE_TRIES = 3  # inserts of a deduplicated task racing with its holder finishing
 
 
@@ -54,15 +51,13 @@ class SQLTaskBackend(BaseTaskBackend):
             # Reported by the system check; enqueue refuses to run until it is fixed.
             self.options_error = e if isinstance(e, OptionError) else OptionError(str(e))
             self.config = BackendOptions()
-        # Tasks this instance has validated. Django makes a new backend instance when TASKS
-        # changes, so a task is checked again against new settings, as the contract asks.
-        self._validated: dict[Task, bool] = {}
         self._usable = False  # set once check_usable() has passed
         # max_allowed_packet per database, for aenqueue's check on the event loop (which may
         # not query); the sync paths read it once per connection instead.
         self._packet_limits: dict[str, int | None] = {}
         # OPTIONS["TRACING"]: spans around enqueues, and runs (read by the worker); None: off.
         self.tracing = tracing.tracing_for(alias, self.config.tracing)
+        self._rows = rows.RowBuilder(self)
 
     @property
     def database(self) -> str:
@@ -79,46 +74,15 @@ class SQLTaskBackend(BaseTaskBackend):
         super().validate_task(task)
         validate_options(task, self.alias)
 
-    def _validate_for_enqueue(self, task: Task) -> None:
-        """``validate_task``, and what only an enqueue must refuse (not a declaration, which may
-        happen in a module that is never enqueued from): a task a worker would not import."""
-        self.validate_task(task)
-        unimportable = unimportable_by_workers(task.module_path, self.alias)
-        if unimportable is not None:
-            raise InvalidTask(unimportable)
+    def new_row(self, task: Task, args: Any, kwargs: Any) -> tuple[NewTask, TaskResult]:
+        """Validate ``task`` (once per instance) and build the row of one call of it."""
+        return self._rows.row(task, args, kwargs)
 
     def check_usable(self) -> None:
         """Raise ``InvalidTaskBackend`` when OPTIONS are wrong or the app is not installed."""
         if not self._usable:
             rows.check_usable(self.alias, self.options_error)
             self._usable = True
-
-    def new_row(self, task: Task, args: Any, kwargs: Any) -> tuple[NewTask, TaskResult]:
-        """Validate ``task`` (once per instance) and build the row of one call of it."""
-        self._validate_once(task)
-        traceparent = self.tracing.traceparent() if self.tracing is not None else None
-        return rows.new_row(
-            task, args, kwargs, alias=self.alias, config=self.config, traceparent=traceparent
-        )
-
-    def _new_call(self, task: Task, args: Any, kwargs: Any) -> tuple[NewTask, TaskResult]:
-        """``new_row``, for a call made now: its arguments must fit the function's parameters
-        (a workflow step's are checked when it is handed its own)."""
-        row, result = self.new_row(task, args, kwargs)
-        check_binds(task, result.args, result.kwargs)
-        return row, result
-
-    def _validate_once(self, task: Task) -> None:
-        try:
-            if task in self._validated:
-                return
-        except TypeError:  # an unhashable option value: validate every time
-            self._validate_for_enqueue(task)
-            return
-        self._validate_for_enqueue(task)
-        if len(self._validated) >= MAX_VALIDATED_TASKS:
-            self._validated.clear()
-        self._validated[task] = True
 
     @contextmanager
     def _span(self, task: Task, results: list[TaskResult], count: int = 1) -> Iterator[None]:
@@ -141,7 +105,7 @@ class SQLTaskBackend(BaseTaskBackend):
         results: list[TaskResult] = []
         with self._span(task, results):
             self.check_usable()
-            row, result = self._new_call(task, args, kwargs)
+            row, result = self._rows.call(task, args, kwargs)
             rows.check_packet([row], self._packet_limit())
             if row.dedupe_key is not None:
                 result = self._enqueue_deduplicated(row, result)
@@ -176,7 +140,7 @@ class SQLTaskBackend(BaseTaskBackend):
         results: list[TaskResult] = []
         with self._span(task, results, len(calls)):
             self.check_usable()
-            new, built = rows.new_rows(task, calls, self._new_call)
+            new, built = rows.new_rows(task, calls, self._rows.call)
             rows.check_packet(new, self._packet_limit(), many=True)
             if new and new[0].dedupe_key is not None:
                 # Each row may meet a live twin: insert them one by one.
@@ -214,7 +178,7 @@ class SQLTaskBackend(BaseTaskBackend):
         self, task: Task, args: Iterable[Any], kwargs: dict[str, Any]
     ) -> TaskResult:
         self.check_usable()
-        row, result = self._new_call(task, args, kwargs)
+        row, result = self._rows.call(task, args, kwargs)
         database = self.database  # the routers' answer, asked once per call
         if database in self._packet_limits:
             limit = self._packet_limits[database]

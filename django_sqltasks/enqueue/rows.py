@@ -14,10 +14,13 @@ from django.apps import apps
 from django.utils import timezone
 
 from ..compat import InvalidTask, InvalidTaskBackend, Task, TaskResult, TaskResultStatus
+from ..core.binding import check_binds
 from ..core.limits import limit_key
 from ..core.options import BackendOptions, OptionError
 from ..core.policy import dedupe_key
+from ..core.resolve import unimportable_by_workers
 from ..core.serialization import check_arguments, dumps
+from ..core.settings import SQLBackend
 from ..core.subject import subject_of_task
 from ..exceptions import PayloadTooLarge
 from ..ids import new_task_id
@@ -25,6 +28,52 @@ from ..sql import NewTask, installation, packet
 from ..task import SQLTaskResult
 
 Build = Callable[[Task, Any, Any], tuple[NewTask, TaskResult]]
+MAX_VALIDATED_TASKS = 4096  # remembered per backend instance; forgotten all at once when full
+
+
+class RowBuilder:
+    """Builds one backend's rows, validating each task once per backend instance. Django makes
+    a new backend instance when TASKS changes, so a task is checked again against new settings,
+    as the contract asks."""
+
+    def __init__(self, backend: SQLBackend) -> None:
+        self._backend = backend
+        self._validated: dict[Task, bool] = {}  # any thread may add; a lost entry costs a check
+
+    def row(self, task: Task, args: Any, kwargs: Any) -> tuple[NewTask, TaskResult]:
+        """The row of one call of ``task`` (a workflow step's, whose arguments come later)."""
+        self._validate_once(task)
+        backend = self._backend
+        traceparent = backend.tracing.traceparent() if backend.tracing is not None else None
+        return new_row(
+            task, args, kwargs, alias=backend.alias, config=backend.config, traceparent=traceparent
+        )
+
+    def call(self, task: Task, args: Any, kwargs: Any) -> tuple[NewTask, TaskResult]:
+        """``row``, for a call made now: its arguments must fit the function's parameters."""
+        row, result = self.row(task, args, kwargs)
+        check_binds(task, result.args, result.kwargs)
+        return row, result
+
+    def _validate_once(self, task: Task) -> None:
+        try:
+            if task in self._validated:
+                return
+        except TypeError:  # an unhashable option value: validate every time
+            self._validate(task)
+            return
+        self._validate(task)
+        if len(self._validated) >= MAX_VALIDATED_TASKS:
+            self._validated.clear()
+        self._validated[task] = True
+
+    def _validate(self, task: Task) -> None:
+        """``validate_task``, and what only an enqueue must refuse (not a declaration, which may
+        happen in a module that is never enqueued from): a task a worker would not import."""
+        self._backend.validate_task(task)
+        unimportable = unimportable_by_workers(task.module_path, self._backend.alias)
+        if unimportable is not None:
+            raise InvalidTask(unimportable)
 
 
 def check_usable(alias: str, options_error: OptionError | None) -> None:
