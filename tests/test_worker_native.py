@@ -217,3 +217,30 @@ def test_the_aenqueue_pool_runs_djangos_session_setup_too(monkeypatch: pytest.Mo
             await writer.aclose()
 
     assert asyncio.run(zone()) == connection.timezone_name
+
+
+@pytest.mark.parametrize("listen", [True, False])
+def test_the_listening_connection_claims_with_a_prepared_statement(listen: bool) -> None:
+    """The connection that holds LISTEN is a direct session: its claim is prepared there even
+    with Django's default OPTIONS (no prepared statements, for poolers' sake); a claim on a
+    connection that does not listen is not."""
+    first, second = _insert(2), _insert(2)
+
+    async def claim_twice() -> tuple[list[Any], list[Any], int]:
+        loop_database = _loop_database(listen=listen)
+        await loop_database.start()
+        try:
+            rows = await loop_database.claim(2)
+            more = await loop_database.claim(2)
+            cursor = await loop_database._connection.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                ["%json_agg%"],
+            )
+            return rows, more, (await cursor.fetchone())[0]
+        finally:
+            await loop_database.close()
+
+    rows, more, prepared = asyncio.run(claim_twice())
+    assert prepared == (1 if listen else 0)
+    assert sorted(row.id for row in rows + more) == sorted(first + second)
+    assert all(row.worker_ids == [WORKER] and row.corrupt is None for row in rows + more)

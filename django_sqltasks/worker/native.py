@@ -28,6 +28,10 @@ from . import events
 logger = logging.getLogger("django_sqltasks")
 
 RECONNECT_DELAY = 1.0  # seconds between attempts to open a connection that failed
+# psycopg's own default, for the listening connection where the project's OPTIONS leave
+# prepared statements off: only the claim asks to be prepared (prepare=True); the connection's
+# other statements (LISTEN, the session's settings) run once and are never prepared.
+LISTEN_PREPARE_THRESHOLD = 5
 
 
 class LoopDatabase:
@@ -127,6 +131,12 @@ class LoopDatabase:
             if self._listen:
                 connection.add_notify_handler(self._notified)  # those read during a claim
                 await connection.execute(PostgreSQLDialect.listen_sql)
+                # A session that holds LISTEN is a direct one, never behind a pooler in
+                # transaction mode (which would lose its notifications): its claim may be a
+                # prepared statement, planned once per connection instead of at each call,
+                # whatever Django's OPTIONS say for the project's other connections.
+                if connection.prepare_threshold is None:
+                    connection.prepare_threshold = LISTEN_PREPARE_THRESHOLD
         except BaseException:
             await connection.close()
             raise
@@ -145,8 +155,9 @@ class LoopDatabase:
                 await cursor.execute(sql, params)
                 row = await cursor.fetchone()
         else:
-            # Prepared where the project turned psycopg's prepared statements on (OPTIONS
-            # prepare_threshold), as the database thread's claim is: server-side binding.
+            # Prepared on the listening connection, or where the project turned psycopg's
+            # prepared statements on (OPTIONS prepare_threshold) as the database thread's
+            # claim is: server-side binding.
             async with psycopg.AsyncCursor(connection) as cursor:
                 await cursor.execute(sql, params, prepare=True)
                 row = await cursor.fetchone()
