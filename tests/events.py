@@ -128,17 +128,14 @@ class EventLog:
             found += self.select(new, name, where, fields)
             if len(found) >= count:
                 return found
-            with self._condition:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(
-                        f"waited {timeout:g}s for {count} {name!r} event(s)"
-                        + (f" with {fields}" if fields else "")
-                        + (" that the test's condition accepts" if where else "")
-                        + f"; {len(found)} came. The last events: {self._events[-15:]}"
-                    )
-                if len(self._events) == position:
-                    self._condition.wait(remaining)
+            self._await_more(
+                position,
+                deadline,
+                f"waited {timeout:g}s for {count} {name!r} event(s)"
+                + (f" with {fields}" if fields else "")
+                + (" that the test's condition accepts" if where else "")
+                + f"; {len(found)} came",
+            )
 
     def until(self, condition: Callable[[], T], what: str, *, timeout: float = WAIT) -> T:
         """Block until ``condition()`` (on the calling thread, so it may query the database)
@@ -150,14 +147,17 @@ class EventLog:
             value = condition()
             if value:
                 return value
-            with self._condition:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(
-                        f"waited {timeout:g}s for {what}; the last events: {self._events[-15:]}"
-                    )
-                if len(self._events) == seen:
-                    self._condition.wait(remaining)
+            self._await_more(seen, deadline, f"waited {timeout:g}s for {what}")
+
+    def _await_more(self, seen: int, deadline: float, failure: str) -> None:
+        """Block until the log holds more than ``seen`` events; past ``deadline``, fail with
+        ``failure`` and the last events."""
+        with self._condition:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"{failure}. The last events: {self._events[-15:]}")
+            if len(self._events) == seen:
+                self._condition.wait(remaining)
 
     @staticmethod
     def select(
