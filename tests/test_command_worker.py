@@ -200,25 +200,31 @@ def test_an_unreachable_database_is_one_line_naming_host_port_and_error() -> Non
 
 
 class LateProxy:
-    """A TCP port that refuses connections for ``delay`` seconds, then forwards to ``target``:
-    a database that comes up after the worker started."""
+    """A TCP port whose connections are dropped at once until ``delay`` seconds have passed and
+    at least one connection was dropped, then forwarded to ``target``: a database that comes up
+    after the worker first tried it, however long the worker takes to start."""
 
     def __init__(self, target: tuple[str, int], delay: float) -> None:
-        self.port = closed_port()
         self.target = target
+        self.dropped = 0  # connections refused so far; written by the proxy's thread only
         self.stopped = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
         self.thread = threading.Thread(target=self._serve, args=(delay,), daemon=True)
         self.thread.start()
 
     def _serve(self, delay: float) -> None:
-        if self.stopped.wait(delay):
-            return
-        with socket.create_server(("127.0.0.1", self.port)) as server:
+        up_at = time.monotonic() + delay
+        with self.server as server:
             server.settimeout(0.2)
             while not self.stopped.is_set():
                 try:
                     client, _ = server.accept()
                 except TimeoutError:
+                    continue
+                if self.dropped == 0 or time.monotonic() < up_at:
+                    self.dropped += 1  # the database is not up yet
+                    client.close()
                     continue
                 upstream = socket.create_connection(self.target)
                 for a, b in ((client, upstream), (upstream, client)):
