@@ -81,10 +81,14 @@ def test_metrics_show_the_progress_of_running_tasks(
         )
         assert recorder.registry.get_sample_value("sqltasks_task_progress_min", labels) == 0.25
         assert recorder.registry.get_sample_value("sqltasks_tasks_reporting_progress", labels) == 1
-        # The heartbeat writes it.
+        # The heartbeat writes it, and counts the write once it has returned (after the row
+        # shows it to another connection: wait for both).
         events.until(lambda: TaskRecord.objects.get(pk=result.id).progress, "the report")
-        assert recorder.registry.get_sample_value(
-            "sqltasks_progress_writes_total", {"result": "written"}
+        events.until(
+            lambda: recorder.registry.get_sample_value(
+                "sqltasks_progress_writes_total", {"result": "written"}
+            ),
+            "the report's write counted",
         )
         gate.open()
         events.wait("task_finished", id=str(result.id), status="SUCCESSFUL")
