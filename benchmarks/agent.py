@@ -89,6 +89,11 @@ async def latency(probes: int, seed: int) -> dict[str, Any]:
 
         async def send(seq: int, at: float, port: int) -> None:
             await rawsql.enqueue_one("probe", [seq, at, port])
+    elif current_system().enqueue_kind == "sql-floor":
+        from benchmarks import floor  # only the floor's agent needs its connection
+
+        async def send(seq: int, at: float, port: int) -> None:
+            await floor.enqueue_one("probe", [seq, at, port])
     else:
         aenqueue, tasks = _django_enqueuer()
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from benchmarks import (
     environment,
+    fairness,
     network,
     page,
     processes,
@@ -27,6 +28,7 @@ from benchmarks import (
     scenarios,
     services,
     snapshot,
+    waiters,
 )
 from benchmarks.marker import COUNT_ENV, COUNT_METHODS
 from benchmarks.systems import SMOKE_SYSTEMS, SYSTEMS
@@ -147,7 +149,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         args.http_requests = min(args.http_requests, SMOKE_TASKS)
         out = out or SMOKE_DIR
     unknown = [s for s in systems if s not in SYSTEMS] + [
-        s for s in chosen if s not in scenarios.ALL_SCENARIOS
+        s for s in chosen if s not in (*scenarios.ALL_SCENARIOS, *scenarios.EXTRA_SCENARIOS)
     ]
     if unknown:
         raise SystemExit(f"unknown system or scenario: {', '.join(unknown)}")
@@ -157,7 +159,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
     )
     return Plan(
         systems=[SYSTEMS[s] for s in systems],
-        scenarios=[s for s in scenarios.ALL_SCENARIOS if s in chosen],
+        scenarios=[
+            s for s in (*scenarios.ALL_SCENARIOS, *scenarios.EXTRA_SCENARIOS) if s in chosen
+        ],
         tasks=tasks,
         repeat=repeat,
         rtt_ms=args.rtt,
@@ -174,8 +178,9 @@ def _runs(plan: Plan) -> list[tuple[int, str, System]]:
         for rep in range(1, plan.repeat + 1)
         for scenario in plan.scenarios
         for system in plan.systems
-        if (scenario != "http" or system.supports_http)
-        and (scenario != "bulk" or system.supports_bulk)
+        if system.runs(scenario)
+        and (scenario != "fairness" or fairness.supports(system))
+        and (scenario != "waiters" or waiters.supports(system))
     ]
 
 

@@ -69,6 +69,14 @@ METHOD = """\
   {probes} probes per run after one warm-up probe. **Idle CPU:** after the probes, the worker's
   whole process tree's CPU time (user + system, psutil) over 10 s with nothing to do, as a
   percentage of one core.
+- **The bare-SQL floor** (`sql-floor`, latency only): the same probes, sent and timed the same
+  way, through `benchmarks/floor.py`: a minimal table (`bigserial` id, task, args, state, one
+  partial index); the enqueue, one autocommit statement that inserts the row and calls
+  `pg_notify` (psycopg, no Django); a worker on one psycopg connection that `LISTEN`s and, woken,
+  claims the oldest ready row with one `UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED)
+  RETURNING` and runs it. It is what no PostgreSQL task queue can beat on the machine during
+  that run: read each latency against the floor of its own profile. PostgreSQL only: SQLite
+  has no notification between processes.
 - **Bulk enqueue** (systems with a bulk API only): one `backend.enqueue_many(task, calls)` of N
   NoOp tasks, then one `await backend.aenqueue_many(task, calls)` of N more, each timed alone
   after a warm-up call of 10 tasks. Then 1,000 sync `task.enqueue()` calls one after the other
@@ -102,8 +110,9 @@ CAVEATS = """\
   CPU or I/O move every system towards the same bound.
 - The systems do not offer the same guarantees. django-sqltasks and django-tasks-db keep a result
   row per task; django-vtasks deletes the row on success and keeps no results; Celery runs with
-  results ignored; RQ keeps results in Redis. The raw SQL row is not a task queue at all (no
-  retries, no result API, no recovery): it shows what PostgreSQL allows here, not a competitor.
+  results ignored; RQ keeps results in Redis. The raw SQL row and the bare-SQL floor are not
+  task queues at all (no retries, no result API, no recovery): they show what PostgreSQL allows
+  here, not competitors.
 - The userspace delay proxy adds more than the requested RTT (Python's timer resolution and
   its own CPU time on a busy machine); the measured round trip printed with each profile is the
   one that applied. The 2 ms profile covers only the systems and scenarios listed in its command.
@@ -208,7 +217,15 @@ def _profile_section(summary: dict[str, Any], docs_dir: Path) -> str:
 
 def _profiles(docs_dir: Path) -> list[dict[str, Any]]:
     summaries = [json.loads(p.read_text()) for p in sorted(docs_dir.glob("*.json"))]
-    return sorted(summaries, key=lambda s: (s["meta"]["rtt_requested_ms"], s["meta"]["profile"]))
+    # The local profile first: the page's machine and method are its.
+    return sorted(
+        summaries,
+        key=lambda s: (
+            s["meta"]["rtt_requested_ms"],
+            s["meta"]["profile"] != "local",
+            s["meta"]["profile"],
+        ),
+    )
 
 
 def write(docs_dir: Path, page: Path) -> None:
@@ -233,15 +250,19 @@ def write(docs_dir: Path, page: Path) -> None:
         _settings_table(),
         "## Results\n\nThe figures below come from `python -m benchmarks run --probes 10 "
         f"--http-requests 1000 --repeat {first['repeat']}` (all systems and scenarios, 5,000 "
-        f"tasks, {first['repeat']} interleaved repeats: about {12 * first['repeat']} minutes on "
+        f"tasks, {first['repeat']} interleaved repeats: about {7 * first['repeat']} minutes on "
         "this machine), `python -m benchmarks run --systems sqltasks-pg,"
         "sqltasks-sqlite,sqltasks-mariadb,vtasks-valkey,raw-sql --scenarios noop -n 50000 "
-        "--repeat 1 --profile local-50k` (the steady state, where start-up weighs little) and "
+        "--repeat 3 --profile local-50k` (the steady state, where start-up weighs little) and "
         "`python -m "
         "benchmarks run --rtt 2ms --systems sqltasks-pg,vtasks-valkey --scenarios "
         "noop,sleep,latency --repeat 1 --probes 10`; the `semaphore` profile, where present, "
         "is `--systems sqltasks-pg,vtasks-valkey --scenarios noop --arrival semaphore --repeat 3 "
-        "--profile semaphore`. Each profile says when it ran and at which commit: compare "
+        "--profile semaphore`; the `fairness` profile is `--systems sqltasks-pg,sqltasks-sqlite,"
+        "sqltasks-mariadb --scenarios fairness -n 100000 --repeat 1 --profile fairness` and the "
+        "`waiters` profile the same systems with `--scenarios waiters --profile waiters` "
+        "(django-sqltasks only: no other system has fair keys or a wait on results). "
+        "Each profile says when it ran and at which commit: compare "
         "figures within a profile, since this machine's speed drifts between runs and days. "
         "In Docker: `docker compose run --rm "
         "bench` (see `compose.yml` for netem). CI runs `python -m benchmarks run --smoke`. "

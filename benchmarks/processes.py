@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -96,3 +99,19 @@ def install_cleanup() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+
+
+def run_client(module: str, env: dict[str, str], *args: str, timeout: float) -> dict[str, Any]:
+    """Run ``python -m MODULE ARGS`` (a scenario's client) with ``env``; return the JSON it
+    prints, or raise with the end of its stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        env=env,
+        cwd=SUBPROCESS_CWD,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{module} {args[0]} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]

@@ -55,12 +55,27 @@ BULK_COLUMNS: dict[str, tuple[str, Formatter]] = {
     "enqueue_one_ops": ("enqueue() one at a time /s", _int),
     "orm_create_ops": ("ORM create() one at a time /s", _int),
 }
+FAIRNESS_COLUMNS: dict[str, tuple[str, Formatter]] = {
+    "fair_others_done_s": ("fair_key: other keys done s", _s),
+    "fair_others_p50_s": ("fair_key: other keys p50 s", _s),
+    "fair_big_done_by_then": ("fair_key: big-key tasks done by then", _int),
+    "plain_others_done_s": ("arrival order: other keys done s", _s),
+    "plain_big_done_by_then": ("arrival order: big-key tasks done by then", _int),
+}
+WAITERS_COLUMNS: dict[str, tuple[str, Formatter]] = {
+    "wait_p50_ms": ("wait(): task end to return p50 ms", _ms),
+    "wait_p95_ms": ("p95 ms", _ms),
+    "crowd_sessions": ("1,000 async waits: sessions", _int),
+    "crowd_queries_per_s": ("their queries/s", _pct),
+}
 COLUMNS = {
     "noop": THROUGHPUT_COLUMNS,
     "sleep": THROUGHPUT_COLUMNS,
     "latency": LATENCY_COLUMNS,
     "http": HTTP_COLUMNS,
     "bulk": BULK_COLUMNS,
+    "fairness": FAIRNESS_COLUMNS,
+    "waiters": WAITERS_COLUMNS,
 }
 TITLES = {
     "noop": "NoOp",
@@ -68,6 +83,8 @@ TITLES = {
     "latency": "Enqueue-to-start latency (one task at a time, idle worker)",
     "http": "End to end: async view behind uvicorn, one enqueue per request",
     "bulk": "Bulk enqueue: all the tasks in one call (systems with a bulk API)",
+    "fairness": "Fairness: one key's backlog of N tasks, 50 other keys x 10 tasks, 2 workers",
+    "waiters": "Waiting for results: wait() after the task's end; 1,000 async waits at once",
 }
 
 
@@ -117,7 +134,7 @@ def table(summary: dict[str, Any], scenario: str) -> str:
     rows = [r for r in summary["rows"] if r["scenario"] == scenario]
     if not rows:
         return ""
-    extra = ["Tasks"] if scenario in ("noop", "bulk") else []
+    extra = ["Tasks"] if scenario in ("noop", "bulk", "fairness") else []
     if scenario == "sleep":
         extra = ["Tasks", "Sleep"]
     if scenario == "http":

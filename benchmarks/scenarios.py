@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import loadgen, services
+from benchmarks import fairness, loadgen, services, waiters
 from benchmarks.marker import EXPECTED_ENV, MARKER_ADDR_ENV, MarkerListener
 from benchmarks.metrics import TreeSampler, percentile, tree_cpu_seconds, vm_hwm_bytes
 from benchmarks.processes import free_port, spawn, stop, wait_for_port
@@ -19,6 +19,8 @@ from benchmarks.systems.base import SUBPROCESS_CWD, Endpoints, System, django_en
 
 THROUGHPUT_SCENARIOS = ("noop", "sleep")
 ALL_SCENARIOS = ("noop", "sleep", "latency", "http", "bulk")
+# Run only when named (--scenarios fairness): django-sqltasks alone, see benchmarks/fairness.py.
+EXTRA_SCENARIOS = ("fairness", "waiters")  # waiters: benchmarks/waiters.py
 MB = 1024 * 1024
 AGENT_TIMEOUT = 600.0  # seconds
 HTTP_START_TIMEOUT = 60.0  # seconds
@@ -212,4 +214,8 @@ def run(system: System, scenario: str, n: int, ctx: RunContext) -> dict[str, Any
         return run_http(system, ctx)
     if scenario == "bulk":
         return run_bulk(system, n, ctx)
+    if scenario == "fairness":
+        return fairness.run(system, n, ctx)
+    if scenario == "waiters":
+        return waiters.run(system, n, ctx)
     raise ValueError(f"scenario must be one of {', '.join(ALL_SCENARIOS)}, not {scenario!r}")

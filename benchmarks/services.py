@@ -58,6 +58,11 @@ def prepare(system: System, endpoints: Endpoints) -> None:
 
         rawsql.create_schema(endpoints)
         return
+    if system.enqueue_kind == "sql-floor":
+        from benchmarks import floor  # only the floor's runs need its module
+
+        floor.create_schema(endpoints)
+        return
     if system.database is not None:
         create_database(endpoints, *system.database)
     manage(system, endpoints, "migrate", "--noinput", "-v", "0")
@@ -69,6 +74,11 @@ def reset(system: System, endpoints: Endpoints) -> None:
         from benchmarks import rawsql
 
         rawsql.truncate(endpoints)
+        return
+    if system.enqueue_kind == "sql-floor":
+        from benchmarks import floor  # only the floor's runs need its module
+
+        floor.truncate(endpoints)
         return
     if system.database is not None:
         manage(system, endpoints, "flush", "--noinput", "-v", "0")

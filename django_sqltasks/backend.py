@@ -19,6 +19,7 @@ from django.db import DatabaseError, ProgrammingError, connections, router, tran
 from .compat import BaseTaskBackend, InvalidTask, Task, TaskResult
 from .core import tracing
 from .core.config_checks import check_backend
+from .core.limits import parse_override
 from .core.options import BackendOptions, OptionError
 from .core.policy import check_priority_and_queue, validate_options
 from .core.subject import subject_of_task
@@ -168,6 +169,8 @@ class SQLTaskBackend(BaseTaskBackend):
         It commits on its own (see docs/transactions.md); on PostgreSQL it runs on the event
         loop itself.
         """
+        if self.tracing is None:  # no span: spare the context manager its generator
+            return await self._aenqueue(task, args, kwargs)
         results: list[TaskResult] = []
         with self._span(task, results):
             result = await self._aenqueue(task, args, kwargs)
@@ -228,6 +231,19 @@ class SQLTaskBackend(BaseTaskBackend):
         result: TaskResult = await coalescer.get_result(result_id)
         return result
 
+    def wait_result(self, result_id: str, timeout: float | None = None) -> TaskResult:
+        """Block until the task is SUCCESSFUL or FAILED and return its result; raise
+        ``WaitTimeout`` if it has not finished within ``timeout`` seconds (None: no limit)."""
+        from .store import waiting  # app registry: store/ imports the models
+
+        return waiting.wait_result(self, result_id, timeout)
+
+    async def await_result(self, result_id: str, timeout: float | None = None) -> TaskResult:
+        """Async ``wait_result``: the wait holds no thread and no connection."""
+        from .store import waiting  # app registry: store/ imports the models
+
+        return await waiting.await_result(self, result_id, timeout)
+
     def cancel(self, result_id: str) -> bool:
         """Cancel a task: a READY one never runs (FAILED with ``TaskCancelled``); a RUNNING async
         one is cancelled by its worker at the next heartbeat. Return False if it had finished
@@ -259,6 +275,41 @@ class SQLTaskBackend(BaseTaskBackend):
         self.check_usable()
         name = flow.check_queue(self.alias, self.queues, queue_name)
         return flow.resume(self.database, self.alias, name, announce=self.config.notify)
+
+    def set_queue_limit(
+        self, queue_name: str, *, concurrency: int | None = None, rate: str | None = None
+    ) -> bool:
+        """Override ``queue_name``'s limits in QUEUE_LIMITS on every worker (from its next
+        limited claim): ``concurrency`` at least 1, ``rate`` like ``"10/s"``; one left None
+        keeps the settings' one. Replace any override; return False if there was one. Raise
+        ``UnknownQueue`` for a name outside QUEUES and ValueError naming a bad limit."""
+        from .store import flow, queue_limits  # app registry: store/ imports the models
+
+        self.check_usable()
+        name = flow.check_queue(self.alias, self.queues, queue_name)
+        limit = parse_override(concurrency, rate, fields=("concurrency", "rate"))
+        return queue_limits.set_override(
+            self.database, self.alias, name, limit, announce=self.config.notify
+        )
+
+    def clear_queue_limit(self, queue_name: str) -> bool:
+        """Put ``queue_name``'s QUEUE_LIMITS back in force (none if it has none); return False
+        if it had no override."""
+        from .store import flow, queue_limits  # app registry: store/ imports the models
+
+        self.check_usable()
+        name = flow.check_queue(self.alias, self.queues, queue_name)
+        return queue_limits.clear_override(
+            self.database, self.alias, name, announce=self.config.notify
+        )
+
+    def queue_limits(self) -> list[Any]:
+        """Return each limited queue's ``QueueLimitState``: its limits from QUEUE_LIMITS, its
+        override and those in force, by queue name."""
+        from .store import queue_limits  # app registry: store/ imports the models
+
+        self.check_usable()
+        return queue_limits.states(self.database, self.alias, self.config.queue_limits)
 
     def paused_queues(self) -> list[str]:
         """Return the names of this backend's paused queues, sorted."""

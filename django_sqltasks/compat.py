@@ -29,6 +29,7 @@ if find_spec("django.tasks") is not None:
     )
     from django.tasks.signals import log_task_finished as logs_task_finished
     from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
 
     TASKS_LOGGER = "django.tasks"  # the logger of Django Tasks' own receivers
 elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by the Django 5.2 leg
@@ -66,6 +67,7 @@ elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by t
         task_finished,
         task_started,
     )
+    from django_tasks.utils import normalize_json  # type: ignore[no-redef]
 
     TASKS_LOGGER = "django_tasks"
 else:  # pragma: no cover
@@ -99,6 +101,7 @@ __all__ = [
     "TaskResultMismatch",
     "TaskResultStatus",
     "logs_task_finished",
+    "normalize_json",
     "task",
     "task_backends",
     "task_enqueued",

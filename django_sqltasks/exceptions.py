@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
 from .compat import InvalidTask
 
@@ -90,3 +91,15 @@ class WorkflowStepSkipped(Exception):
 
 class InvalidWorkflow(InvalidTask):
     """A chain or group cannot be enqueued as built; the message says which step and why."""
+
+
+class WaitTimeout(TimeoutError):
+    """A wait for a task to finish (``result.wait(timeout=...)``) ran out first; the task may
+    still finish later. ``result`` is its state as last read."""
+
+    def __init__(self, result: Any, timeout: float) -> None:
+        self.result = result
+        self.timeout = timeout
+        super().__init__(
+            f"Task {result.id} did not finish within {timeout:g}s (it is {result.status})."
+        )

@@ -11,6 +11,8 @@ RANDOM_POOL = 4096  # bytes drawn from os.urandom at once: the random bits of 51
 _VERSION_7 = 0x7 << 12  # in the second 16 bits of the high half
 _VARIANT = 0b10 << 62  # the top bits of the low half
 _RAND_B = (1 << 62) - 1
+_new_object = object.__new__
+_set_field = object.__setattr__
 
 # Guarded by the lock: the last id made, and the unused part of the random pool.
 _lock = threading.Lock()
@@ -48,4 +50,8 @@ def new_task_id() -> uuid.UUID:
         if value <= _last:
             value = _last + 1
         _last = value
-    return uuid.UUID(int=value)
+    # uuid.UUID(int=value) without its range check (value has 128 bits by construction).
+    task_id = _new_object(uuid.UUID)
+    _set_field(task_id, "int", value)
+    _set_field(task_id, "is_safe", uuid.SafeUUID.unknown)
+    return task_id

@@ -48,6 +48,10 @@ class SQLTask(Task):
     concurrency_key: str | Callable[..., str] | None = None
     # At most N starts in any period, across every worker: "N/s", "N/m" or "N/h".
     rate_limit: str | None = None
+    # What waiting tasks are shared out per (a tenant, say): a callable of the task's arguments
+    # returning a str, or "subject". Workers take them round robin across keys, within a
+    # priority, instead of in arrival order (docs/fair-queues.md).
+    fair_key: str | Callable[..., str] | None = None
     # The model row this task's enqueues are about; set by using(subject=obj), never by @task.
     # Left out of equality and hashing: the backend validates a task once, whatever its subject.
     subject: Subject | None = field(default=None, compare=False)
@@ -104,6 +108,24 @@ MAX_READ_DEPTH = 100
 CUT_MARKER = f"<cut by django-sqltasks: nested deeper than {MAX_READ_DEPTH} levels>"
 
 
+# Django's TaskResult's fields, in order: the worker's RUNNING result and enqueue's READY one
+# are built field by field only while it has exactly these (tests hold both Django versions
+# to them), skipping its __post_init__, which walks arguments already checked.
+RESULT_FIELDS = (
+    "task",
+    "id",
+    "status",
+    "enqueued_at",
+    "started_at",
+    "finished_at",
+    "last_attempted_at",
+    "args",
+    "kwargs",
+    "backend",
+    "errors",
+    "worker_ids",
+    "_return_value",
+)
 # What a SQLTaskResult adds to Django's TaskResult, copied by refresh() with Django's own.
 EXTRA_ATTRS = (
     "progress",
@@ -135,6 +157,21 @@ class SQLTaskResult(TaskResult):  # type: ignore[misc]
     async def arefresh(self) -> None:
         """Async ``refresh``."""
         self._copy(await self.task.get_backend().aget_result(self.id))
+
+    def wait(self, timeout: float | None = None) -> SQLTaskResult:
+        """Block until the task is SUCCESSFUL or FAILED, reload it as ``refresh()`` does, and
+        return it; raise ``WaitTimeout`` if it has not finished within ``timeout`` seconds
+        (None: no limit)."""
+        backend: Any = self.task.get_backend()  # an SQLTaskBackend: it made this result
+        self._copy(backend.wait_result(self.id, timeout))
+        return self
+
+    async def await_result(self, timeout: float | None = None) -> SQLTaskResult:
+        """Async ``wait`` (``await`` is a keyword): the wait holds no thread and no
+        connection."""
+        backend: Any = self.task.get_backend()
+        self._copy(await backend.await_result(self.id, timeout))
+        return self
 
     def _copy(self, fresh: TaskResult) -> None:
         names = [f.name for f in dataclasses.fields(TaskResult) if f.name not in ("task", "id")]

@@ -36,6 +36,8 @@ ENQUEUE_CHUNK = 10_000  # tasks per enqueue_many (one COPY on PostgreSQL)
 CLAIM_SAMPLE = 5_000  # tasks claimed to measure claim speed
 CLAIM_BATCH = 50  # tasks per claim statement in that measurement
 CLAIM_ROUNDS = 5  # rounds of that measurement; the median is reported
+PROBE_QUEUE = "soak-probe"  # a queue no soak worker runs: the claim-time probe's own tasks
+PROBE_CLAIMS = 20  # claims of CLAIM_BATCH timed by one probe; the median is reported
 
 
 def log(message: str) -> None:
@@ -173,11 +175,74 @@ def claim_rate(queue_names: list[str] | None = None) -> float:
     return claimed / elapsed
 
 
-def claim_rates() -> dict[str, int]:
-    """Median of CLAIM_ROUNDS interleaved rounds per kind of worker (one round is noisy)."""
+def idle_claim_probe(executed: int) -> dict[str, Any]:
+    """claim_probe with no worker running: the median of CLAIM_ROUNDS probes (one is noisy)."""
+    probes = [claim_probe() for _ in range(CLAIM_ROUNDS)]
+    return {
+        "executed": executed,
+        "workers": "idle",
+        **probes[-1],
+        "claim_ms": statistics.median(p["claim_ms"] for p in probes),
+        "claim_ms_rounds": [p["claim_ms"] for p in probes],
+    }
+
+
+def claim_probe() -> dict[str, Any]:
+    """Time PROBE_CLAIMS claims of CLAIM_BATCH tasks on a queue of their own, as the table is now.
+
+    The probe's tasks are written straight into the table (the soak's QUEUES do not list the
+    probe's queue, and its workers do not run it), so the probe runs beside a live soak without
+    taking its tasks; what it measures is the claim over the table and indexes the run has left,
+    while the workers share the machine. Returns the median claim in ms and the table's state.
+    """
+    from django.db import connection
+
+    from django_sqltasks.sql import dialect_for
+
+    count = PROBE_CLAIMS * CLAIM_BATCH
+    scalar(
+        f"""
+        INSERT INTO {TABLE} (id, task_path, backend_name, queue_name, priority, status, args,
+            kwargs, errors, worker_ids, attempts, enqueued_at, available_at)
+        SELECT gen_random_uuid(), 'tests.tasks.noop', 'default', %s, 0, 'READY', '[]', '{{}}',
+            '[]', '[]', 0, now(), now()
+        FROM generate_series(1, %s)
+        """,
+        [PROBE_QUEUE, count],
+    )
+    dialect = dialect_for(connection)
+    times: list[float] = []
+    with connection.cursor() as cursor:
+        for _ in range(PROBE_CLAIMS):
+            started = time.perf_counter()
+            rows = dialect.claim(
+                cursor, backend_name="default", queue_names=[PROBE_QUEUE], worker_id="claim-probe",
+                limit=CLAIM_BATCH,
+            )  # fmt: skip
+            times.append(time.perf_counter() - started)
+            if len(rows) < CLAIM_BATCH:
+                break
+    scalar(f"DELETE FROM {TABLE} WHERE queue_name = %s", [PROBE_QUEUE])
+    stats = _rows(
+        "SELECT n_live_tup, n_dead_tup, autovacuum_count, pg_total_relation_size(relid)"
+        f" FROM pg_stat_user_tables WHERE relname = '{TABLE}'"
+    )[0]
+    return {
+        "claim_ms": round(statistics.median(times) * 1000, 2),
+        "live_tuples": stats[0],
+        "dead_tuples": stats[1],
+        "autovacuums": stats[2],
+        "total_mb": round(stats[3] / 2**20, 1),
+    }
+
+
+def claim_rates(vacuum: bool = True) -> dict[str, int]:
+    """Median of CLAIM_ROUNDS interleaved rounds per kind of worker (one round is noisy);
+    each round after a VACUUM ANALYZE, unless ``vacuum`` is false (the table as it is)."""
     rates: dict[str, list[float]] = {"wildcard": [], "one_queue": []}
     for _ in range(CLAIM_ROUNDS):
-        _rows(f"VACUUM ANALYZE {TABLE}")
+        if vacuum:
+            _rows(f"VACUUM ANALYZE {TABLE}")
         rates["wildcard"].append(claim_rate())
         rates["one_queue"].append(claim_rate(["default"]))
     return {kind: round(statistics.median(values)) for kind, values in rates.items()}
@@ -270,6 +335,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument(
+        "--probe-every", type=int, default=0, metavar="TASKS",
+        help="time the claim (PostgreSQL) every TASKS executions, and before and after the run",
+    )  # fmt: skip
+    parser.add_argument(
         "--claim-only", type=int, metavar="ROWS",
         help="only compare claim speed: empty table vs ROWS finished rows (PostgreSQL)",
     )  # fmt: skip
@@ -301,6 +370,12 @@ def main() -> int:
         seconds = enqueue(executions_path, args.tasks)
         figures["enqueue_per_s"] = round(args.tasks / seconds)
         log(f"enqueued {args.tasks} in {seconds:.1f}s")
+        probes: list[dict[str, Any]] = []
+        probing = bool(args.probe_every) and _vendor() == "postgresql"
+        if probing:
+            figures["autovacuum"] = scalar("SHOW autovacuum")
+            probes.append(idle_claim_probe(0))
+            log(f"claim probe before the run: {probes[-1]}")
 
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         env.pop("SQLTASKS_TEST_DB_NAME", None)
@@ -317,6 +392,9 @@ def main() -> int:
             samples.append((round(now - started, 1), done))
             if len(samples) % 10 == 0:
                 log(f"{done} executions, {done / (now - started):.0f}/s overall")
+            if probing and done < args.tasks and done >= args.probe_every * len(probes):
+                probes.append({"executed": done, "workers": "running", **claim_probe()})
+                log(f"claim probe: {probes[-1]}")
             if (
                 done >= args.tasks
                 and scalar(f"SELECT count(*) FROM {TABLE} WHERE status = 'SUCCESSFUL'")
@@ -337,7 +415,7 @@ def main() -> int:
                 down = time.monotonic() - t0
                 # Recovered once a worker has written an outcome through a new connection.
                 before = scalar(successful)
-                while scalar(successful) <= before:
+                while before < args.tasks and scalar(successful) <= before:
                     time.sleep(0.05)
                 restarts.append(
                     {"down_s": round(down, 2), "resumed_s": round(time.monotonic() - t0, 2)}
@@ -361,7 +439,14 @@ def main() -> int:
             throughput_over_time=_per_interval(samples, 10),
         )
         figures["table"] = table_figures()
-        figures["claim_per_s_full_unvacuumed"] = claim_rates()
+        if probing:
+            probes.append(idle_claim_probe(len(labels)))
+            log(f"claim probe after the run: {probes[-1]}")
+            figures["claim_probes"] = probes
+            figures["claim_probe_end_vs_start"] = round(
+                probes[-1]["claim_ms"] / probes[0]["claim_ms"], 2
+            )
+        figures["claim_per_s_full_unvacuumed"] = claim_rates(vacuum=False)
         if _vendor() == "postgresql":
             _rows(f"VACUUM ANALYZE {TABLE}")  # Django runs in autocommit here
         figures["claim_per_s_full"] = claim_rates()

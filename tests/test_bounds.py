@@ -4,8 +4,6 @@ overflow a ``timedelta`` in a worker and leave its task RUNNING."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -21,7 +19,7 @@ from django_sqltasks.core.options import BackendOptions, OptionError
 from django_sqltasks.core.policy import Policy
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.worker import Worker
-from tests import tasks
+from tests import forkserver, tasks
 from tests.conftest import ROOT, set_backend_options, worker_env
 
 RunWorker = Callable[..., Worker]
@@ -132,14 +130,12 @@ def test_the_worker_class_refuses_numbers_out_of_bounds(option: str, value: floa
 def test_a_worker_with_an_option_out_of_bounds_stops_with_the_rule_not_a_traceback(
     name: str, value: str
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "django", "tasks_worker", "--burst"],
-        cwd=ROOT,
-        env=worker_env(**{f"SQLTASKS_{name}": value}),
-        capture_output=True,
-        text=True,
+    done = forkserver.run_django(
+        ["tasks_worker", "--burst"],
+        worker_env(**{f"SQLTASKS_{name}": value}),
+        worker_env(),
+        str(ROOT),
         timeout=60,
-        check=False,
     )
     assert done.returncode != 0
     assert f"['{name}'] must be a positive number of seconds" in done.stderr

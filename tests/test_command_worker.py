@@ -6,7 +6,6 @@ import contextlib
 import re
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ from django.db import connection
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
-from tests import tasks
+from tests import forkserver, tasks
 from tests.conftest import ROOT, WorkerProcess, wait_for, worker_env
 
 StartWorker = Callable[..., WorkerProcess]
@@ -25,15 +24,8 @@ StartWorker = Callable[..., WorkerProcess]
 
 def manage(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m django <args>`` on the test database and return what it printed."""
-    return subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        cwd=ROOT,
-        env=worker_env(**(env or {})),
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=60,
-        check=False,
+    return forkserver.run_django(
+        list(args), worker_env(**(env or {})), worker_env(), str(ROOT), timeout=60
     )
 
 

@@ -4,16 +4,30 @@ enqueue_many alike, with an error naming the field and the rule, and leaves no r
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection
 
-from django_sqltasks.compat import InvalidTask, Task, TaskResult, task, task_backends
+from django_sqltasks.compat import (
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task,
+    task_backends,
+)
+from django_sqltasks.core import binding
+from django_sqltasks.core.serialization import normalized
+from django_sqltasks.enqueue import rows
 from django_sqltasks.exceptions import InvalidTaskArguments, PayloadTooLarge
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql.packet import max_allowed_packet
+from django_sqltasks.task import SQLTaskResult
 from tests import tasks, tasks_hardening
 from tests.conftest import set_backend_options
 
@@ -165,3 +179,57 @@ def test_a_batch_larger_than_the_packet_is_written_in_several_statements(setting
     results = task_backends["default"].enqueue_many(tasks.echo, [(["x" * size], {})] * 10)
     assert TaskRecord.objects.count() == 10
     assert {len(r.args[0]) for r in results} == {size}
+
+
+def test_the_ready_result_is_the_one_sqltaskresult_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The READY result built field by field equals the one SQLTaskResult() builds (the way
+    taken if the fields ever change), on either source of TaskResult."""
+    assert tuple(f.name for f in fields(SQLTaskResult)) == rows.READY_RESULT_FIELDS
+    backend = task_backends["default"]
+    _, direct = backend.new_row(tasks.echo, (1, ("a", b"b")), {"k": {"n": None}})
+    monkeypatch.setattr(rows, "_DIRECT_RESULT", False)
+    _, built = backend.new_row(tasks.echo, (1, ("a", b"b")), {"k": {"n": None}})
+    for name in rows.READY_RESULT_FIELDS:
+        if name not in ("id", "enqueued_at"):
+            assert getattr(direct, name) == getattr(built, name), name
+    assert direct.args == [1, ["a", "b"]] and direct.kwargs == {"k": {"n": None}}
+    assert direct.status == TaskResultStatus.READY and direct.metadata == {}
+    with pytest.raises(ValueError, match="not finished"):
+        direct.return_value  # noqa: B018
+
+
+class _Text(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        (),
+        [1, 2.5, True, None, "x"],
+        ((1, (2, [3])), {"a": (4,)}),
+        [b"utf-8 bytes", bytearray(b"ab")],
+        {"nested": {"deeper": [(), {}]}},
+        MappingProxyType({"read": ("only",)}),
+        [_Text("a str subclass"), {_Text("key"): 1}],
+    ],
+)
+def test_arguments_are_normalized_as_django_normalizes_them(value: Any) -> None:
+    assert normalized(value) == normalize_json(value)
+    assert type(normalized(value)) is type(normalize_json(value))
+
+
+def test_a_call_shape_that_fits_is_remembered_one_that_does_not_never_is() -> None:
+    """Whether a call binds depends only on its number of arguments and keyword names: a shape
+    that fit is not bound again, and a refused one is refused every time, naming the task."""
+    backend = task_backends["default"]
+    binding._fitting.clear()
+    backend.new_row(tasks.add, (1, 2), {})
+    backend._rows.call(tasks.add, (1, 2), {})
+    assert (tasks.add.func, False, 2, frozenset()) in binding._fitting
+    for _ in range(2):
+        with pytest.raises(InvalidTaskArguments, match=r"tests\.tasks\.add\(a, b\) cannot be"):
+            backend._rows.call(tasks.add, (1,), {"c": 2})
+    assert len(binding._fitting) == 1
+    backend._rows.call(tasks.add, (1,), {"b": 2})  # another shape: bound, then remembered
+    assert len(binding._fitting) == 2

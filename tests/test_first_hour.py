@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import subprocess
 import sys
 import uuid
 from datetime import timedelta
@@ -27,7 +26,7 @@ from django_sqltasks.compat import InvalidTask, TaskResultStatus, task_backends
 from django_sqltasks.core.workflow_plan import SKIPPED
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.testing import run_tasks
-from tests import tasks
+from tests import forkserver, tasks
 from tests.conftest import ROOT, set_backend_options, worker_env
 from tests.factories import superuser_client, task_row
 
@@ -173,13 +172,7 @@ def unreachable_env() -> dict[str, str]:
     ],
 )
 def test_commands_say_in_one_line_that_the_database_is_down(command: list[str]) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "django", *command],
-        env=unreachable_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = forkserver.run_django(command, unreachable_env(), worker_env(), str(ROOT), timeout=60)
     output = done.stdout + done.stderr
     assert done.returncode == 1, output
     assert "Traceback" not in output

@@ -110,6 +110,9 @@ STRUCTURAL = {
     "self._not_in_paused",  # "NOT IN (SELECT queue_name FROM <paused> ... = %s ...)"
     "self.dialect.tasks",
     "CHANNEL",
+    "FINISHED_CHANNEL",  # the channel of finished tasks' NOTIFY: a constant name
+    "IDS_PER_NOTIFY",  # an int constant: how many finished ids one NOTIFY carries
+    "', '.join(['%s'] * len(task_ids))",  # one placeholder per id
     "COLUMNS",
     "RETURNING",
     "INSERT_RECORD",
@@ -132,6 +135,7 @@ STRUCTURAL = {
     "dialect.tasks",
     "self._json_placeholder",  # "%s" or "%s::jsonb": a placeholder
     "CLAIM_SET",  # what a claim writes on each row it takes: fixed text with placeholders
+    "commit",  # the claim's set_config of synchronous_commit (CLAIM_SYNCHRONOUS_COMMIT), or ""
     # A requeue's status and finished_at (constants, or a CASE on a placeholder's condition)
     # and its rescue count increment: fixed SQL text.
     "status_sql",

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import PausedQueue, TaskRecord
 from django_sqltasks.sql import Scope, dialect_for
+from tests.factories import insert_rows
 
 # ANALYZE TABLE commits implicitly on MySQL: flush the table after each test instead of
 # relying on a rolled-back transaction.
@@ -32,30 +33,26 @@ def analyze() -> None:
 
 def fill(ready: int, finished: int) -> None:
     now = timezone.now()
-    rows = [
-        TaskRecord(
-            task_path="tests.tasks.noop",
-            backend_name="default",
-            queue_name=("default", "other", "slow")[i % 3],
-            priority=i % 7 - 3,
-            status=TaskResultStatus.SUCCESSFUL,
-            enqueued_at=now - timedelta(minutes=i),
-            available_at=now - timedelta(minutes=i),
-            finished_at=now,
+    queues = ("default", "other", "slow")
+
+    def rows(status: str, count: int, step: timedelta, **fields: object) -> None:
+        """``count`` rows of ``status`` across the queues and priorities, each ``step`` older."""
+        template = TaskRecord(
+            task_path="tests.tasks.noop", backend_name="default", status=status, **fields
         )
-        for i in range(finished)
-    ] + [
-        TaskRecord(
-            task_path="tests.tasks.noop",
-            backend_name="default",
-            queue_name=("default", "other", "slow")[i % 3],
-            priority=i % 7 - 3,
-            enqueued_at=now - timedelta(seconds=i),
-            available_at=now - timedelta(seconds=i),
+        insert_rows(
+            template,
+            count,
+            lambda i: {
+                "queue_name": queues[i % 3],
+                "priority": i % 7 - 3,
+                "enqueued_at": now - step * i,
+                "available_at": now - step * i,
+            },
         )
-        for i in range(ready)
-    ]
-    TaskRecord.objects.bulk_create(rows, batch_size=500)
+
+    rows(TaskResultStatus.SUCCESSFUL, finished, timedelta(minutes=1), finished_at=now)
+    rows(TaskResultStatus.READY, ready, timedelta(seconds=1))
     analyze()
 
 
@@ -267,7 +264,12 @@ def test_the_claim_does_not_read_deferred_tasks_of_a_higher_priority(
     add_ready(*[("default", 0, -i) for i in range(1, 101)])
     analyze()
     alone = claim_reads(queue_names)
-    add_ready(*[("default", 10, 365 * 86400 + i) for i in range(10_000)])
+    now = timezone.now()
+    insert_rows(
+        TaskRecord(task_path="tests.tasks.noop", backend_name="default", priority=10),
+        10_000,
+        lambda i: {"available_at": now + timedelta(days=365, seconds=i)},
+    )
     analyze()
     beside = claim_reads(queue_names)
     assert beside <= 2 * alone + 20, (alone, beside)

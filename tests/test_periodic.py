@@ -141,7 +141,7 @@ TICK = "tests.tasks.tick"
         ({"x": {"task": TICK, "every": timedelta(days=400)}}, "to 3.16224e+07 (366 days)"),
         # cron expressions that never fire
         *[
-            ({"x": {"task": TICK, "cron": cron}}, f"['cron'] {cron!r} never fires")
+            ({"x": {"task": TICK, "cron": cron}}, f"['cron'] never fires: {cron!r} names no")
             for cron in ("0 0 31 2 *", "0 0 30 2 *", "0 0 31 4 *")
         ],
         # arguments that are not storable JSON
@@ -203,10 +203,11 @@ def test_a_schedule_that_fails_at_run_time_does_not_stop_the_others(
         },
     )
     periodic = scheduler()
-    # A schedule that slipped past parsing (built by hand) and breaks the slot arithmetic.
-    broken = Schedule(name="broken", task_path=TICK, every=math.nan)
-    periodic.schedules = {"broken": broken, **periodic.schedules}
     assert periodic.run_due(at(10, 0)) == []  # first sight of each
+    # A row that slipped past every check (written by SQL) and breaks the slot arithmetic.
+    ScheduleRecord.objects.create(
+        backend_name="default", name="broken", task_path=TICK, cron="61 * * * *"
+    )
     with caplog.at_level(logging.ERROR, logger="django_sqltasks"):
         assert periodic.run_due(at(10, 1)) == ["good"]
         assert periodic.next_wakeup(at(10, 1)) == at(10, 2)
@@ -248,8 +249,9 @@ def walk(schedule_cron: str, start: datetime, end: datetime, settings: Any) -> l
     TaskRecord.objects.all().delete()
     fired = []
     now = start
+    periodic = scheduler()  # one worker's, running through the night
     while now <= end:
-        if scheduler().run_due(now):
+        if periodic.run_due(now):
             fired.append(ScheduleRecord.objects.get(name="s").last_slot)
         now += timedelta(minutes=1)
     assert TaskRecord.objects.count() == len(fired)
@@ -313,3 +315,37 @@ def test_a_schedule_naming_a_non_task_is_a_check_error(settings: Any) -> None:
     periodic_settings(settings, {"x": {"task": "tests.tasks.NOT_A_TASK", "every": 5}})
     messages = list(task_backends["default"].check())
     assert [m.id for m in messages] == ["django_sqltasks.E005"]
+
+
+def test_a_schedule_on_a_queue_not_in_queues_is_a_check_error(settings: Any) -> None:
+    periodic_settings(settings, {"x": {"task": TICK, "every": 60, "queue_name": "nowhere"}})
+    messages = list(task_backends["default"].check())
+    assert [m.id for m in messages] == ["django_sqltasks.E005"]
+    assert "['queue_name'] is 'nowhere', which is not in QUEUES" in messages[0].msg
+
+
+def test_queue_and_priority_of_a_settings_entry(settings: Any) -> None:
+    periodic_settings(
+        settings, {"x": {"task": TICK, "every": 60, "queue_name": "other", "priority": 9}}
+    )
+    assert list(task_backends["default"].check()) == []
+    periodic = scheduler()
+    periodic.run_due(at(10, 0))
+    assert periodic.run_due(at(10, 1)) == ["x"]
+    assert TaskRecord.objects.values_list("queue_name", "priority").get() == ("other", 9)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"queue_name": ""}, "['queue_name'] must be a queue name of 1 to 64"),
+        ({"queue_name": "q\x00"}, "['queue_name'] must be a queue name"),
+        ({"priority": 101}, "['priority'] must be a whole number from -100 to 100"),
+        ({"priority": True}, "['priority'] must be a whole number"),
+        ({"priority": 1.5}, "['priority'] must be a whole number"),
+    ],
+)
+def test_bad_queue_or_priority_of_a_settings_entry(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(OptionError) as info:
+        BackendOptions.parse("default", {"PERIODIC": {"x": {"task": TICK, "every": 5, **entry}}})
+    assert message in str(info.value)

@@ -21,12 +21,13 @@ from django.utils import timezone
 from django_sqltasks.compat import TaskResultStatus, task_backends
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import Outcome
+from django_sqltasks.worker import threads
 from django_sqltasks.worker.completer import MAX_BATCH, Completer
 from django_sqltasks.worker.lease import Lease, WorkerIdInUse
 from django_sqltasks.worker.liveness import Progress
 from django_sqltasks.worker.maintenance import Maintenance
 from django_sqltasks.worker.outcomes import Ended
-from django_sqltasks.worker.threads import SignalThread, TaskThreads
+from django_sqltasks.worker.threads import SignalThread, TaskThreads, _Look
 from tests.conftest import wait_for
 from tests.factories import task_row
 
@@ -187,6 +188,53 @@ def test_the_pool_adds_threads_for_short_blocking_tasks_that_keep_threads_busy()
     assert done.is_set()
     assert pool.started > 10, f"{pool.started} threads for {count} blocking tasks"
     assert elapsed < 1.0, f"{elapsed:.2f}s: 300 x 10 ms on 2 threads would take 1.5 s"
+
+
+def _look(at: float, cpu: float, taken: int, ran: float, waited: float) -> _Look:
+    """One look at two task threads, each with ``ran`` and ``waited`` seconds so far."""
+    return _Look(at, cpu, taken, {1: (ran, waited), 2: (ran, waited)})
+
+
+@pytest.mark.parametrize(
+    ("now", "blocked"),
+    [
+        # Tasks taken, threads asleep (I/O, sleeps) while the process is mostly idle: add.
+        (_look(1.1, 0.01, 40, 0.001, 0.001), True),
+        # None taken, every thread held by a task that sleeps: add.
+        (_look(1.1, 0.01, 10, 0.001, 0.001), True),
+        # Tasks taken, threads waiting for a CPU (a loaded machine): threads would not help.
+        (_look(1.1, 0.01, 40, 0.005, 0.09), False),
+        # None taken, but only for want of a CPU: the same.
+        (_look(1.1, 0.01, 10, 0.005, 0.09), False),
+        # Tasks taken, threads asleep while the process keeps a CPU busy: waiting for the GIL.
+        (_look(1.1, 0.09, 40, 0.04, 0.001), False),
+        # Where the counts cannot be read: a waiting queue is enough, as it was.
+        (_Look(1.1, 0.01, 40, None), True),
+    ],
+)
+def test_the_pool_adds_threads_only_for_threads_that_are_blocked(now: _Look, blocked: bool) -> None:
+    pool = TaskThreads(8, spawn_after=0.02)
+    assert pool._judge(_look(1.0, 0.0, 10, 0.0, 0.0)) is False  # a first look: judge later
+    assert pool._judge(now) is blocked
+
+
+def test_the_pool_adds_threads_for_tasks_that_run_at_once_while_cpus_are_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two threads each on a CPU the whole time (tasks that free the GIL): with 8 CPUs, more
+    threads can use more of them; with 2, none is left."""
+    for cpus, blocked in ((8, True), (2, False)):
+        monkeypatch.setattr(threads, "_cpus", lambda cpus=cpus: cpus)
+        pool = TaskThreads(8, spawn_after=0.02)
+        pool._judge(_look(1.0, 0.0, 10, 0.0, 0.0))
+        assert pool._judge(_look(1.1, 0.2, 40, 0.1, 0.0)) is blocked
+
+
+def test_the_pool_judges_no_look_that_may_span_idle_time() -> None:
+    pool = TaskThreads(8, spawn_after=0.02)
+    pool._judge(_look(1.0, 0.0, 10, 0.0, 0.0))
+    assert pool._judge(_look(5.0, 0.01, 40, 0.001, 0.001)) is False
+    assert pool._judge(_look(5.1, 0.02, 80, 0.002, 0.002)) is True
 
 
 def test_the_pool_gives_back_tasks_no_thread_has_taken() -> None:

@@ -8,6 +8,7 @@ from benchmarks.systems.base import System
 from benchmarks.systems.celery import CELERY
 from benchmarks.systems.raw_sql import RAW_SQL
 from benchmarks.systems.rq import RQ
+from benchmarks.systems.sql_floor import SQL_FLOOR
 from benchmarks.systems.sqltasks import SQLTASKS_MARIADB, SQLTASKS_PG, SQLTASKS_SQLITE
 from benchmarks.systems.tasks_db import TASKS_DB
 from benchmarks.systems.vtasks import VTASKS_DB, VTASKS_VALKEY
@@ -24,9 +25,10 @@ SYSTEMS: dict[str, System] = {
         RQ,
         TASKS_DB,
         RAW_SQL,
+        SQL_FLOOR,
     )
 }
-SMOKE_SYSTEMS = ("sqltasks-pg", "sqltasks-sqlite", "tasks-db")
+SMOKE_SYSTEMS = ("sqltasks-pg", "sqltasks-sqlite", "tasks-db", "sql-floor")
 
 
 def current_system() -> System:

@@ -18,8 +18,8 @@ CORE_PATH_ENV = "BENCH_CORE_PATH"
 SUBPROCESS_CWD = Path(tempfile.gettempdir())
 
 # How the enqueue side talks to the system: Django Tasks' ``aenqueue``, Celery's ``delay``
-# through ``sync_to_async``, or the plain psycopg loop.
-EnqueueKind = Literal["django-tasks", "celery", "raw-sql"]
+# through ``sync_to_async``, the plain psycopg loop, or the bare-SQL floor's INSERT + NOTIFY.
+EnqueueKind = Literal["django-tasks", "celery", "raw-sql", "sql-floor"]
 Service = Literal["postgresql", "mariadb", "redis"]
 
 
@@ -92,6 +92,16 @@ class System:
     supports_http: bool = True
     # Whether the backend has a bulk enqueue (``enqueue_many`` / ``aenqueue_many``).
     supports_bulk: bool = False
+    # The only scenarios it runs (the bare-SQL floor: latency); None for every one it supports.
+    only_scenarios: tuple[str, ...] | None = None
+
+    def runs(self, scenario: str) -> bool:
+        """Whether the scenario applies to this system at all."""
+        if self.only_scenarios is not None and scenario not in self.only_scenarios:
+            return False
+        return (scenario != "http" or self.supports_http) and (
+            scenario != "bulk" or self.supports_bulk
+        )
 
     def tasks_for(self, n: int) -> int:
         return min(n, self.max_tasks) if self.max_tasks else n

@@ -1,4 +1,4 @@
-"""The admin's read-only worker and periodic-task records; a live worker's row is kept."""
+"""The admin's read-only worker records; a live worker's row is kept."""
 
 from __future__ import annotations
 
@@ -14,16 +14,15 @@ from django.utils.translation import gettext_lazy as _
 
 from ..core.options import BackendOptions
 from ..core.settings import sql_backends
-from ..models import ScheduleRecord, WorkerRecord
+from ..models import WorkerRecord
 from ..store.control import database_now
 from .display import moment_html
 from .lists import NulSafeAdmin
 
 if TYPE_CHECKING:
     WorkerAdminBase = admin.ModelAdmin[WorkerRecord]
-    ScheduleAdminBase = admin.ModelAdmin[ScheduleRecord]
 else:
-    WorkerAdminBase = ScheduleAdminBase = admin.ModelAdmin
+    WorkerAdminBase = admin.ModelAdmin
 
 LIVE_WORKER = (
     "Worker {id} is live (it heartbeat {ago} ago): its row is the lease on the tasks it runs, "
@@ -121,18 +120,3 @@ class WorkerRecordAdmin(NulSafeAdmin, WorkerAdminBase):
     def _live_message(self, worker: WorkerRecord) -> str:
         ago = database_now(worker._state.db or "default") - worker.heartbeat_at
         return LIVE_WORKER.format(id=worker.pk, ago=f"{max(0, int(ago.total_seconds()))}s")
-
-
-@admin.register(ScheduleRecord)
-class ScheduleRecordAdmin(NulSafeAdmin, ScheduleAdminBase):
-    """Periodic tasks: the last slot each one was enqueued for (read-only)."""
-
-    list_display = ("name", "backend_name", "last_slot")
-    list_filter = ("backend_name",)
-    readonly_fields = ("name", "backend_name", "last_slot")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -24,9 +24,30 @@ def _signature(func: Any, takes_context: bool) -> inspect.Signature | None:
     return signature
 
 
+# (func, takes_context, number of args, keyword names) of calls that fit: whether a call binds
+# depends on nothing else, so a fitting shape is bound once. Refused shapes are not kept.
+_fitting: dict[tuple[Any, bool, int, frozenset[str]], bool] = {}
+MAX_FITTING = 4096  # shapes remembered; forgotten all at once when full
+
+
 def check_binds(task: Task, args: Any, kwargs: Any) -> None:
     """Raise ``InvalidTaskArguments`` (a ``TypeError``) naming the task when ``args`` and
     ``kwargs`` do not fit its function's parameters, as Python would when calling it."""
+    shape: tuple[Any, bool, int, frozenset[str]] | None
+    try:
+        shape = (task.func, bool(task.takes_context), len(args), frozenset(kwargs))
+        if shape in _fitting:
+            return
+    except TypeError:  # an unhashable function object: bind every call
+        shape = None
+    _bind(task, args, kwargs)
+    if shape is not None:
+        if len(_fitting) >= MAX_FITTING:
+            _fitting.clear()
+        _fitting[shape] = True
+
+
+def _bind(task: Task, args: Any, kwargs: Any) -> None:
     try:
         signature = _signature(task.func, bool(task.takes_context))
     except TypeError:  # an unhashable function object: look it up each time

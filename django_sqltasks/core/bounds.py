@@ -32,3 +32,21 @@ def is_number(value: Any, least: float, most: float, *, above: bool = False) -> 
 def is_count(value: Any, least: int) -> TypeGuard[int]:
     """Whether ``value`` is an int (not a bool) from ``least`` to ``MAX_COUNT``."""
     return isinstance(value, int) and not isinstance(value, bool) and least <= value <= MAX_COUNT
+
+
+def wait_timeout(value: Any) -> float | None:
+    """Check the ``timeout`` of a wait for a result (``result.wait()``): None (no limit), or a
+    number of seconds from 0 to MAX_DELAY; raise TypeError or ValueError naming the rule."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"timeout must be a number of seconds (or None: no limit), not {value!r} "
+            f"({type(value).__name__})."
+        )
+    if not is_number(value, 0, MAX_DELAY):
+        raise ValueError(
+            f"timeout must be a finite number of seconds from 0 to {MAX_DELAY:g} (366 days), "
+            f"not {value!r}."
+        )
+    return float(value)

@@ -13,5 +13,6 @@ MAX_LIMIT_KEY_LENGTH = 255  # TaskRecord.limit_key, TaskLimit.key
 MAX_SUBJECT_TYPE_LENGTH = 100  # TaskRecord.subject_type: "app_label.modelname"
 MAX_SUBJECT_ID_LENGTH = 255  # TaskRecord.subject_id: the primary key as text
 MAX_SCHEDULE_NAME_LENGTH = 200  # ScheduleRecord.name
+MAX_CRON_LENGTH = 200  # ScheduleRecord.cron
 MAX_HOSTNAME_LENGTH = 255  # WorkerRecord.hostname
 MAX_TRACE_PARENT_LENGTH = 64  # TaskRecord.trace_parent: a W3C traceparent is 55

@@ -94,3 +94,11 @@ def _check_periodic(backend: SQLBackend, name: str) -> Iterable[checks.CheckMess
                 hint="Give 'args' and 'kwargs' that the task's function takes.",
                 id="django_sqltasks.E005",
             )
+        queue = schedule.queue_name
+        if queue is not None and backend.queues and queue not in backend.queues:
+            yield checks.Error(
+                f"{name}['OPTIONS']['PERIODIC'][{schedule.name!r}]['queue_name'] is "
+                f"{queue!r}, which is not in QUEUES.",
+                hint=f"Use one of QUEUES ({', '.join(backend.queues)}), or add it.",
+                id="django_sqltasks.E005",
+            )

@@ -9,7 +9,11 @@ limits allow, under a lock on the limit's ``TaskLimit`` row. Keys:
 - ``task:<path>#<key>``: a task with a ``concurrency_key``; its concurrency is counted per key,
   its rate (if any) on ``task:<path>``;
 - ``queue:<name>``: a queue of ``OPTIONS["QUEUE_LIMITS"]``. Its tasks keep a NULL limit key
-  (unless their task is limited too): the worker's own settings say which queues are limited.
+  (unless their task is limited too): the worker's own settings say which queues are limited;
+- ``fair:<path>#<key>``: a task with a ``fair_key`` (and no ``concurrency_key``): the limited
+  claim takes such keys round robin (``worker/fair.py``); the task's own limits, if any, are
+  counted on ``task:<path>``. With a ``concurrency_key`` (which must then be the same), the
+  task keeps its ``task:<path>#<key>`` and those keys are taken round robin instead.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from .serialization import text_problem
 
 MAX_RATE = 10_000  # starts a period: the sliding window keeps one timestamp per start
 PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+FAIR_PREFIX = "fair:"
+# The longest key a fair_key callable may return, in characters: a key is a name (a tenant's,
+# a customer's), and a longer one is more likely a payload passed by mistake.
+MAX_FAIR_KEY_LENGTH = 200
 RATE_PATTERN = re.compile(r"^\s*(\d+)\s*/\s*([smh])\s*$")
 
 
@@ -52,9 +60,12 @@ def parse_rate(value: object, field: str) -> tuple[int, float]:
             f"{field} must be a string like '10/s', '100/m' or '1000/h' (a whole number of "
             f"starts per second, minute or hour), not {value!r}."
         )
-    count = int(match.group(1))
+    digits = match.group(1)
+    # Past 4,300 digits int() itself refuses: no need to read more than a count could have.
+    count = int(digits) if len(digits) <= 9 else MAX_RATE + 1
     if not 1 <= count <= MAX_RATE:
-        raise ValueError(f"{field} must allow 1 to {MAX_RATE:,} starts a period, not {count}.")
+        shown = digits if len(digits) <= 20 else digits[:20] + "..."
+        raise ValueError(f"{field} must allow 1 to {MAX_RATE:,} starts a period, not {shown}.")
     return count, PERIODS[match.group(2)]
 
 
@@ -92,11 +103,24 @@ def validate_task_limits(task: Task) -> None:
             )
         if not callable(key) and key != "subject":
             raise InvalidTask(f"concurrency_key must be a callable or 'subject', not {key!r}.")
+    fair = getattr(task, "fair_key", None)
+    if fair is not None:
+        if not callable(fair) and fair != "subject":
+            raise InvalidTask(f"fair_key must be a callable or 'subject', not {fair!r}.")
+        if key is not None and key != fair:
+            raise InvalidTask(
+                "fair_key and concurrency_key must be the same when both are set: tasks of a "
+                "concurrency_key are taken round robin across its keys, so leave out fair_key "
+                "or pass the same callable to both."
+            )
 
 
 def limit_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None:
     """The limit key of one call of ``task``, or None when it has no limit."""
     concurrency = getattr(task, "concurrency_limit", None)
+    fair = getattr(task, "fair_key", None)
+    if fair is not None and getattr(task, "concurrency_key", None) is None:
+        return fair_limit_key(task, fair, args, kwargs)
     if concurrency is None and getattr(task, "rate_limit", None) is None:
         return None
     base = f"task:{task.module_path}"
@@ -109,6 +133,31 @@ def limit_key(task: Task, args: list[Any], kwargs: dict[str, Any]) -> str | None
         digest = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
         scoped = f"{base[: MAX_LIMIT_KEY_LENGTH - len(digest) - 1]}#{digest}"
     return scoped
+
+
+def fair_limit_key(task: Task, fair: Any, args: list[Any], kwargs: dict[str, Any]) -> str:
+    """``fair:<path>#<key>``, the limit key of one call of a task with a ``fair_key``;
+    ``InvalidTask`` naming fair_key and the rule when its callable raises or returns a key
+    that cannot be stored."""
+    try:
+        key = call_key(task, "fair_key", fair, args, kwargs)
+    except InvalidTask:
+        raise
+    except Exception as e:
+        raise InvalidTask(
+            f"The fair_key callable of {task.module_path} raised {type(e).__name__}: {e}"
+        ) from e
+    if fair != "subject" and len(key) > MAX_FAIR_KEY_LENGTH:
+        raise InvalidTask(
+            f"The fair_key callable of {task.module_path} returned a key of {len(key):,} "
+            f"characters, over the {MAX_FAIR_KEY_LENGTH} a fair key may have: return a name "
+            "(a tenant's id), not data."
+        )
+    scoped = f"{FAIR_PREFIX}{task.module_path}#{key}"
+    if len(scoped) > MAX_LIMIT_KEY_LENGTH:
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        scoped = f"{FAIR_PREFIX}{task.module_path}#sha256:{digest}"
+    return scoped[:MAX_LIMIT_KEY_LENGTH]
 
 
 def call_key(task: Task, option: str, key_of: Any, args: list[Any], kwargs: dict[str, Any]) -> str:
@@ -150,7 +199,26 @@ def key_of_call(
 
 def rate_key(key: str) -> str:
     """The key whose row counts the rate of tasks under ``key`` (the task's, not the key's)."""
-    return key.split("#", 1)[0]
+    base = key.split("#", 1)[0]
+    if base.startswith(FAIR_PREFIX):
+        return "task:" + base[len(FAIR_PREFIX) :]
+    return base
+
+
+def concurrency_key_of(key: str) -> str:
+    """The key whose row counts the concurrency of tasks under ``key``: its own, but the
+    task's for a fair key (a fair task's concurrency_limit is the whole task's)."""
+    return rate_key(key) if key.startswith(FAIR_PREFIX) else key
+
+
+def is_fair(key: str) -> bool:
+    """Whether tasks of limit key ``key`` are taken round robin across keys."""
+    return key.startswith(FAIR_PREFIX)
+
+
+def fair_prefix(path: str) -> str:
+    """What the limit keys of a fair task's calls start with."""
+    return f"{FAIR_PREFIX}{path}#"
 
 
 def queue_key(queue_name: str) -> str:
@@ -159,7 +227,7 @@ def queue_key(queue_name: str) -> str:
 
 def task_path_of(key: str) -> str | None:
     """The task path in a task limit key; None for a queue's key."""
-    if not key.startswith("task:"):
+    if not key.startswith(("task:", FAIR_PREFIX)):
         return None
     return rate_key(key)[len("task:") :]
 
@@ -198,6 +266,56 @@ def parse_queue_limits(value: object, name: str = "QUEUE_LIMITS") -> dict[str, L
             raise ValueError(f"{where} sets no limit: give 'concurrency', 'rate' or both.")
         limits[queue] = limit
     return limits
+
+
+def parse_override(concurrency: object, rate: object, *, fields: tuple[str, str]) -> Limit:
+    """A queue's run-time override (``tasks_queue limit``, the admin): ``concurrency`` a whole
+    number (or its digits) and ``rate`` like ``"10/s"``, either None to keep the settings' value;
+    ValueError naming the field (``fields``: the names the operator typed) and the rule."""
+    concurrency_field, rate_field = fields
+    if isinstance(concurrency, str):
+        text = concurrency.strip()
+        # ASCII digits only: "1e3", "2.0", "+4" or other scripts' digits are refused.
+        if text.isascii() and text.isdigit() and len(text) < 20:
+            concurrency = int(text)
+        else:
+            concurrency = text if len(text) <= 40 else text[:40] + "..."
+    if concurrency == 0:
+        raise ValueError(
+            f"{concurrency_field} must be at least 1: a queue that runs nothing is paused "
+            "(manage.py tasks_queue pause NAME, or the admin's paused queues)."
+        )
+    if concurrency is not None:
+        check_concurrency(concurrency, concurrency_field)
+    count = period = None
+    if rate is not None:
+        count, period = parse_rate(rate, rate_field)
+    limit = Limit(concurrency=concurrency, rate=count, period=period)  # type: ignore[arg-type]
+    if not limit:
+        raise ValueError(
+            f"Give {concurrency_field}, {rate_field} or both: an override sets a limit."
+        )
+    return limit
+
+
+def overridden(settings: Limit, override: Limit | None) -> Limit:
+    """The limit in force: each of ``override``'s limits, else the settings' one."""
+    if override is None:
+        return settings
+    if override.rate is None:
+        rate, period = settings.rate, settings.period
+    else:
+        rate, period = override.rate, override.period
+    concurrency = settings.concurrency if override.concurrency is None else override.concurrency
+    return Limit(concurrency=concurrency, rate=rate, period=period)
+
+
+def rate_text(limit: Limit) -> str | None:
+    """``limit``'s rate as written in settings (``"10/s"``); None without one."""
+    if limit.rate is None or limit.period is None:
+        return None
+    unit = {1.0: "s", 60.0: "m", 3600.0: "h"}.get(limit.period)
+    return f"{limit.rate}/{unit}" if unit else f"{limit.rate}/{limit.period:g}s"
 
 
 def room(limit: Limit, running: Callable[[], int], starts: list[float], now: float) -> int | None:

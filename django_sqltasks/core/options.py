@@ -66,6 +66,9 @@ class BackendOptions:
     time_zone: str | None = None
     # Concurrency and rate limits of whole queues, shared by every worker.
     queue_limits: Mapping[str, Limit] = field(default_factory=dict)
+    # False: a claim's commit does not wait for its WAL flush (PostgreSQL's synchronous_commit
+    # off, for the claim's transaction only); a server crash may then run recent claims again.
+    claim_synchronous_commit: bool = True
 
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
@@ -121,6 +124,11 @@ class BackendOptions:
             raise OptionError(f"{where}['NOTIFY'] must be True or False, not {self.notify!r}.")
         if not isinstance(self.tracing, bool):
             raise OptionError(f"{where}['TRACING'] must be True or False, not {self.tracing!r}.")
+        if not isinstance(self.claim_synchronous_commit, bool):
+            raise OptionError(
+                f"{where}['CLAIM_SYNCHRONOUS_COMMIT'] must be True or False, not "
+                f"{self.claim_synchronous_commit!r}."
+            )
         if not isinstance(self.enqueue_on_commit, (bool, str)) or self.enqueue_on_commit == "":
             raise OptionError(
                 f"{where}['ENQUEUE_ON_COMMIT'] must be True, False or a database alias, not "

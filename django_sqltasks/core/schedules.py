@@ -1,4 +1,7 @@
-"""Periodic tasks: declared in OPTIONS["PERIODIC"], enqueued by the workers themselves.
+"""Periodic tasks: declared in OPTIONS["PERIODIC"] or made in the admin, kept in the schedule
+table (``store/schedules.py``), enqueued by the workers themselves. This module holds their
+rules and slot arithmetic, with no database: the checks of each key (shared by the settings'
+parsing, the admin's form and the scheduler's reading of a row) and ``Schedule``.
 
 Every worker computes the latest slot of each schedule (cron, or a fixed interval aligned to the
 Unix epoch) and tries to advance the schedule's row to it with a guarded UPDATE; the worker whose
@@ -25,8 +28,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 
-from .columns import MAX_SCHEDULE_NAME_LENGTH
-from .serialization import check_arguments
+from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
+from .columns import (
+    MAX_CRON_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_SCHEDULE_NAME_LENGTH,
+    MAX_TASK_PATH_LENGTH,
+)
+from .serialization import check_arguments, text_problem
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -40,7 +49,7 @@ MAX_EVERY = 366 * 24 * 3600.0
 # Cron slots walked past, at most, to find the one around a daylight-saving change: a repeated
 # hour of a per-second expression holds 3,600.
 MAX_SLOTS_WALKED = 10_000
-KEYS = {"task", "cron", "every", "args", "kwargs", "time_zone"}
+KEYS = {"task", "cron", "every", "args", "kwargs", "time_zone", "queue_name", "priority"}
 
 
 class ScheduleError(ValueError):
@@ -58,6 +67,8 @@ class Schedule:
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
     time_zone: str = "UTC"  # an IANA name; the wall clock cron expressions are read on
+    queue_name: str | None = None  # None: the task's own queue
+    priority: int | None = None  # None: the task's own priority
 
     def latest_slot(self, now: datetime) -> datetime:
         """The latest slot at or before ``now`` (an aware datetime, in UTC)."""
@@ -150,7 +161,8 @@ def check_time_zone(where: str, name: Any) -> str:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, TypeError) as e:
         raise ScheduleError(
-            f"{where} must be an IANA time zone name such as 'Europe/Paris' or 'UTC', not {name!r}."
+            f"{where} must be an IANA time zone name such as 'Europe/Paris' or 'UTC', not "
+            f"{short_repr(name)}."
         ) from e
     return name
 
@@ -173,22 +185,25 @@ def parse_schedules(where: str, raw: Any, time_zone: str = "UTC") -> dict[str, S
             )
         if not isinstance(entry, Mapping):
             raise ScheduleError(f"{at} must be a dict with 'task' and 'cron' or 'every'.")
-        schedules[name] = _parse_one(at, name, entry, time_zone)
+        schedules[name] = parse_schedule(at, name, entry, time_zone)
     return schedules
 
 
-def _parse_one(at: str, name: str, entry: Mapping[str, Any], time_zone: str) -> Schedule:
+def parse_schedule(at: str, name: str, entry: Mapping[str, Any], time_zone: str) -> Schedule:
+    """Build one schedule from a PERIODIC entry (or a stored row, as the same keys); raise
+    ``ScheduleError`` starting with ``at`` and naming the key that breaks its rule.
+
+    ``time_zone`` is the zone of a cron schedule whose entry names none.
+    """
     unknown = sorted(set(entry) - KEYS, key=str)
     if unknown:
         raise ScheduleError(f"{at} has unknown key(s) {', '.join(map(str, unknown))}.")
-    task_path = entry.get("task")
-    if not isinstance(task_path, str) or "." not in task_path:
-        raise ScheduleError(f"{at}['task'] must be the dotted path of a @task function.")
+    task_path = check_task_path(f"{at}['task']", entry.get("task"))
     cron, every = entry.get("cron"), entry.get("every")
     if (cron is None) == (every is None):
         raise ScheduleError(f"{at} needs exactly one of 'cron' and 'every'.")
     if cron is not None:
-        _check_cron(at, cron)
+        check_cron(f"{at}['cron']", cron)
         if "time_zone" in entry:
             time_zone = check_time_zone(f"{at}['time_zone']", entry["time_zone"])
     else:
@@ -197,7 +212,7 @@ def _parse_one(at: str, name: str, entry: Mapping[str, Any], time_zone: str) -> 
                 f"{at}['time_zone'] applies to 'cron' only: 'every' counts seconds from the "
                 "Unix epoch, the same in every time zone."
             )
-        every = _check_every(at, every)
+        every = check_every(f"{at}['every']", every)
     args, kwargs = entry.get("args", []), entry.get("kwargs", {})
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, Mapping):
         raise ScheduleError(f"{at}: 'args' must be a list and 'kwargs' a dict.")
@@ -205,6 +220,12 @@ def _parse_one(at: str, name: str, entry: Mapping[str, Any], time_zone: str) -> 
         check_arguments(list(args), dict(kwargs))
     except TypeError as e:  # InvalidTaskArguments: it names the argument and the rule
         raise ScheduleError(f"{at}: {e}") from e
+    queue_name = entry.get("queue_name")
+    if queue_name is not None:
+        check_queue_name(f"{at}['queue_name']", queue_name)
+    priority = entry.get("priority")
+    if priority is not None:
+        check_priority(f"{at}['priority']", priority)
     return Schedule(
         name=name,
         task_path=task_path,
@@ -213,24 +234,62 @@ def _parse_one(at: str, name: str, entry: Mapping[str, Any], time_zone: str) -> 
         args=list(args),
         kwargs=dict(kwargs),
         time_zone=time_zone,
+        queue_name=queue_name,
+        priority=priority,
     )
 
 
-def _check_cron(at: str, cron: Any) -> None:
+def short_repr(value: Any) -> str:
+    """``repr(value)``, cut to a readable length (a form may post megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+# The checks of one key each: ``where`` names the key (``...['cron']``, or a form's "This
+# field"), and starts the message of the ``ScheduleError`` raised.
+
+
+def check_task_path(where: str, task_path: Any) -> str:
+    """Return ``task_path`` if it can be a task's dotted path (it is not imported here)."""
+    if (
+        not isinstance(task_path, str)
+        or "." not in task_path
+        or len(task_path) > MAX_TASK_PATH_LENGTH
+        or text_problem(task_path) is not None
+    ):
+        raise ScheduleError(
+            f"{where} must be the dotted path of a @task function (at most "
+            f"{MAX_TASK_PATH_LENGTH} characters), not {short_repr(task_path)}."
+        )
+    return task_path
+
+
+def check_cron(where: str, cron: Any) -> str:
+    """Return ``cron`` if croniter reads it and it fires at least once."""
     # Measured start-up cost: 11 ms to import, paid only with cron schedules.
     from croniter import CroniterBadDateError, croniter
 
-    if not isinstance(cron, str) or not croniter.is_valid(cron):
-        raise ScheduleError(f"{at}['cron'] is not a valid cron expression: {cron!r}.")
+    if (
+        not isinstance(cron, str)
+        or len(cron) > MAX_CRON_LENGTH
+        or text_problem(cron) is not None
+        or not croniter.is_valid(cron)
+    ):
+        raise ScheduleError(
+            f"{where} is not a valid cron expression (five fields, such as '0 3 * * *' for "
+            f"03:00 every day): {short_repr(cron)}."
+        )
     try:
         croniter(cron, datetime.now(UTC).replace(tzinfo=None)).get_next(datetime)
     except CroniterBadDateError as e:
         raise ScheduleError(
-            f"{at}['cron'] {cron!r} never fires (no such date, such as 31 February)."
+            f"{where} never fires: {cron!r} names no date that exists (such as 31 February)."
         ) from e
+    return cron
 
 
-def _check_every(at: str, every: Any) -> float:
+def check_every(where: str, every: Any) -> float:
+    """Return ``every`` (seconds, or a timedelta) as seconds, if within the bounds."""
     seconds = every.total_seconds() if isinstance(every, timedelta) else every
     if (
         isinstance(seconds, bool)
@@ -239,7 +298,35 @@ def _check_every(at: str, every: Any) -> float:
         or not MIN_EVERY <= seconds <= MAX_EVERY
     ):
         raise ScheduleError(
-            f"{at}['every'] must be a number of seconds from {MIN_EVERY:g} to {MAX_EVERY:g} "
-            f"(366 days), not {every!r}; use 'cron' for longer periods."
+            f"{where} must be a number of seconds from {MIN_EVERY:g} to {MAX_EVERY:g} "
+            f"(366 days), not {short_repr(every)}; use 'cron' for longer periods."
         )
     return float(seconds)
+
+
+def check_queue_name(where: str, queue_name: Any) -> str:
+    """Return ``queue_name`` if a queue column can store it (not whether the backend has it)."""
+    if (
+        not isinstance(queue_name, str)
+        or not 0 < len(queue_name) <= MAX_NAME_LENGTH
+        or text_problem(queue_name) is not None
+    ):
+        raise ScheduleError(
+            f"{where} must be a queue name of 1 to {MAX_NAME_LENGTH} characters (without NUL "
+            f"or lone surrogates), not {short_repr(queue_name)}."
+        )
+    return queue_name
+
+
+def check_priority(where: str, priority: Any) -> int:
+    """Return ``priority`` if it is a task priority."""
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not TASK_MIN_PRIORITY <= priority <= TASK_MAX_PRIORITY
+    ):
+        raise ScheduleError(
+            f"{where} must be a whole number from {TASK_MIN_PRIORITY} to {TASK_MAX_PRIORITY}, "
+            f"not {short_repr(priority)}."
+        )
+    return priority

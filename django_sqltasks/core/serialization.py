@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from ..compat import normalize_json
 from ..exceptions import InvalidTaskArguments
 
 INT64_MIN = -(2**63)
@@ -129,6 +130,22 @@ def check_arguments(args: Any, kwargs: Any) -> None:
             )
         check_text(name, f"Task keyword argument name {name!r}")
         check_json(value, f"Task argument kwargs[{name!r}]")
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def normalized(value: Any) -> Any:
+    """Django's ``normalize_json`` of a checked value (``check_json``): lists, dicts and
+    scalars of the exact built-in types are walked here, anything else by Django's function."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is list or kind is tuple:
+        return [normalized(item) for item in value]
+    if kind is dict:
+        return {key: normalized(item) for key, item in value.items()}
+    return normalize_json(value)
 
 
 def dumps(value: Any) -> str:

@@ -7,28 +7,44 @@ task row the same way.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.apps import apps
 from django.utils import timezone
 
-from ..compat import InvalidTask, InvalidTaskBackend, Task, TaskResult, TaskResultStatus
+from ..compat import (
+    InvalidTask,
+    InvalidTaskBackend,
+    Task,
+    TaskResult,
+    TaskResultStatus,
+)
 from ..core.binding import check_binds
 from ..core.limits import limit_key
 from ..core.options import BackendOptions, OptionError
 from ..core.policy import dedupe_key
+from ..core.progress import NO_METADATA
 from ..core.resolve import unimportable_by_workers
-from ..core.serialization import check_arguments, dumps
+from ..core.serialization import check_arguments, dumps, normalized
 from ..core.settings import SQLBackend
 from ..core.subject import subject_of_task
 from ..exceptions import PayloadTooLarge
 from ..ids import new_task_id
 from ..sql import NewTask, installation, packet
-from ..task import SQLTaskResult
+from ..task import EXTRA_ATTRS, RESULT_FIELDS, SQLTaskResult
 
 Build = Callable[[Task, Any, Any], tuple[NewTask, TaskResult]]
 MAX_VALIDATED_TASKS = 4096  # remembered per backend instance; forgotten all at once when full
+# SQLTaskResult's fields in order: new_row sets them one by one, without its __init__ (whose
+# __post_init__ walks the checked arguments again with normalize_json), only while they are
+# exactly these.
+READY_RESULT_FIELDS = (*RESULT_FIELDS, *EXTRA_ATTRS)
+_DIRECT_RESULT = tuple(f.name for f in dataclasses.fields(SQLTaskResult)) == READY_RESULT_FIELDS
+_new_object = object.__new__
+_set_field = object.__setattr__
 
 
 class RowBuilder:
@@ -99,21 +115,7 @@ def new_row(
     check_arguments(args, kwargs)
     now = timezone.now()
     task_id = new_task_id()
-    result: TaskResult = SQLTaskResult(
-        task=task,
-        id=str(task_id),
-        status=TaskResultStatus.READY,
-        enqueued_at=now,
-        started_at=None,
-        last_attempted_at=None,
-        finished_at=None,
-        args=args,
-        kwargs=kwargs,
-        backend=alias,
-        errors=[],
-        worker_ids=[],
-        subject=subject_of_task(task),
-    )
+    result = ready_result(task, str(task_id), now, normalized(args), normalized(kwargs), alias)
     row = NewTask(
         id=task_id,
         task_path=task.module_path,
@@ -140,6 +142,38 @@ def new_row(
                 "its key."
             )
     return row, result
+
+
+def ready_result(
+    task: Task, task_id: str, now: datetime, args: list[Any], kwargs: dict[str, Any], alias: str
+) -> TaskResult:
+    """The READY result ``enqueue()`` returns, its arguments normalized already."""
+    if not _DIRECT_RESULT:
+        result: TaskResult = SQLTaskResult(
+            task=task,
+            id=task_id,
+            status=TaskResultStatus.READY,
+            enqueued_at=now,
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=alias,
+            errors=[],
+            worker_ids=[],
+            subject=subject_of_task(task),
+        )
+        return result
+    result = _new_object(SQLTaskResult)
+    values: tuple[Any, ...] = (
+        *(task, task_id, TaskResultStatus.READY, now, None, None, None, args, kwargs, alias),
+        *([], [], None),  # errors, worker_ids, _return_value
+        *(None, "", NO_METADATA, None, subject_of_task(task), None),  # EXTRA_ATTRS
+    )
+    for name, value in zip(READY_RESULT_FIELDS, values, strict=True):
+        _set_field(result, name, value)
+    return result
 
 
 def new_rows(

@@ -23,6 +23,11 @@ from .durations import short_age
 logger = logging.getLogger("django_sqltasks")
 
 DEAD_ROWS_FLOOR = 10_000  # dead rows under this never warn: a vacuum is due soon anyway
+# With autovacuum off, dead rows warn once they outnumber this share of the live ones: what
+# autovacuum's default trigger (autovacuum_vacuum_scale_factor = 0.2) would not have let pile
+# up. With it on, only dead rows that outnumber the live ones warn: between two autovacuum
+# rounds (a minute apart) a busy queue leaves far more than 20% behind, and that is healthy.
+DEAD_SHARE_AUTOVACUUM_OFF = 0.2
 # How old another session's transaction may grow before it is said to hold cleanup back;
 # settings.SQLTASKS_OLD_TRANSACTION_SECONDS overrides it. One minute: longer than a web
 # request's transaction (servers time requests out after about 30 s) or a short atomic task's,
@@ -86,7 +91,9 @@ def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]
     """The warnings ``health`` calls for, on database ``using``."""
     table = TaskRecord._meta.db_table
     found = []
+    dead, live = health.dead_rows, health.live_rows
     if health.autovacuum is False:
+        now = "" if dead is None else f" (about {dead:,} dead rows now)"
         where = " and ".join(
             "the server's autovacuum setting is off"
             if setting == "autovacuum"
@@ -98,8 +105,8 @@ def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]
                 "django_sqltasks.W003",
                 "autovacuum_off",
                 f"Autovacuum does not clean the task table {table} on database {using!r}: "
-                f"{where}. Every claim and outcome leaves a dead row behind, and claims slow "
-                "down as they pile up.",
+                f"{where}. Every claim and outcome leaves a dead row behind{now}, and claims "
+                "slow down as they pile up.",
                 "Turn it on ("
                 + " and ".join(
                     "autovacuum = on in postgresql.conf"
@@ -119,13 +126,26 @@ def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]
         f"End that transaction (commit it, or end session {pid} with {ending}), and set "
         f"{timeout} so that a forgotten one ends by itself"
     )
-    dead, live = health.dead_rows, health.live_rows
-    if dead is not None and live is not None and dead > max(live, DEAD_ROWS_FLOOR):
+    if dead is not None and live is not None and dead > dead_rows_limit(health, live):
+        more = "more dead rows than live ones" if dead > live else "many dead rows"
         message = (
-            f"The task table {table} on database {using!r} holds more dead rows than live ones "
+            f"The task table {table} on database {using!r} holds {more} "
             f"(about {dead:,} dead, {live:,} live): claims walk past them."
         )
-        if old:
+        if health.autovacuum is False and not old:
+            found.append(
+                HealthWarning(
+                    "django_sqltasks.W004",
+                    "dead_rows",
+                    f"Dead rows are piling up in the task table {table} on database "
+                    f"{using!r} (about {dead:,} dead, {live:,} live): autovacuum is off, so "
+                    "nothing removes them, and every claim walks past their index entries.",
+                    f"Turn autovacuum on (see W003), or run VACUUM {table} now; if it must stay "
+                    f"off, schedule VACUUM {table} every few minutes (cron), and after each "
+                    "tasks_prune, whose deleted rows stay dead until a vacuum.",
+                )
+            )
+        elif old:
             # PostgreSQL reads only sessions whose snapshot or xid holds the horizon back.
             found.append(
                 HealthWarning(
@@ -144,9 +164,9 @@ def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]
                     "django_sqltasks.W004",
                     "dead_rows",
                     message,
-                    f"Run VACUUM {table}, and see why autovacuum does not keep up: it is off, "
-                    "its thresholds are too high for this table, or an old transaction holds "
-                    "it back (see docs/operations.md).",
+                    f"Run VACUUM {table}, and see why autovacuum does not keep up: its "
+                    "thresholds are too high for this table, or an old transaction held it back "
+                    "(see docs/operations.md).",
                 )
             )
     if old:
@@ -162,6 +182,13 @@ def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]
             )
         )
     return found
+
+
+def dead_rows_limit(health: TableHealth, live: int) -> float:
+    """The dead rows past which W004 warns: more than the live rows while autovacuum runs,
+    DEAD_SHARE_AUTOVACUUM_OFF of them while it is off; never under DEAD_ROWS_FLOOR."""
+    share = DEAD_SHARE_AUTOVACUUM_OFF if health.autovacuum is False else 1.0
+    return max(live * share, DEAD_ROWS_FLOOR)
 
 
 def session(health: TableHealth) -> str:

@@ -121,6 +121,8 @@ class ClaimStatements(Vendor):
             return "", []
         if scope.limit_key is None:
             return " AND limit_key IS NULL", []
+        if scope.priority is not None:  # the fair claim's: one priority of one key
+            return " AND limit_key = %s AND priority = %s", [scope.limit_key, scope.priority]
         return " AND limit_key = %s", [scope.limit_key]
 
     def _queue_filter(
@@ -210,6 +212,18 @@ class ClaimStatements(Vendor):
             """,
             [*priority_params, *prefix_params, *now_params],
         )
+
+    def due_priorities(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        scope: Scope,
+    ) -> list[int]:
+        """The priorities, highest first, that have a due READY task in ``scope``."""
+        cursor.execute(*self._due_priorities_sql(backend_name, queue_names, scope))
+        return [values[0] for values in cursor.fetchall()]
 
     def _suspects_sql(
         self, backend_name: str, queue_names: list[str] | None, limit: int

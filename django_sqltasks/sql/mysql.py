@@ -313,6 +313,26 @@ class MySQLDialect(Dialect):
             [*params, *params, *params, *now_params],
         )
 
+    def limit_keys(
+        self, cursor: CursorWrapper, backend_name: str, after: str, count: int
+    ) -> list[str]:
+        # One statement a key: MariaDB plans the shared recursive scan's step once and read
+        # every READY limited task at each step (6 s for 51 keys beside 20,000 tasks of one
+        # key, as fair queues have); each probe here is one descent of the limited ready index.
+        sql = (
+            f"SELECT limit_key FROM {self.tasks} FORCE INDEX (sqltasks_ready_limited_idx) "
+            "WHERE status = 'READY' AND backend_name = %s AND limit_key > %s "
+            "ORDER BY limit_key LIMIT 1"
+        )
+        keys: list[str] = []
+        while len(keys) < count:
+            cursor.execute(sql, [backend_name, keys[-1] if keys else after])
+            row = cursor.fetchone()
+            if row is None:
+                break
+            keys.append(row[0])
+        return keys
+
     def complete(
         self, cursor: CursorWrapper, worker_id: str, outcomes: Sequence[Outcome]
     ) -> set[uuid.UUID]:

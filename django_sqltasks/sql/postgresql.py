@@ -10,6 +10,7 @@ from django.db import InterfaceError, OperationalError
 from django.db.backends.utils import CursorWrapper
 from orjson import Fragment
 
+from ..compat import task_backends
 from ..core.serialization import dumps, loads
 from . import health
 from .dialect import Dialect
@@ -28,6 +29,11 @@ from .rows import (
 from .vendor import driver_error
 
 CHANNEL = "sqltasks"  # LISTEN/NOTIFY channel; payload: the queue name of the enqueued task(s)
+# The channel of finished tasks, for ``result.wait()``; payload: their ids, comma-separated.
+FINISHED_CHANNEL = "sqltasks_finished"
+# Ids per notification: 200 ids of 36 characters and their commas are 7,399 bytes, under
+# PostgreSQL's payload limit of 8,000.
+IDS_PER_NOTIFY = 200
 MIN_VERSION = (13,)
 RETURNING = ", ".join(f"t.{c}" for c in RETURNED_COLUMNS)
 # What a claim writes on each row it takes; parameters: the worker's id twice.
@@ -199,6 +205,27 @@ class PostgreSQLDialect(Dialect):
             f"SELECT pg_notify('{CHANNEL}', q) FROM unnest(%s::text[]) AS q", [list(queue_names)]
         )
 
+    listen_finished_sql = f"LISTEN {FINISHED_CHANNEL}"
+
+    def finished_among(self, cursor: CursorWrapper, task_ids: Sequence[uuid.UUID]) -> set[str]:
+        if not task_ids:
+            return set()
+        cursor.execute(
+            f"SELECT id::text FROM {self.tasks} WHERE id = ANY(%s::uuid[]) "
+            "AND status IN ('SUCCESSFUL', 'FAILED')",
+            [[str(task_id) for task_id in task_ids]],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+    def announce_finished(self, cursor: CursorWrapper, task_ids: Sequence[uuid.UUID]) -> None:
+        ids = [str(task_id) for task_id in task_ids]
+        payloads = [
+            ",".join(ids[i : i + IDS_PER_NOTIFY]) for i in range(0, len(ids), IDS_PER_NOTIFY)
+        ]
+        cursor.execute(
+            f"SELECT pg_notify('{FINISHED_CHANNEL}', p) FROM unnest(%s::text[]) AS p", [payloads]
+        )
+
     def claim(
         self,
         cursor: CursorWrapper,
@@ -230,6 +257,7 @@ class PostgreSQLDialect(Dialect):
     ) -> tuple[str, list[Any]]:
         where, where_params = self._ready_where(backend_name, queue_names, scope)
         priorities, priority_params = self._priorities_sql(backend_name, queue_names, scope)
+        commit = _commit_setting(backend_name)  # constant SQL text, or none
         # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
         # concurrent workers take the next rows instead of waiting on these. The due tasks of
         # each priority are read in turn (LATERAL), and the recursive CTE probes the next
@@ -252,7 +280,8 @@ class PostgreSQLDialect(Dialect):
                 FROM picked WHERE t.id = picked.id
                 RETURNING {RETURNING}
             )
-            SELECT json_agg(json_build_array({COLUMNS}))::text FROM claimed
+            SELECT json_agg(json_build_array({COLUMNS}))::text{commit}
+            FROM claimed
             """,
             [*priority_params, *where_params, limit, limit, worker_id, worker_id],
         )
@@ -306,29 +335,55 @@ class PostgreSQLDialect(Dialect):
         # The outcomes travel as one JSON document (cheaper to encode than seven arrays). The
         # owner guard keeps a late result from overwriting a task that was rescued and claimed
         # again (or finished) meanwhile.
+        # Finished tasks are announced in the same statement, one NOTIFY per IDS_PER_NOTIFY
+        # of them, for the processes waiting on them (``result.wait()``); the cross join with
+        # ``told`` (always one row) makes it run.
         cursor.execute(
             f"""
-            UPDATE {self.tasks} AS t
-            SET status = v.status, finished_at = v.finished_at, owner = NULL,
-                return_value = v.return_value::jsonb,
-                errors = CASE WHEN v.error_class IS NULL THEN t.errors ELSE {error} END,
-                available_at = COALESCE(
-                    v.available_at,
-                    {self._write_clock} + make_interval(secs => v.delay),
-                    t.available_at
-                ),
-                attempts = t.attempts - v.snoozed, snoozes = t.snoozes + v.snoozed
-            FROM jsonb_to_recordset(%s::jsonb) AS v(
-                id uuid, status text, finished_at timestamptz, return_value text,
-                error_class text, error_traceback text, available_at timestamptz, snoozed int,
-                delay float8
+            WITH done AS (
+                UPDATE {self.tasks} AS t
+                SET status = v.status, finished_at = v.finished_at, owner = NULL,
+                    return_value = v.return_value::jsonb,
+                    errors = CASE WHEN v.error_class IS NULL THEN t.errors ELSE {error} END,
+                    available_at = COALESCE(
+                        v.available_at,
+                        {self._write_clock} + make_interval(secs => v.delay),
+                        t.available_at
+                    ),
+                    attempts = t.attempts - v.snoozed, snoozes = t.snoozes + v.snoozed
+                FROM jsonb_to_recordset(%s::jsonb) AS v(
+                    id uuid, status text, finished_at timestamptz, return_value text,
+                    error_class text, error_traceback text, available_at timestamptz, snoozed int,
+                    delay float8
+                )
+                WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
+                RETURNING t.id, t.status
+            ), told AS (
+                SELECT count(pg_notify('{FINISHED_CHANNEL}', g.ids)) FROM (
+                    SELECT string_agg(f.id::text, ',') AS ids FROM (
+                        SELECT id, row_number() OVER () AS n FROM done WHERE status <> 'READY'
+                    ) AS f
+                    GROUP BY (f.n - 1) / {IDS_PER_NOTIFY}
+                ) AS g
             )
-            WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
-            RETURNING t.id
+            SELECT done.id FROM done, told
             """,
             [_outcomes_document(outcomes), worker_id],
         )
         return {self._decode_id(values[0]) for values in cursor.fetchall()}
+
+
+def _commit_setting(backend_name: str) -> str:
+    """What the claim's SELECT adds when the backend's OPTIONS CLAIM_SYNCHRONOUS_COMMIT is
+    False: ``synchronous_commit`` off for the claim's own transaction (``set_config`` with
+    is_local, as SET LOCAL), so its commit does not wait for the WAL flush. Enqueues,
+    outcomes and requeues keep the session's setting."""
+    try:
+        config: Any = getattr(task_backends[backend_name], "config", None)
+        relaxed = config.claim_synchronous_commit is False
+    except Exception:  # not a configured SQLTaskBackend (a test's dialect call): durable
+        return ""
+    return ", set_config('synchronous_commit', 'off', true)" if relaxed else ""
 
 
 def _can_prepare(raw: Any) -> bool:

@@ -173,6 +173,8 @@ class Scope:
 
     limit_key: str | None = None
     exclude_queues: tuple[str, ...] = ()
+    # Only tasks of this priority (None: of any): the fair claim takes one priority at a time.
+    priority: int | None = None
 
 
 UNLIMITED = Scope()

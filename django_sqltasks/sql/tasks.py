@@ -115,3 +115,19 @@ class TaskStatements(Vendor):
     def announce(self, cursor: CursorWrapper, queue_names: Sequence[str]) -> None:
         """Wake the workers of ``queue_names`` now (a queue resumed, a task made due), where
         the database can; elsewhere they see it at their next claim."""
+
+    def finished_among(self, cursor: CursorWrapper, task_ids: Sequence[uuid.UUID]) -> set[str]:
+        """Which of ``task_ids`` are SUCCESSFUL or FAILED, as canonical id strings (one query;
+        the caller keeps ``task_ids`` to a few hundred)."""
+        if not task_ids:
+            return set()
+        cursor.execute(
+            f"SELECT id FROM {self.tasks} WHERE id IN ({', '.join(['%s'] * len(task_ids))}) "
+            "AND status IN ('SUCCESSFUL', 'FAILED')",
+            [self._encode_id(task_id) for task_id in task_ids],
+        )
+        return {str(self._decode_id(row[0])) for row in cursor.fetchall()}
+
+    def announce_finished(self, cursor: CursorWrapper, task_ids: Sequence[uuid.UUID]) -> None:
+        """Tell the processes waiting on ``task_ids`` (``result.wait()``) that they finished,
+        where the database can; elsewhere their waiters poll."""

@@ -84,6 +84,10 @@ def cancel(tasks: Iterable[TaskRecord], using: str, reason: str) -> list[TaskRec
                 .filter(pk=record.pk, status=TaskResultStatus.READY, attempts=current.attempts)
                 .update(status=TaskResultStatus.FAILED, errors=errors, finished_at=now)
             )
+            if changed:  # wake its waiters (result.wait()) at commit
+                connection = connections[using]
+                with connection.cursor() as cursor:
+                    dialect_for(connection).announce_finished(cursor, [record.pk])
         if changed:
             cancelled.append(record)
     return cancelled

@@ -18,7 +18,7 @@ from ..core.progress import AttemptReport, ReportSink, SQLTaskContext
 from ..core.resolve import resolve_task
 from ..exceptions import CorruptTask, TaskTimeout
 from ..sql import ClaimedRow
-from ..task import errors_from_json, rebind_task
+from ..task import RESULT_FIELDS, errors_from_json, rebind_task
 
 if TYPE_CHECKING:
     from ..core.options import BackendOptions
@@ -38,23 +38,6 @@ MAX_POLICIES = 4096  # distinct (task, options) pairs cached; the cache restarts
 # kept, and other options (a backend built again, with other settings) miss.
 _prepared: dict[tuple[str, str, int, str], tuple[BackendOptions, Task, Policy]] = {}
 MAX_PREPARED = 4096  # distinct keys cached; the cache restarts beyond
-# The fields running_result sets, in TaskResult's order: it builds a result field by field
-# only while Django's TaskResult has exactly these (tests hold both Django versions to them).
-RESULT_FIELDS = (
-    "task",
-    "id",
-    "status",
-    "enqueued_at",
-    "started_at",
-    "finished_at",
-    "last_attempted_at",
-    "args",
-    "kwargs",
-    "backend",
-    "errors",
-    "worker_ids",
-    "_return_value",
-)
 _DIRECT_RESULT = tuple(f.name for f in fields(TaskResult)) == RESULT_FIELDS
 _new_object = object.__new__
 _set_field = object.__setattr__

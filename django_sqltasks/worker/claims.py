@@ -45,11 +45,17 @@ class Claims:
         self._completer = completer
         self._limited = limited_claim_for(backend, worker_id, queue_names)
         self._main_scope = Scope(exclude_queues=self._limited.excluded)
+        self._main_excluded = self._limited.excluded
         self._claim_uncertain = False  # a claim failed without telling us what it took
 
     @property
     def main_scope(self) -> Scope:
-        """What the main claim takes: tasks of no limit, outside the limited queues."""
+        """What the main claim takes: tasks of no limit, outside the limited queues (which
+        an override can change: see ``LimitedClaim.excluded``)."""
+        excluded = self._limited.excluded
+        if excluded is not self._main_excluded:
+            self._main_scope = Scope(exclude_queues=excluded)
+            self._main_excluded = excluded
         return self._main_scope
 
     @property
@@ -80,7 +86,7 @@ class Claims:
                     queue_names=self.queue_names,
                     worker_id=self.worker_id,
                     limit=limit - len(rows),
-                    scope=self._main_scope,
+                    scope=self.main_scope,
                 )
             )
         self._claim_uncertain = False

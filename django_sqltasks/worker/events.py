@@ -15,6 +15,9 @@ The signals, and their fields (all JSON values):
   (``worker_id``); it waits for its ``running`` tasks.
 - ``scheduling_stopped``: a stopping worker's periodic thread ended, with no slot enqueued
   since (``worker_id``).
+- ``scheduler_tick``: a worker's periodic thread read the schedule table and enqueued the due
+  slots (``worker_id``, ``fired``: the names of the schedules it enqueued, or None if the tick
+  failed).
 - ``listening``: a PostgreSQL worker's loop connection listens for new tasks (``worker_id``),
   at its start and each time it comes back.
 - ``rescue_pass``: a worker looked for the tasks of dead workers (``worker_id``, ``count``

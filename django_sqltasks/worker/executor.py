@@ -341,10 +341,23 @@ class Executor:
         self._completer.submit(ended)
 
 
+# Whether this process is a fork's child: until one forks, a task's end asks for no pid.
+_forked = False
+
+
+def _note_fork() -> None:
+    global _forked
+    _forked = True
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only; Windows has no fork()
+    os.register_at_fork(after_in_child=_note_fork)
+
+
 def _exit_if_forked(pid: int, status: int) -> None:
     """End a child process that a task forked and that returned from the task: it holds a copy
     of the worker without its threads, and must neither write an outcome nor linger."""
-    if os.getpid() != pid:
+    if _forked and os.getpid() != pid:
         os._exit(status)
 
 

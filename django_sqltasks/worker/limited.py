@@ -7,6 +7,11 @@ the tasks RUNNING under each, reads each rate limit's recent starts, claims what
 room for, and records the starts. Two workers can thus never both take a limit's last slot,
 and a task rescued from a dead worker is no longer RUNNING, so its slot is free again.
 
+A queue's limits may be overridden at run time (``QueueLimitOverride``): each round reads
+the overrides of the queues it fills, in its transaction, and each scan looks for overrides of
+queues the settings do not limit, which are limited from then on (and left to the main claim
+again once their override is gone).
+
 Everything here runs on the worker's database thread.
 """
 
@@ -19,14 +24,25 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Q
 
-from ..core.limits import Limit, queue_key, rate_key, record_starts, room, task_limit, task_path_of
+from ..core.limits import (
+    Limit,
+    overridden,
+    queue_key,
+    rate_key,
+    record_starts,
+    room,
+    task_limit,
+    task_path_of,
+)
 from ..core.resolve import resolve_task
 from ..models import TaskLimit, TaskRecord
 from ..sql import ClaimedRow, Dialect, Scope
+from ..store.queue_limits import overrides
+from . import events
+from .fair import FairTasks, claim_fair, counted_on, write_transaction
 
 logger = logging.getLogger("django_sqltasks.worker")
 
@@ -88,15 +104,19 @@ class LimitedClaim:
         self.database = database
         self.worker_id = worker_id
         self.queue_names = queue_names
-        served = set(queue_limits) if queue_names is None else set(queue_limits) & set(queue_names)
-        self.queue_limits = {q: queue_limits[q] for q in sorted(served)}
-        # The limited queues the main claim must leave alone.
+        self._settings = {q: queue_limits[q] for q in sorted(queue_limits) if self._serves(q)}
+        self.queue_limits = dict(self._settings)  # in force, with the overrides last read
+        self._scanned: dict[str, Limit] = {}  # the overrides the last scan found
+        self._overrides: dict[str, Limit] = {}  # the same, or as a round read them since
+        # The limited queues the main claim must leave alone (one immutable tuple, replaced
+        # when an override limits a queue or stops limiting one).
         self.excluded = tuple(self.queue_limits)
         self._keys: list[str] = []  # limit keys of READY tasks, as of the last scans
         self._scan_after = ""  # where the next scan goes on from
         self._next_scan = 0.0  # monotonic time of the next scan
         self._offset = 0  # where the next round starts among the groups
         self._task_limits: dict[str, Limit] = {}  # limits by task path, as this code has them
+        self._fair = FairTasks(backend_name)  # which keys are taken round robin (fair.py)
         self._next_forget = time.monotonic() + FORGET_EVERY
 
     @property
@@ -121,6 +141,45 @@ class LimitedClaim:
         else:
             self._keys = found
         self._scan_after = found[-1] if len(found) == KEYS_A_SCAN else ""
+        self._read_overrides(overrides(self.database, self.backend_name))
+
+    def _serves(self, queue: str) -> bool:
+        return self.queue_names is None or queue in self.queue_names
+
+    def _read_overrides(self, found: dict[str, Limit]) -> None:
+        """Take the overrides of this backend's queues in force (those this worker serves)."""
+        found = {q: limit for q, limit in found.items() if self._serves(q)}
+        self._overrides = dict(found)
+        if found == self._scanned:
+            return
+        self._scanned = found
+        queues = sorted(set(self._settings) | set(found))
+        self.queue_limits = {
+            q: overridden(self._settings.get(q, Limit()), found.get(q)) for q in queues
+        }
+        if tuple(queues) != self.excluded:
+            logger.info(
+                "Limited queues now %s backend=%s worker_id=%s",
+                ", ".join(queues) or "none",
+                self.backend_name,
+                self.worker_id,
+                extra={"action": "limited_queues", "queues": queues},
+            )
+            self.excluded = tuple(queues)
+            events.emit("limited_queues", worker_id=self.worker_id, queues=queues)
+
+    def _read_round_overrides(self, keys: Sequence[str]) -> None:
+        """Read the overrides of the queues among ``keys``, in the round's transaction: an
+        override set since the last scan holds from this round on."""
+        queues = [k[len("queue:") :] for k in keys if k.startswith("queue:")]
+        if not queues:
+            return
+        found = overrides(self.database, self.backend_name, queues)
+        for queue in queues:
+            if queue in found:
+                self._overrides[queue] = found[queue]
+            else:
+                self._overrides.pop(queue, None)
 
     def forget_stale(self, dialect: Dialect, cursor: CursorWrapper) -> int:
         """Delete this backend's limit rows that no claim has touched for ``STALE_AFTER``."""
@@ -142,13 +201,16 @@ class LimitedClaim:
         groups = (groups[start:] + groups[:start])[:GROUPS_A_ROUND]
         self._offset = start + len(groups)
         rows: list[ClaimedRow] = []
-        with transaction.atomic(using=self.database):
+        fair = [g for g in groups if self._fair.fair(g.limit_key)]
+        with write_transaction(self.database, dialect.single_writer and bool(fair)):
             now = dialect.db_now(cursor)
             gates = self._lock([k for g in groups for k in g.gates], dialect, now)
             epoch = now.timestamp()
             for group in groups:
                 if len(rows) >= room:
                     break
+                if fair and group in fair:
+                    continue  # taken round robin below
                 held = [gates.get(k) for k in group.gates]
                 if any(g is None for g in held):
                     continue  # another worker is filling one of its limits
@@ -170,6 +232,23 @@ class LimitedClaim:
                     assert gate is not None
                     gate.taken += len(got)
                 rows.extend(got)
+            if fair and len(rows) < room:
+                got, last = claim_fair(
+                    dialect,
+                    cursor,
+                    backend_name=self.backend_name,
+                    worker_id=self.worker_id,
+                    queue_names=self.queue_names,
+                    groups=fair,
+                    gates=gates,
+                    now=epoch,
+                    room=room - len(rows),
+                )
+                rows.extend(got)
+                if len(rows) >= room and last is not None:
+                    # The next round goes on after the last key served, not after the whole
+                    # round: the keys the batch had no room for come first then.
+                    self._offset = start + groups.index(fair[last]) + 1
             self._save(gates, now)
         return rows
 
@@ -202,7 +281,7 @@ class LimitedClaim:
         limit = self._task_limit(key)
         gates = []
         if limit.concurrency is not None:
-            gates.append(key)
+            gates.append(counted_on(key))
         if limit.rate is not None and rate_key(key) not in gates:
             gates.append(rate_key(key))
         return tuple(gates)
@@ -224,7 +303,8 @@ class LimitedClaim:
 
     def _limit_of(self, key: str) -> Limit:
         if key.startswith("queue:"):
-            return self.queue_limits[key[len("queue:") :]]
+            queue = key[len("queue:") :]
+            return overridden(self._settings.get(queue, Limit()), self._overrides.get(queue))
         limit = self._task_limit(key)
         if "#" in key:  # a key's own row counts concurrency; the rate is on the task's row
             return Limit(concurrency=limit.concurrency)
@@ -249,6 +329,7 @@ class LimitedClaim:
             # One writer at a time: write first, so that the transaction holds the lock
             # from its first statement instead of failing to upgrade a read later.
             rows.update(updated_at=now)
+        self._read_round_overrides(unique)
         locked = rows.select_for_update(skip_locked=True).values_list("key", "starts")
         running = TaskRecord.objects.using(self.database).filter(
             backend_name=self.backend_name, status="RUNNING"
@@ -258,7 +339,7 @@ class LimitedClaim:
             if key.startswith("queue:"):
                 counted = running.filter(queue_name=key[len("queue:") :])
             else:
-                counted = running.filter(limit_key=key)
+                counted = running.filter(self._fair.counted(key))
             gates[key] = Gate(
                 key,
                 self._limit_of(key),

@@ -174,23 +174,27 @@ class Maintenance:
     # Periodic thread ----------------------------------------------------------------------
 
     def _schedule_loop(self) -> None:
-        """Enqueue periodic tasks at their slots (a thread that sleeps until the next slot)."""
+        """Enqueue periodic tasks at their slots: a thread that ticks at the next slot, and at
+        least once a HEARTBEAT_INTERVAL, reading the schedule table each time (so a schedule
+        added, changed or disabled in the admin holds from the next tick)."""
         scheduler = Scheduler(self.backend)
-        if not scheduler.schedules:
-            return
         while self._scheduling.is_set():
             # Slots go by the database's clock; the wait between them by this process's.
             now = self._guarded("Reading the database's clock", scheduler.database_now)
+            fired = None
             if now is None:
                 now = timezone.now()
             else:
-                self._guarded("Periodic tasks", partial(scheduler.run_due, now))
+                fired = self._guarded("Periodic tasks", partial(scheduler.run_due, now))
+            events.emit("scheduler_tick", worker_id=self.lease.worker_id, fired=fired)
             try:
                 upcoming = scheduler.next_wakeup(now)
             except Exception:
-                logger.exception("Computing the next periodic slot failed; trying again in 1s")
+                logger.exception("Computing the next periodic slot failed; trying again later")
                 upcoming = None
-            delay = 1.0 if upcoming is None else (upcoming - now).total_seconds()
+            delay = self.interval
+            if upcoming is not None:
+                delay = min(delay, (upcoming - now).total_seconds())
             # A little past the slot, so that it is the latest one when computed.
             if self._stopped.wait(max(0.0, delay) + 0.005):
                 return

@@ -23,7 +23,7 @@ from django.utils import timezone
 from ..compat import TaskError, TaskResult, TaskResultStatus, logs_task_finished, task_finished
 from ..core.bounds import MAX_DELAY
 from ..core.policy import Policy
-from ..core.serialization import check_json, dumps
+from ..core.serialization import check_json, dumps, normalized
 from ..core.storable import storable_class_path, storable_traceback
 from ..exceptions import (
     InvalidReturnValue,
@@ -36,11 +36,6 @@ from ..sql import ClaimedRow, Dialect, Outcome
 from ..store import workflows
 from .attempt import Attempt
 from .receivers import Receivers
-
-try:
-    from django.utils.json import normalize_json
-except ImportError:  # pragma: no cover - Django 5.2 with the backport
-    from django_tasks.utils import normalize_json  # type: ignore[no-redef]
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -81,7 +76,7 @@ def succeeded(attempt: Attempt, returned: Any, max_bytes: int | None = None) -> 
         check_json(returned, "Task return value")
     except InvalidTaskArguments as e:
         raise InvalidReturnValue(str(e)) from None
-    value = normalize_json(returned)
+    value = normalized(returned)
     encoded = None if value is None else dumps(value)
     if encoded is not None and max_bytes is not None and len(encoded) > max_bytes:
         raise PayloadTooLarge(

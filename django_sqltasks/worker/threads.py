@@ -6,13 +6,14 @@ Both are used from several threads: every method here is safe to call from any o
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import close_old_connections, connections
 from django.db.backends.signals import connection_created
@@ -21,6 +22,13 @@ logger = logging.getLogger("django_sqltasks")
 
 _STOP = object()
 MIN_THREADS = 2  # started up front; more are added only when tasks wait
+# Share of one CPU the process used since the pool last looked, above which its threads are
+# taken to wait for the GIL, not for I/O: more threads would only wait with them.
+GIL_BUSY = 0.75
+LOOK_MAX_AGE = 1.0  # seconds; an older look may span time the threads were idle
+# Share of the time every task thread spent on a CPU, from which they are taken to run at once
+# (tasks that release the GIL: NumPy, hashing, compression), so more could use more CPUs.
+PARALLEL = 0.9
 
 # Whether the current thread has opened a database connection: a thread that never did has
 # nothing to close after a task, and asking Django costs more than a fast task.
@@ -53,6 +61,11 @@ class TaskThreads:
     taking a 10 ms task every 5 ms between them would otherwise never look blocked, and a
     --concurrency 100 worker ran such tasks on two threads. Each thread closes its database
     connections when it exits.
+
+    A queue that waits is not enough, though: on a machine short of CPU, or with the GIL
+    busy, fast tasks wait too, and threads added then only wait with them (a NoOp run on a
+    loaded machine grew to 200 threads and cost 75 µs of CPU a task instead of 45). So threads
+    are added only when the ones there are blocked (see ``_blocked``).
     """
 
     def __init__(self, size: int, name: str = "sqltasks-task", spawn_after: float = 0.02) -> None:
@@ -68,6 +81,10 @@ class TaskThreads:
         # it by a thread taking its next task (``deque.popleft`` is atomic), so a busy thread
         # needs no lock and wakes nobody.
         self._items: deque[Any] = deque()
+        # Tasks taken (a counter the threads bump without the lock: a lost bump still shows
+        # progress), and the last look of ``_blocked``, both the claim loop's.
+        self._taken = 0
+        self._last_look: _Look | None = None
 
     @property
     def size(self) -> int:
@@ -131,9 +148,53 @@ class TaskThreads:
             return False
         if head is not _STOP and time.monotonic() - head[2] >= self.spawn_after:
             with self._ready:
-                for _ in range(min(len(self._items), self._size - len(self._threads))):
-                    self._start_thread()
+                missing = min(len(self._items), self._size - len(self._threads))
+                threads = list(self._threads)
+            if missing > 0 and self._blocked(threads):
+                with self._ready:
+                    for _ in range(min(len(self._items), self._size - len(self._threads))):
+                        self._start_thread()
         return True
+
+    def _blocked(self, threads: list[threading.Thread]) -> bool:
+        """Whether the task threads are blocked, judged since the last look (the first look
+        only starts the count): asleep longer than they waited for a CPU, and either no task
+        taken at all (every thread held by a task, whatever it does) or asleep at least half
+        the time while the process used less than ``GIL_BUSY`` of a CPU. Linux's per-thread
+        scheduler counts tell asleep from waiting for a CPU; where they cannot be read, a
+        waiting queue is enough, as it was."""
+        look = _Look(time.monotonic(), time.process_time(), self._taken, _sched_times(threads))
+        return self._judge(look)
+
+    def _judge(self, look: _Look) -> bool:
+        """``_blocked``, from what it saw now and at the last look."""
+        last, self._last_look = self._last_look, look
+        if look.sched is None:
+            return True
+        if last is None or look.at - last.at > max(LOOK_MAX_AGE, 4 * self.spawn_after):
+            return False  # a first look, or one that may span idle time: judge at the next
+        wall = look.at - last.at
+        if wall <= 0:
+            return False
+        ran = waited = 0.0
+        counted = 0
+        for ident, (run, queued) in look.sched.items():
+            before = last.sched.get(ident) if last.sched is not None else None
+            if before is not None:
+                ran += run - before[0]
+                waited += queued - before[1]
+                counted += 1
+        if counted == 0:
+            return False
+        used = (look.cpu - last.cpu) / wall  # CPUs the process kept busy
+        if ran >= counted * wall * PARALLEL and used + 1 <= _cpus():
+            return True  # every thread on a CPU at once (tasks that free the GIL), CPUs left
+        asleep = counted * wall - ran - waited
+        if asleep <= waited:  # short of a CPU, not blocked
+            return False
+        if look.taken == last.taken:  # every thread held by a task
+            return True
+        return asleep >= counted * wall / 2 and used < GIL_BUSY
 
     def _start_thread(self) -> None:
         thread = threading.Thread(
@@ -154,6 +215,7 @@ class TaskThreads:
                     finally:
                         self._idle -= 1
                 item = self._items.popleft()
+        self._taken += 1
         return item
 
     def _run(self) -> None:
@@ -180,6 +242,43 @@ class TaskThreads:
         if wait:
             for thread in self._threads:
                 thread.join()
+
+
+class _Look(NamedTuple):
+    """What ``TaskThreads._blocked`` saw: when, the process's CPU time, the tasks taken, and
+    each task thread's seconds on a CPU and waiting for one (None: not readable here)."""
+
+    at: float
+    cpu: float
+    taken: int
+    sched: dict[int, tuple[float, float]] | None
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _sched_times(threads: list[threading.Thread]) -> dict[int, tuple[float, float]] | None:
+    """Each thread's seconds run on a CPU and waiting in a run queue (Linux's schedstat), by
+    native id; None where the counts cannot be read."""
+    times: dict[int, tuple[float, float]] = {}
+    for thread in threads:
+        ident = thread.native_id
+        if ident is None:  # not started yet
+            continue
+        try:
+            with open(f"/proc/self/task/{ident}/schedstat", "rb") as f:
+                run, queued = f.read().split()[:2]
+        except FileNotFoundError:  # the thread has exited
+            continue
+        except (OSError, ValueError):  # not Linux, or no schedstat: cannot tell
+            return None
+        times[ident] = (int(run) / 1e9, int(queued) / 1e9)
+    return times
 
 
 class SignalThread:

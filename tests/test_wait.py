@@ -1,0 +1,359 @@
+"""Waiting for a task to finish: ``result.wait()`` and ``await result.await_result()``."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from django_sqltasks.compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
+from django_sqltasks.exceptions import WaitTimeout
+from django_sqltasks.models import TaskRecord
+from django_sqltasks.store import finished
+from django_sqltasks.store.waiting import watcher_of
+from tests import tasks, tasks_wait
+from tests.conftest import WorkerProcess
+from tests.events import EventLog, Gate
+
+StartWorker = Callable[..., WorkerProcess]
+CANCELLED = "django_sqltasks.exceptions.TaskCancelled"
+
+
+class Registered:
+    """Counts waits as they register with their watcher; ``wait`` blocks until ``n`` have."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.threads: set[threading.Thread] = set()  # the watchers' threads, as seen then
+        self._condition = threading.Condition()
+
+    def added(self, thread: threading.Thread | None) -> None:
+        with self._condition:
+            self.count += 1
+            if thread is not None:
+                self.threads.add(thread)
+            self._condition.notify_all()
+
+    def wait(self, n: int = 1, timeout: float = 30) -> None:
+        with self._condition:
+            assert self._condition.wait_for(lambda: self.count >= n, timeout), (
+                f"{self.count} of {n} waits registered"
+            )
+
+
+@pytest.fixture
+def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[Registered]:
+    """Counts registered waits; stops the watchers after the test (closing their connections
+    before the test database goes)."""
+    counter = Registered()
+    add = finished.Watcher.add
+
+    def counting_add(self: finished.Watcher, *args: Any, **kwargs: Any) -> finished.Waiter:
+        waiter = add(self, *args, **kwargs)
+        counter.added(self._thread)
+        return waiter
+
+    monkeypatch.setattr(finished.Watcher, "add", counting_add)
+    try:
+        yield counter
+    finally:
+        finished.stop_all()
+
+
+class InThread:
+    """Runs ``fn`` on a thread (closing its connections after); ``join`` returns its value or
+    raises its exception."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn = fn
+        self._outcome: list[Any] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._outcome.append((True, self._fn()))
+        except BaseException as e:
+            self._outcome.append((False, e))
+        finally:
+            connections.close_all()
+
+    def join(self, timeout: float = 60) -> Any:
+        self._thread.join(timeout)
+        assert self._outcome, f"still waiting after {timeout}s"
+        ok, value = self._outcome[0]
+        if not ok:
+            raise value
+        return value
+
+
+def backend() -> Any:
+    return task_backends["default"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fail", [False, True], ids=["successful", "failed"])
+def test_wait_returns_when_a_worker_process_ends_the_task(
+    fail: bool,
+    worker_process: StartWorker,
+    events: EventLog,
+    gate: Gate,
+    registered: Registered,
+) -> None:
+    result = tasks_wait.wait_at_then.enqueue(gate.path, fail=fail)
+    worker_process("--concurrency", "1")
+    events.wait("note", what="start")
+    waiting = InThread(lambda: result.wait(timeout=60))
+    registered.wait()
+    gate.open()
+    assert waiting.join() is result
+    if fail:
+        assert result.status == TaskResultStatus.FAILED
+        assert result.errors[-1].exception_class_path == "builtins.ValueError"
+    else:
+        assert result.status == TaskResultStatus.SUCCESSFUL
+        assert result.return_value == "done"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_wait_returns_when_the_task_is_cancelled(registered: Registered) -> None:
+    result = tasks.add.enqueue(1, 2)
+
+    async def wait() -> Any:
+        return await result.await_result(timeout=60)
+
+    waiting = InThread(lambda: asyncio.run(wait()))
+    registered.wait()
+    started = time.monotonic()
+    assert backend().cancel(result.id)
+    assert waiting.join() is result
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class_path == CANCELLED
+    if connection.vendor == "postgresql":  # woken by the cancel's NOTIFY, not a sweep
+        assert time.monotonic() - started < finished.SAFETY_POLL
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_wait_raises_wait_timeout_at_about_the_timeout(how: str, registered: Registered) -> None:
+    result = tasks.add.enqueue(1, 2)
+    started = time.monotonic()
+
+    def wait() -> Any:
+        if how == "sync":
+            return result.wait(timeout=0.3)
+        return asyncio.run(result.await_result(timeout=0.3))
+
+    with pytest.raises(WaitTimeout) as caught:
+        wait()
+    elapsed = time.monotonic() - started
+    assert 0.3 <= elapsed < 1.5, elapsed
+    assert isinstance(caught.value, TimeoutError)
+    assert caught.value.result.status == TaskResultStatus.READY
+    assert str(caught.value) == f"Task {result.id} did not finish within 0.3s (it is READY)."
+    assert registered.count == 1
+    assert watcher_of(backend()).waiting == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_already_finished_result_returns_at_once(registered: Registered) -> None:
+    result = tasks.add.enqueue(1, 2)
+    TaskRecord.objects.filter(id=result.id).update(status=TaskResultStatus.SUCCESSFUL)
+    assert result.wait(timeout=0) is result
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert asyncio.run(result.await_result(timeout=0)).status == TaskResultStatus.SUCCESSFUL
+    assert backend().wait_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    assert registered.count == 0  # no watcher, no thread, no connection
+    ready = tasks.add.enqueue(1, 2)
+    with pytest.raises(WaitTimeout):
+        ready.wait(timeout=0)
+    assert registered.count == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "result_id", ["not-a-uuid", "\ud800", "\x00", "6f1c1e58-5d3a-4c37-9a55-0c1f3a1e2b7d"]
+)
+def test_waiting_on_an_unknown_id_raises_task_result_does_not_exist(result_id: str) -> None:
+    with pytest.raises(TaskResultDoesNotExist):
+        backend().wait_result(result_id, timeout=1)
+    with pytest.raises(TaskResultDoesNotExist):
+        asyncio.run(backend().await_result(result_id, timeout=1))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_missed_notification_is_caught_by_the_last_read(
+    registered: Registered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task finished with no NOTIFY (written here by hand): the wait returns it, by a poll
+    or by the read at its timeout, and does not raise."""
+    monkeypatch.setattr(finished, "SAFETY_POLL", 600.0)
+    result = tasks.add.enqueue(1, 2)
+    waiting = InThread(lambda: result.wait(timeout=1.0))
+    registered.wait()
+    TaskRecord.objects.filter(id=result.id).update(status=TaskResultStatus.SUCCESSFUL)
+    assert waiting.join().status == TaskResultStatus.SUCCESSFUL
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error", "rule"),
+    [
+        (-1, ValueError, "from 0 to"),
+        (math.nan, ValueError, "finite"),
+        (math.inf, ValueError, "finite"),
+        (1e300, ValueError, "from 0 to 3.16224e+07"),
+        ("5", TypeError, "number of seconds"),
+        (True, TypeError, "number of seconds"),
+    ],
+)
+def test_a_bad_timeout_is_refused_naming_the_rule(timeout: Any, error: type, rule: str) -> None:
+    with pytest.raises(error, match=r"^timeout must be") as caught:
+        backend().wait_result("00000000-0000-0000-0000-000000000000", timeout=timeout)
+    assert rule in str(caught.value)
+    with pytest.raises(error, match=r"^timeout must be"):
+        asyncio.run(backend().await_result("00000000-0000-0000-0000-000000000000", timeout))
+
+
+def _session_count() -> int:
+    """Sessions open on the test database (the server's count; SQLite: none to count)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            )
+        elif connection.vendor == "mysql":
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE()"
+            )
+        else:
+            return 0
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.load
+@pytest.mark.django_db(transaction=True)
+def test_ten_thousand_async_waiters_share_one_connection_and_all_time_out(
+    registered: Registered,
+) -> None:
+    n = 10_000
+    results = backend().enqueue_many(tasks.add, [((i, i), {}) for i in range(n)])
+    before = _session_count()
+    threads_before = threading.active_count()
+    during: list[int] = []
+
+    async def wait_all() -> list[Any]:
+        # Long enough for most waits' first read to be done before the first timeout (a wait
+        # whose first read ends past its timeout raises at once, with no watcher).
+        waits = [r.await_result(timeout=15.0) for r in results]
+        return await asyncio.gather(*waits, return_exceptions=True)
+
+    waiting = InThread(lambda: asyncio.run(wait_all()))
+    registered.wait(n // 2, timeout=60)  # thousands of waits asleep at once
+    during.append(_session_count())
+    threads_during = threading.active_count()
+    outcomes = waiting.join(120)
+    assert all(isinstance(o, WaitTimeout) for o in outcomes), {type(o) for o in outcomes}
+    assert len(outcomes) == n
+    # The watcher's connection, and the few the async reads share: not one per waiter.
+    assert during[0] - before <= 6, (before, during)
+    assert threads_during - threads_before <= 4, (threads_before, threads_during)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_listening_connection_is_opened_again_and_the_wait_returns(
+    worker_process: StartWorker,
+    events: EventLog,
+    gate: Gate,
+    registered: Registered,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN is PostgreSQL's")
+    monkeypatch.setattr(finished, "SAFETY_POLL", 600.0)  # only the reconnection can wake it
+    result = tasks_wait.wait_at_then.enqueue(gate.path)
+    worker_process("--concurrency", "1")
+    events.wait("note", what="start")
+    waiting = InThread(lambda: result.wait(timeout=60))
+    registered.wait()
+    watcher = watcher_of(backend())
+    assert isinstance(watcher, finished.ListeningWatcher)
+    assert watcher.listening.wait(30)
+    killed = watcher.backend_pid
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [killed])
+    gate.open()
+    started = time.monotonic()
+    assert waiting.join().status == TaskResultStatus.SUCCESSFUL
+    assert time.monotonic() - started < 20
+    assert watcher.backend_pid != killed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_outcome_batch_announces_its_finished_tasks_in_notifications_under_8000_bytes() -> None:
+    """450 outcomes in one statement: three NOTIFYs of at most 200 ids each, the finished
+    ones only (a retried task is READY again, not finished)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("NOTIFY is PostgreSQL's")
+    import psycopg
+
+    from django_sqltasks.sql import Outcome, dialect_for
+    from django_sqltasks.sql.pg import connection_params
+    from django_sqltasks.sql.postgresql import FINISHED_CHANNEL
+    from tests.factories import task_row
+
+    rows = [task_row(TaskResultStatus.RUNNING, owner="w").id for _ in range(451)]
+    now = timezone.now()
+    outcomes = [
+        Outcome(id=i, status="SUCCESSFUL", finished_at=now, return_value="1") for i in rows[:450]
+    ]
+    outcomes.append(
+        Outcome(id=rows[450], status="READY", finished_at=None, return_value=None, delay=60.0)
+    )
+    with psycopg.connect(**connection_params("default"), autocommit=True) as listener:
+        listener.execute(f"LISTEN {FINISHED_CHANNEL}")
+        with connection.cursor() as cursor:
+            written = dialect_for(connection).complete(cursor, "w", outcomes)
+        assert written == set(rows)
+        payloads = [n.payload for n in listener.notifies(timeout=10, stop_after=3)]
+    assert [len(p.split(",")) for p in payloads] == [200, 200, 50]
+    assert all(len(p.encode()) < 8000 for p in payloads)
+    assert {i for p in payloads for i in p.split(",")} == {str(i) for i in rows[:450]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_async_wait_leaves_its_watcher(registered: Registered) -> None:
+    result = tasks.add.enqueue(1, 2)
+
+    async def main() -> int:
+        waiting = asyncio.ensure_future(result.await_result(timeout=60))
+        await asyncio.to_thread(registered.wait)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        return watcher_of(backend()).waiting
+
+    assert InThread(lambda: asyncio.run(main())).join() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_watcher_ends_its_thread_and_closes_its_connection(
+    registered: Registered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(finished, "IDLE_CLOSE", 0.05)
+    result = tasks.add.enqueue(1, 2)
+    with pytest.raises(WaitTimeout):
+        result.wait(timeout=0.2)
+    watcher = watcher_of(backend())
+    (thread,) = registered.threads
+    thread.join(10)
+    assert not thread.is_alive()
+    assert watcher._thread is None
+    if isinstance(watcher, finished.ListeningWatcher):
+        assert not watcher.listening.is_set()
