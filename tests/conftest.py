@@ -218,6 +218,11 @@ def worker_thread(worker: Worker, stop_timeout: float = 15) -> Iterator[threadin
     runner.start()
     try:
         yield runner
+    except BaseException:
+        # The test failed inside the block: let its tasks through their gates, or the worker
+        # would wait for them and outlive the test, running into the next ones.
+        Gate.open_all()
+        raise
     finally:
         worker.stop()
         runner.join(stop_timeout)

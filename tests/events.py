@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from django_sqltasks.compat import task_finished
 from django_sqltasks.worker import events
@@ -193,10 +193,21 @@ class Gate:
     (``wait_at``) until the test opens it; it stays open after that. The test holds it open
     for writing, so that a task's open never blocks, and what the test wrote stays readable."""
 
+    # The gates not closed yet, so that a failing test can let its tasks through (open_all)
+    # before it waits for its worker: a task at a gate never returns by itself.
+    _live: ClassVar[set[Gate]] = set()
+
     def __init__(self, path: str) -> None:
         self.path = path
         os.mkfifo(path)
         self._fd = os.open(path, os.O_RDWR)
+        Gate._live.add(self)
+
+    @classmethod
+    def open_all(cls) -> None:
+        """Open every gate of this process not closed yet (a failing test's, on its way out)."""
+        for gate in list(cls._live):
+            gate.open()
 
     def open(self) -> None:
         """Let every task at the gate through, and those that come later (up to thousands)."""
@@ -205,6 +216,9 @@ class Gate:
             os.write(self._fd, b"x" * (1 << 16))
 
     def close(self) -> None:
+        """Open the gate (a task still waiting at it would wait forever), then let it go."""
+        self.open()
+        Gate._live.discard(self)
         os.close(self._fd)
 
 

@@ -270,6 +270,8 @@ def test_a_report_whose_write_failed_is_written_at_a_later_heartbeat(
     worker = Worker(queue_names=["*"], concurrency=2)
     with worker_thread(worker):
         events.until(lambda: TaskRecord.objects.get(pk=result.id).progress, "the report")
+        # The write is counted once it has returned, after the row shows it: wait for both.
+        events.until(lambda: worker._reporter.counts()[0], "the report's write counted")
         assert len(failures) == 2  # two heartbeats' writes failed; the third one wrote it
         assert worker._reporter.counts() == (1, 2)
         gate.open()
