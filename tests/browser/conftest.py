@@ -39,15 +39,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture
-def browser(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Chromium, started once the test database and live server are up."""
-    from playwright.sync_api import sync_playwright
+@pytest.fixture(scope="package")
+def browser(live_server: Any) -> Iterator[Any]:
+    """Chromium, started once for the browser tests a pytest process runs in a row (pytest ends
+    it before any test outside this folder): a start costs about a second of CPU."""
+    from playwright.sync_api import sync_playwright  # optional: these tests skip without it
 
     # Playwright's sync API keeps an event loop running on this thread, which Django takes
-    # for an async context; the test's own ORM calls are synchronous, so allow them.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
+    # for an async context; the tests' own ORM calls are synchronous, so allow them. The loop
+    # and the setting end with this fixture, before a test outside this folder runs.
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
