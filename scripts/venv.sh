@@ -53,12 +53,16 @@ if uv --version >/dev/null 2>&1; then
     $uv venv --quiet --allow-existing --python "$python" "$VENV"
 else
     # No uv on PATH: bootstrap it inside the environment once, never into the interpreter
-    # running this script (that printed pip's warning about root on every run).
-    [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+    # running this script (that printed pip's warning about root on every run). The
+    # environment gets no pip of its own (ensurepip took 2 of a fresh clone's 7 s here): the
+    # interpreter's pip installs uv into it (pip >= 22.3's --python); an older pip, or none,
+    # falls back to a pip inside the environment.
+    [ -x "$VENV/bin/python" ] || "$python" -m venv --without-pip "$VENV"
     if [ ! -x "$VENV/bin/uv" ]; then
-        # An environment made by uv has no pip: give it one first.
-        "$VENV/bin/python" -m pip --version >/dev/null 2>&1 || "$VENV/bin/python" -m ensurepip >/dev/null
-        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv
+        "$python" -m pip --python "$VENV/bin/python" install --quiet --disable-pip-version-check uv 2>/dev/null || {
+            "$VENV/bin/python" -m pip --version >/dev/null 2>&1 || "$VENV/bin/python" -m ensurepip >/dev/null
+            "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv
+        }
     fi
     uv="$VENV/bin/uv"
 fi
