@@ -357,3 +357,39 @@ def test_an_idle_watcher_ends_its_thread_and_closes_its_connection(
     assert watcher._thread is None
     if isinstance(watcher, finished.ListeningWatcher):
         assert not watcher.listening.is_set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rescue_that_gives_a_task_up_and_a_salvaged_outcome_announce_it() -> None:
+    """The other two ways a worker's statements finish a task: a rescue that fails a task out
+    of rescues, and an outcome stored as a failure because it could not be stored as it was.
+    Their waiters are told at once, as for any outcome, not at the next sweep."""
+    if connection.vendor != "postgresql":
+        pytest.skip("NOTIFY is PostgreSQL's")
+    import psycopg
+
+    from django_sqltasks.sql import Outcome, dialect_for
+    from django_sqltasks.sql.pg import connection_params
+    from django_sqltasks.sql.postgresql import FINISHED_CHANNEL
+    from tests.factories import task_row
+
+    # Charged a rescue (it ran under a limit) and out of them; lost beside others: rescued.
+    given_up = task_row(TaskResultStatus.RUNNING, owner="gone", limit_key="task:x").id
+    rescued = task_row(TaskResultStatus.RUNNING, owner="gone").id
+    salvaged = task_row(TaskResultStatus.RUNNING, owner="w").id
+    outcome = Outcome(
+        id=salvaged, status="SUCCESSFUL", finished_at=timezone.now(), return_value="1"
+    )
+    dialect = dialect_for(connection)
+    with psycopg.connect(**connection_params("default"), autocommit=True) as listener:
+        listener.execute(f"LISTEN {FINISHED_CHANNEL}")
+        with connection.cursor() as cursor:
+            assert dialect.salvage(cursor, "w", outcome, "it could not be stored") == {salvaged}
+            count = dialect.requeue_orphans(
+                cursor, backend_name="default", lease_timeout=5, max_rescues=0
+            )
+            assert count == 2  # as many as it put back or failed, as before
+        payloads = [n.payload for n in listener.notifies(timeout=10, stop_after=2)]
+    assert payloads == [str(salvaged), str(given_up)]
+    statuses = dict(TaskRecord.objects.values_list("id", "status"))
+    assert statuses == {given_up: "FAILED", rescued: "READY", salvaged: "FAILED"}

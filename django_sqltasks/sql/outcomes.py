@@ -97,7 +97,10 @@ class OutcomeStatements(Vendor):
                 worker_id,
             ],
         )
-        return {outcome.id} if cursor.rowcount else set()
+        if not cursor.rowcount:
+            return set()
+        self.announce_finished(cursor, [outcome.id])  # its waiters, at once where they can be
+        return {outcome.id}
 
     # Pieces of SQL that differ by vendor, used by the shared statements below.
     _text_param = "%s"

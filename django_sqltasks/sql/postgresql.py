@@ -226,6 +226,32 @@ class PostgreSQLDialect(Dialect):
             f"SELECT pg_notify('{FINISHED_CHANNEL}', p) FROM unnest(%s::text[]) AS p", [payloads]
         )
 
+    def requeue_orphans(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        lease_timeout: float,
+        max_rescues: int | None = None,
+    ) -> int:
+        sql, params = self.requeue_orphans_sql(
+            backend_name=backend_name, lease_timeout=lease_timeout, max_rescues=max_rescues
+        )
+        if max_rescues is None:  # every task goes back to READY: none finishes here
+            cursor.execute(sql, params)
+            return cursor.rowcount
+        # The tasks that used up their rescues fail here: their waiters are told at once.
+        cursor.execute(
+            f"""
+            WITH done AS ({sql} RETURNING t.id, t.status),
+            told AS ({_announce_finished_sql("done", "status = 'FAILED'")})
+            SELECT count(*) FROM done, told
+            """,
+            params,
+        )
+        row = cursor.fetchone()
+        return int(row[0]) if row else 0
+
     def claim(
         self,
         cursor: CursorWrapper,
@@ -358,19 +384,26 @@ class PostgreSQLDialect(Dialect):
                 )
                 WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
                 RETURNING t.id, t.status
-            ), told AS (
-                SELECT count(pg_notify('{FINISHED_CHANNEL}', g.ids)) FROM (
-                    SELECT string_agg(f.id::text, ',') AS ids FROM (
-                        SELECT id, row_number() OVER () AS n FROM done WHERE status <> 'READY'
-                    ) AS f
-                    GROUP BY (f.n - 1) / {IDS_PER_NOTIFY}
-                ) AS g
-            )
+            ), told AS ({_announce_finished_sql("done", "status <> 'READY'")})
             SELECT done.id FROM done, told
             """,
             [_outcomes_document(outcomes), worker_id],
         )
         return {self._decode_id(values[0]) for values in cursor.fetchall()}
+
+
+def _announce_finished_sql(rows: str, finished: str) -> str:
+    """A query that sends the ids of ``rows`` (a CTE with ``id`` and ``status``) matching
+    ``finished`` on FINISHED_CHANNEL, IDS_PER_NOTIFY to a notification. It yields one row
+    (how many it sent), so a statement that joins it as a CTE always runs it."""
+    return f"""
+        SELECT count(pg_notify('{FINISHED_CHANNEL}', g.ids)) FROM (
+            SELECT string_agg(f.id::text, ',') AS ids FROM (
+                SELECT id, row_number() OVER () AS n FROM {rows} WHERE {finished}
+            ) AS f
+            GROUP BY (f.n - 1) / {IDS_PER_NOTIFY}
+        ) AS g
+    """
 
 
 def _commit_setting(backend_name: str) -> str:

@@ -127,7 +127,3 @@ class TaskStatements(Vendor):
             [self._encode_id(task_id) for task_id in task_ids],
         )
         return {str(self._decode_id(row[0])) for row in cursor.fetchall()}
-
-    def announce_finished(self, cursor: CursorWrapper, task_ids: Sequence[uuid.UUID]) -> None:
-        """Tell the processes waiting on ``task_ids`` (``result.wait()``) that they finished,
-        where the database can; elsewhere their waiters poll."""

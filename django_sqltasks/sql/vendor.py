@@ -112,6 +112,11 @@ class Vendor:
         """This dialect's connection for the calling thread (a dialect is shared by all)."""
         return connections[self.connection.alias]
 
+    def announce_finished(self, cursor: CursorWrapper, task_ids: Sequence[uuid.UUID]) -> None:
+        """Tell the processes waiting on ``task_ids`` (``result.wait()``) that they finished,
+        where the database can (every statement that finishes a task calls it, or does as it
+        does); elsewhere their waiters poll."""
+
     def session_statements(self) -> list[tuple[str, list[Any]]]:
         """Statements to run on a new connection of our own that Django would run on its own
         (none, on most databases)."""
