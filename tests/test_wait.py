@@ -393,3 +393,30 @@ def test_a_rescue_that_gives_a_task_up_and_a_salvaged_outcome_announce_it() -> N
     assert payloads == [str(salvaged), str(given_up)]
     statuses = dict(TaskRecord.objects.values_list("id", "status"))
     assert statuses == {given_up: "FAILED", rescued: "READY", salvaged: "FAILED"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_workflow_step_skipped_after_a_failure_announces_it(run_worker: Any) -> None:
+    """A step that will never run fails when the step before it fails; its waiters are told
+    by a notification of its own, as for a task that ran."""
+    if connection.vendor != "postgresql":
+        pytest.skip("NOTIFY is PostgreSQL's")
+    import psycopg
+
+    from django_sqltasks import group
+    from django_sqltasks.sql.pg import connection_params
+    from django_sqltasks.sql.postgresql import FINISHED_CHANNEL
+    from tests import tasks_workflows as wf
+
+    workflow = group(wf.add.s(1, 1), wf.boom.s()).then(wf.total.s()).enqueue()
+    callback = str(workflow.members[-1].id)
+    with psycopg.connect(**connection_params("default"), autocommit=True) as listener:
+        listener.execute(f"LISTEN {FINISHED_CHANNEL}")
+        run_worker()
+        told: list[str] = []
+        for notification in listener.notifies(timeout=10):
+            told += notification.payload.split(",")
+            if callback in told:
+                break
+    assert callback in told
+    assert TaskRecord.objects.get(pk=callback).status == "FAILED"

@@ -357,14 +357,22 @@ def _fail_skipped(database: str, skipped: list[tuple[str, str, str]]) -> None:
     for task_id, error_class, message in skipped:
         by_error[error_class, message].append(task_id)
     now = timezone.now()
+    failed: list[str] = []
     for (error_class, message), task_ids in by_error.items():
-        TaskRecord.objects.using(database).filter(
-            pk__in=task_ids, status=TaskResultStatus.READY, available_at__gte=parked_at()
-        ).update(
-            status=TaskResultStatus.FAILED,
-            finished_at=now,
-            errors=[{"exception_class_path": error_class, "traceback": message}],
-        )
+        if (
+            TaskRecord.objects.using(database)
+            .filter(pk__in=task_ids, status=TaskResultStatus.READY, available_at__gte=parked_at())
+            .update(
+                status=TaskResultStatus.FAILED,
+                finished_at=now,
+                errors=[{"exception_class_path": error_class, "traceback": message}],
+            )
+        ):
+            failed += task_ids
+    if failed:  # their waiters (result.wait()), at commit; a step not failed here reads again
+        connection = connections[database]
+        with connection.cursor() as cursor:
+            dialect_for(connection).announce_finished(cursor, [uuid.UUID(t) for t in failed])
 
 
 def _save(database: str, record: WorkflowRecord) -> None:
