@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.db.models import F
 
 from django_sqltasks.compat import task_backends
@@ -173,7 +174,10 @@ def test_rows_broken_by_sql_fail_alone_with_a_clear_error(
         "both": admin_made("both", every=60, cron="* * * * *", last_slot=old),
         "args-object": admin_made("args-object", every=60, args={"a": 1}, last_slot=old),
         "bad-priority": admin_made("bad-priority", every=60, priority=1000, last_slot=old),
+        "huge-every": admin_made("huge-every", every=1e300, last_slot=old),
     }
+    if connection.vendor == "postgresql":  # the one of the three whose float column holds NaN
+        broken["nan-every"] = admin_made("nan-every", every=float("nan"), last_slot=old)
     refused = {
         "gone": admin_made("gone", task_path="tests.tasks.renamed_since", every=60, last_slot=old),
         "misfit": admin_made("misfit", every=60, kwargs={"unexpected": 1}, last_slot=old),
@@ -188,7 +192,8 @@ def test_rows_broken_by_sql_fail_alone_with_a_clear_error(
     assert set(messages) == set(broken) | set(refused)
     assert "'cron'] is not a valid cron expression" in messages["bad-cron"]
     assert "must be an IANA time zone name" in messages["bad-zone"]
-    assert "'every'] must be a number of seconds" in messages["bad-every"]
+    for name in {"bad-every", "huge-every", "nan-every"} & set(broken):
+        assert "'every'] must be a number of seconds" in messages[name], name
     assert "needs exactly one of 'cron' and 'every'" in messages["no-timing"]
     assert "'args' must be a list" in messages["args-object"]
     assert "'priority'] must be a whole number" in messages["bad-priority"]
