@@ -134,6 +134,8 @@ def test_a_sigkilled_child_is_replaced_and_its_tasks_finish(
     events.wait("child_died", pid=victim)  # its tasks were rescued
     gate.open()
     events.until(lambda: succeeded(results), "every task to succeed")
+    # The replacement is started (the other child may have run every task before it was).
+    events.wait("child_started", count=3)
     assert len(children(events)) == 3, supervisor.output
     assert "exited with signal SIGKILL" in supervisor.output
     stop(supervisor)
