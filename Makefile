@@ -63,13 +63,13 @@ django-contract: venv  ## Django's own tests/tasks against this backend (downloa
 
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check django_sqltasks tests
-	$(VENV)/bin/mypy django_sqltasks tests
+	$(VENV)/bin/ruff format --check django_sqltasks tests scripts
+	$(VENV)/bin/mypy django_sqltasks tests scripts
 	$(VENV)/bin/lint-imports
 
 format: venv
 	$(VENV)/bin/ruff check --fix .
-	$(VENV)/bin/ruff format django_sqltasks tests
+	$(VENV)/bin/ruff format django_sqltasks tests scripts
 
 migrations-check: venv  ## Fail when the models and the committed migrations disagree
 	$(PY) -m django makemigrations django_sqltasks --check --dry-run --settings tests.settings

@@ -20,9 +20,14 @@ import ast
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Collection, Iterable
 from pathlib import Path
+from typing import Any
 
 ROOT_NAME = "django_sqltasks"
+# One import statement: where it is, what it imports, and in what kind of scope.
+Edge = dict[str, Any]
+Graph = dict[str, set[str]]
 
 
 def module_name(pkg_dir: Path, path: Path) -> str:
@@ -45,10 +50,10 @@ class Collector(ast.NodeVisitor):
         self.stack: list[str] = []  # enclosing defs
         self.type_checking = 0
         self.try_depth = 0
-        self.edges: list[dict] = []
+        self.edges: list[Edge] = []
 
     # ---- scope tracking
-    def _visit_def(self, node):
+    def _visit_def(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.stack.append(node.name)
         self.generic_visit(node)
         self.stack.pop()
@@ -56,12 +61,12 @@ class Collector(ast.NodeVisitor):
     visit_FunctionDef = _visit_def
     visit_AsyncFunctionDef = _visit_def
 
-    def visit_Lambda(self, node):
+    def visit_Lambda(self, node: ast.Lambda) -> None:
         self.stack.append("<lambda>")
         self.generic_visit(node)
         self.stack.pop()
 
-    def visit_If(self, node):
+    def visit_If(self, node: ast.If) -> None:
         test = ast.unparse(node.test)
         if test in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
             self.type_checking += 1
@@ -73,7 +78,7 @@ class Collector(ast.NodeVisitor):
         else:
             self.generic_visit(node)
 
-    def visit_Try(self, node):
+    def visit_Try(self, node: ast.Try | ast.TryStar) -> None:
         self.try_depth += 1
         self.generic_visit(node)
         self.try_depth -= 1
@@ -111,7 +116,7 @@ class Collector(ast.NodeVisitor):
             return "typing"
         return "top"
 
-    def _add(self, node, target: str, what: str):
+    def _add(self, node: ast.stmt, target: str, what: str) -> None:
         self.edges.append(
             {
                 "src": self.mod,
@@ -124,7 +129,7 @@ class Collector(ast.NodeVisitor):
             }
         )
 
-    def _add_external(self, node, what: str):
+    def _add_external(self, node: ast.stmt, what: str) -> None:
         if self.stack:
             self.edges.append(
                 {
@@ -138,7 +143,7 @@ class Collector(ast.NodeVisitor):
                 }
             )
 
-    def visit_Import(self, node):
+    def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             t = self._resolve(alias.name)
             what = f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
@@ -147,7 +152,7 @@ class Collector(ast.NodeVisitor):
             else:
                 self._add_external(node, what)
 
-    def visit_ImportFrom(self, node):
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         base = self._base(node.level, node.module)
         names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
         what = f"from {'.' * node.level}{node.module or ''} import {names}"
@@ -166,10 +171,10 @@ class Collector(ast.NodeVisitor):
                 self._add(node, t, what)
 
 
-def collect(pkg_dir: Path):
+def collect(pkg_dir: Path) -> tuple[set[str], list[Edge]]:
     files = sorted(p for p in pkg_dir.rglob("*.py") if "migrations" not in p.parts)
     modules = {module_name(pkg_dir, p) for p in files}
-    edges = []
+    edges: list[Edge] = []
     for p in files:
         mod = module_name(pkg_dir, p)
         tree = ast.parse(p.read_text(), str(p))
@@ -181,12 +186,16 @@ def collect(pkg_dir: Path):
     return modules, edges
 
 
-def tarjan(nodes, adj):
-    index, low, on, st, out = {}, {}, set(), [], []
+def tarjan(nodes: Iterable[str], adj: Graph) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on: set[str] = set()
+    st: list[str] = []
+    out: list[list[str]] = []
     counter = [0]
     sys.setrecursionlimit(10000)
 
-    def strong(v):
+    def strong(v: str) -> None:
         index[v] = low[v] = counter[0]
         counter[0] += 1
         st.append(v)
@@ -213,16 +222,17 @@ def tarjan(nodes, adj):
     return [c for c in out if len(c) > 1 or c[0] in adj.get(c[0], ())]
 
 
-def graph(edges, kinds):
-    adj = defaultdict(set)
+def graph(edges: Iterable[Edge], kinds: Collection[str]) -> Graph:
+    adj: Graph = defaultdict(set)
     for e in edges:
         if e["dst"] and e["kind"] in kinds and e["dst"] != e["src"]:
             adj[e["src"]].add(e["dst"])
     return adj
 
 
-def closure(adj, start):
-    seen, todo = set(), [start]
+def closure(adj: Graph, start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
     while todo:
         v = todo.pop()
         if v in seen:
@@ -236,11 +246,11 @@ def closure(adj, start):
     return seen
 
 
-def short(m):
+def short(m: str) -> str:
     return m[len(ROOT_NAME) + 1 :] if m.startswith(ROOT_NAME + ".") else m
 
 
-def main():
+def main() -> None:
     args = sys.argv[1:]
     pkg = (
         Path(args[0])

@@ -137,7 +137,7 @@ def enqueue(log_path: Path, count: int) -> float:
     backend = gauntlet_tasks.mark.get_backend()
     started = time.monotonic()
     for start in range(0, count, ENQUEUE_CHUNK):
-        calls = [
+        calls: list[tuple[tuple[str, str], dict[str, Any]]] = [
             ((str(log_path), f"t{i}"), {}) for i in range(start, min(count, start + ENQUEUE_CHUNK))
         ]
         backend.enqueue_many(gauntlet_tasks.mark, calls)  # type: ignore[attr-defined]
