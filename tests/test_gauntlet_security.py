@@ -112,6 +112,9 @@ STRUCTURAL = {
     "CHANNEL",
     "FINISHED_CHANNEL",  # the channel of finished tasks' NOTIFY: a constant name
     "IDS_PER_NOTIFY",  # an int constant: how many finished ids one NOTIFY carries
+    # The NOTIFY of finished ids, as a CTE: fixed text built once from the constants above.
+    "ANNOUNCE_OUTCOMES",
+    "ANNOUNCE_GIVEN_UP",
     "', '.join(['%s'] * len(task_ids))",  # one placeholder per id
     "COLUMNS",
     "RETURNING",

@@ -244,7 +244,7 @@ class PostgreSQLDialect(Dialect):
         cursor.execute(
             f"""
             WITH done AS ({sql} RETURNING t.id, t.status),
-            told AS ({_announce_finished_sql("done", "status = 'FAILED'")})
+            told AS ({ANNOUNCE_GIVEN_UP})
             SELECT count(*) FROM done, told
             """,
             params,
@@ -384,7 +384,7 @@ class PostgreSQLDialect(Dialect):
                 )
                 WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
                 RETURNING t.id, t.status
-            ), told AS ({_announce_finished_sql("done", "status <> 'READY'")})
+            ), told AS ({ANNOUNCE_OUTCOMES})
             SELECT done.id FROM done, told
             """,
             [_outcomes_document(outcomes), worker_id],
@@ -392,18 +392,24 @@ class PostgreSQLDialect(Dialect):
         return {self._decode_id(values[0]) for values in cursor.fetchall()}
 
 
-def _announce_finished_sql(rows: str, finished: str) -> str:
+def _announce_finished_sql(rows: str, where: str) -> str:
     """A query that sends the ids of ``rows`` (a CTE with ``id`` and ``status``) matching
-    ``finished`` on FINISHED_CHANNEL, IDS_PER_NOTIFY to a notification. It yields one row
-    (how many it sent), so a statement that joins it as a CTE always runs it."""
+    ``where`` on FINISHED_CHANNEL, IDS_PER_NOTIFY to a notification. It yields one row (how
+    many it sent), so a statement that joins it as a CTE always runs it."""
     return f"""
         SELECT count(pg_notify('{FINISHED_CHANNEL}', g.ids)) FROM (
             SELECT string_agg(f.id::text, ',') AS ids FROM (
-                SELECT id, row_number() OVER () AS n FROM {rows} WHERE {finished}
+                SELECT id, row_number() OVER () AS n FROM {rows} WHERE {where}
             ) AS f
             GROUP BY (f.n - 1) / {IDS_PER_NOTIFY}
         ) AS g
     """
+
+
+# Fixed SQL text: the tasks an outcome batch finished (not those it sent back to READY), and
+# the tasks a rescue failed out of rescues, each as the CTE ``done`` returns them.
+ANNOUNCE_OUTCOMES = _announce_finished_sql("done", "status <> 'READY'")
+ANNOUNCE_GIVEN_UP = _announce_finished_sql("done", "status = 'FAILED'")
 
 
 def _commit_setting(backend_name: str) -> str:
