@@ -52,6 +52,10 @@ TEMPLATES = [
     }
 ]
 STATIC_URL = "/static/"
+# The admin tests log a user in: Django's default hasher spends about 0.5 s of CPU on each
+# password it sets, by design, which over the suite's superusers was the largest single cost of
+# make test. The tests check permissions, not password hashing.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 SQLITE_PATH = Path(os.environ.get("SQLTASKS_SQLITE_PATH", BASE_DIR / "tests.sqlite3"))
 DATABASES = {
