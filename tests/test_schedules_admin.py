@@ -258,7 +258,7 @@ def test_a_broken_row_shows_why_instead_of_a_500(client: Client) -> None:
     ],
 )
 def test_lone_surrogates_are_form_errors(fields: dict[str, Any], field: str, message: str) -> None:
-    from django_sqltasks.admin.schedules import ScheduleForm
+    from django_sqltasks.admin.schedule_form import ScheduleForm
 
     bound = ScheduleForm(data=form(**fields))
     assert not bound.is_valid()
