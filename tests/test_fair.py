@@ -213,7 +213,7 @@ def test_the_round_splits_a_batch_evenly() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.worker_process
+@pytest.mark.worker_process_core  # the fair claim is written per database
 def test_a_worker_runs_the_small_keys_between_the_big_backlog(
     worker_process: Callable[..., WorkerProcess], events: EventLog, tmp_path: Path
 ) -> None:

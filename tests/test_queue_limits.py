@@ -288,7 +288,7 @@ def test_two_workers_take_an_override_at_their_next_claim_and_the_settings_after
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.worker_process
+@pytest.mark.worker_process_core  # limits shared by workers are enforced per database
 def test_two_workers_limit_a_queue_the_settings_do_not_once_it_is_overridden(
     worker_process: Callable[..., WorkerProcess], events: EventLog, tmp_path: Path
 ) -> None:

@@ -110,7 +110,7 @@ def test_settings_are_synced_at_a_workers_start(
     assert "Enqueued periodic task tick" not in worker.output
 
 
-@pytest.mark.worker_process
+@pytest.mark.worker_process_core  # the slot election is written per database
 @pytest.mark.django_db(transaction=True)
 def test_two_workers_enqueue_an_admin_schedule_once_per_slot(
     worker_process: StartWorker, events: EventLog

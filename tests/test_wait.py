@@ -100,6 +100,7 @@ def backend() -> Any:
     return task_backends["default"]
 
 
+@pytest.mark.worker_process_core  # NOTIFY on PostgreSQL, polling elsewhere
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("fail", [False, True], ids=["successful", "failed"])
 def test_wait_returns_when_a_worker_process_ends_the_task(
