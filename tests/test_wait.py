@@ -279,6 +279,67 @@ def test_ten_thousand_async_waiters_share_one_connection_and_all_return(
     assert threads_during - threads_before <= 4, (threads_before, threads_during)
 
 
+@pytest.mark.load
+@pytest.mark.django_db(transaction=True)
+def test_ten_thousand_async_waiters_that_time_out_each_raise_and_leave_nothing_behind(
+    registered: Registered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10,000 waits on tasks no worker runs, all asleep at once, all past their timeout
+    together: each raises ``WaitTimeout`` naming its task (after its last read, 10,000 reads
+    at one moment), none is left registered, and the watcher, idle, ends its thread and closes
+    its connection. The test waits until every wait has registered before the timeouts can
+    matter: each has 600 s to register and then times out when the test says (by a deadline
+    moved to now), so a slow machine changes nothing."""
+    monkeypatch.setattr(finished, "IDLE_CLOSE", 0.05)
+    n = 10_000
+    results = backend().enqueue_many(tasks.add, [((i, i), {}) for i in range(n)])
+    real_monotonic = time.monotonic
+    monkeypatch.setattr(
+        "django_sqltasks.store.waiting.time.monotonic",
+        lambda: real_monotonic() + JumpingLoop.offset,
+    )
+    before = _session_count()
+
+    async def wait_all() -> list[Any]:
+        waits = [r.await_result(timeout=600) for r in results]
+        return await asyncio.gather(*waits, return_exceptions=True)
+
+    loop = JumpingLoop()
+    waiting = InThread(lambda: loop.run_until_complete(wait_all()))
+    registered.wait(n, timeout=600)  # every wait asleep at once
+    watcher = watcher_of(backend())
+    assert watcher.waiting == n
+    # Every deadline passes at once: the waits' clock and the loop's jump past it, and a
+    # no-op call wakes the loop to see its timers due.
+    monkeypatch.setattr(JumpingLoop, "offset", 601.0)
+    loop.call_soon_threadsafe(lambda: None)
+    outcomes = waiting.join(600)
+    assert len(outcomes) == n
+    assert all(isinstance(o, WaitTimeout) for o in outcomes), {type(o) for o in outcomes}
+    assert {o.result.id for o in outcomes} == {r.id for r in results}
+    assert "600" in str(outcomes[0]) and results[0].id in str(outcomes[0])
+    assert watcher.waiting == 0
+    for thread in registered.threads:  # the idle watcher ends, closing its connection
+        thread.join(30)
+        assert not thread.is_alive()
+    assert watcher._thread is None
+    if isinstance(watcher, finished.ListeningWatcher):
+        assert not watcher.listening.is_set()
+    # The few connections the async reads share, not one a waiter.
+    assert _session_count() - before <= 6, (before, _session_count())
+    assert TaskRecord.objects.filter(status=TaskResultStatus.READY).count() == n
+    loop.close()
+
+
+class JumpingLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock a test moves forward (``offset``, seconds)."""
+
+    offset = 0.0
+
+    def time(self) -> float:
+        return super().time() + JumpingLoop.offset
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_killed_listening_connection_is_opened_again_and_the_wait_returns(
     worker_process: StartWorker,
