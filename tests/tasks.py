@@ -180,6 +180,15 @@ def flaky(path: str, fail_times: int) -> int:
     return calls
 
 
+@task(max_attempts=3, retry_backoff=0)
+async def flaky_async(path: str, fail_times: int) -> int:
+    """``flaky``, run on the worker's event loop."""
+    calls = _count_call(path)
+    if calls <= fail_times:
+        raise ConnectionError(f"call {calls} fails")
+    return calls
+
+
 @task(max_attempts=3, retry_backoff=0.4)
 def flaky_with_backoff(path: str, fail_times: int) -> int:
     calls = _count_call(path)

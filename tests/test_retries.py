@@ -22,9 +22,12 @@ RunWorker = Callable[..., Worker]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_retried_task_keeps_its_id_and_every_error(run_worker: RunWorker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("flaky", [tasks.flaky, tasks.flaky_async], ids=["sync", "async"])
+def test_a_retried_task_keeps_its_id_and_every_error(
+    run_worker: RunWorker, tmp_path: Path, flaky: Any
+) -> None:
     calls = tmp_path / "calls"
-    result = tasks.flaky.enqueue(str(calls), 2)
+    result = flaky.enqueue(str(calls), 2)
     run_worker(concurrency=2)
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
