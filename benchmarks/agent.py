@@ -24,6 +24,10 @@ PROBE_TIMEOUT = 10.0  # seconds
 # worker's cycle (django-tasks-db and django-sqltasks poll every 1 s by default when idle).
 PROBE_GAP_MIN = 0.0  # seconds
 PROBE_GAP_MAX = 1.0  # seconds
+# The busy variant: the next probe 2-5 ms after the last one started, so the enqueuer, the
+# worker and the database are never idle long enough for a core to go to sleep.
+BUSY_GAP_MIN = 0.002  # seconds
+BUSY_GAP_MAX = 0.005  # seconds
 
 
 async def run_bounded(n: int, in_flight: int, one: Callable[[int], Awaitable[None]]) -> float:
@@ -80,8 +84,11 @@ async def enqueue(task_name: str, n: int, in_flight: int, arrival: str = "lanes"
     return {"enqueued": n, "seconds": seconds, "ops": n / seconds}
 
 
-async def latency(probes: int, seed: int) -> dict[str, Any]:
-    """Enqueue one probe at a time against an idle worker and record enqueue-to-start latency."""
+async def latency(
+    probes: int, seed: int, gap: tuple[float, float] = (PROBE_GAP_MIN, PROBE_GAP_MAX)
+) -> dict[str, Any]:
+    """Enqueue one probe at a time, each a random ``gap`` (seconds) after the last one started,
+    and record enqueue-to-start latency."""
     from benchmarks.systems import current_system
 
     if current_system().enqueue_kind == "raw-sql":
@@ -123,7 +130,7 @@ async def latency(probes: int, seed: int) -> dict[str, Any]:
     latencies = []
     for seq in range(probes):
         # A random gap puts each probe at a random phase of a polling worker's cycle.
-        await asyncio.sleep(rng.uniform(PROBE_GAP_MIN, PROBE_GAP_MAX))
+        await asyncio.sleep(rng.uniform(*gap))
         latencies.append(await one(seq, PROBE_TIMEOUT))
     sock.close()
     return {"latencies": latencies}
@@ -197,13 +204,15 @@ def main(argv: list[str] | None = None) -> int:
     lat = sub.add_parser("latency")
     lat.add_argument("--probes", type=int, default=50)
     lat.add_argument("--seed", type=int, default=0)
+    lat.add_argument("--busy", action="store_true", help="a probe every 2-5 ms, not 0-1 s")
     args = parser.parse_args(argv)
     if args.command == "enqueue":
         result = asyncio.run(enqueue(args.task, args.n, args.in_flight, args.arrival))
     elif args.command == "bulk":
         result = asyncio.run(bulk(args.n))
     else:
-        result = asyncio.run(latency(args.probes, args.seed))
+        gap = (BUSY_GAP_MIN, BUSY_GAP_MAX) if args.busy else (PROBE_GAP_MIN, PROBE_GAP_MAX)
+        result = asyncio.run(latency(args.probes, args.seed, gap))
     json.dump(result, sys.stdout)
     return 0
 

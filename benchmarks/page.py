@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
+from benchmarks.scenarios import BUSY_PROBES_PER_PROBE
 from benchmarks.systems import SYSTEMS
 
 INTRO = """\
@@ -69,14 +70,17 @@ METHOD = """\
   {probes} probes per run after one warm-up probe. **Idle CPU:** after the probes, the worker's
   whole process tree's CPU time (user + system, psutil) over 10 s with nothing to do, as a
   percentage of one core.
-- **The bare-SQL floor** (`sql-floor`, latency only): the same probes, sent and timed the same
-  way, through `benchmarks/floor.py`: a minimal table (`bigserial` id, task, args, state, one
-  partial index); the enqueue, one autocommit statement that inserts the row and calls
+- **Latency, busy:** the same probes, {busy_probes} per run, each enqueued 2-5 ms after the last
+  one started: the enqueuer, the worker and the database never idle long enough for a core to
+  sleep, as under steady traffic. No idle CPU is measured after them.
+- **The bare-SQL floor** (`sql-floor`, latency only, idle and busy): the same probes, sent and
+  timed the same way, through `benchmarks/floor.py`: a minimal table (`bigserial` id, task, args,
+  state, one partial index); the enqueue, one autocommit statement that inserts the row and calls
   `pg_notify` (psycopg, no Django); a worker on one psycopg connection that `LISTEN`s and, woken,
   claims the oldest ready row with one `UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED)
-  RETURNING` and runs it. It is what no PostgreSQL task queue can beat on the machine during
-  that run: read each latency against the floor of its own profile. PostgreSQL only: SQLite
-  has no notification between processes.
+  RETURNING` and runs it. It is what no PostgreSQL task queue can beat on the machine during that
+  run: read each latency against the floor of its own profile. PostgreSQL only: SQLite has no
+  notification between processes.
 - **Bulk enqueue** (systems with a bulk API only): one `backend.enqueue_many(task, calls)` of N
   NoOp tasks, then one `await backend.aenqueue_many(task, calls)` of N more, each timed alone
   after a warm-up call of 10 tasks. Then 1,000 sync `task.enqueue()` calls one after the other
@@ -241,6 +245,7 @@ def write(docs_dir: Path, page: Path) -> None:
             concurrency=first["concurrency"],
             in_flight=first["in_flight"],
             probes=first["probes"],
+            busy_probes=first["probes"] * BUSY_PROBES_PER_PROBE,
             http_connections=first["http_connections"],
             http_requests=first["http_requests"],
             repeat=first["repeat"],

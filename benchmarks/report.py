@@ -44,6 +44,12 @@ LATENCY_COLUMNS: dict[str, tuple[str, Formatter]] = {
     "latency_p99_ms": ("p99 ms", _ms),
     "idle_cpu_percent": ("Idle CPU %", _pct),
 }
+BUSY_COLUMNS: dict[str, tuple[str, Formatter]] = {
+    "latency_p50_ms": ("p50 ms", _ms),
+    "latency_p95_ms": ("p95 ms", _ms),
+    "latency_p99_ms": ("p99 ms", _ms),
+    "probes": ("Probes", _int),
+}
 HTTP_COLUMNS: dict[str, tuple[str, Formatter]] = {
     "http_rps": ("Requests/s", _int),
     "http_p50_ms": ("p50 ms", _ms),
@@ -72,6 +78,7 @@ COLUMNS = {
     "noop": THROUGHPUT_COLUMNS,
     "sleep": THROUGHPUT_COLUMNS,
     "latency": LATENCY_COLUMNS,
+    "busy": BUSY_COLUMNS,
     "http": HTTP_COLUMNS,
     "bulk": BULK_COLUMNS,
     "fairness": FAIRNESS_COLUMNS,
@@ -81,6 +88,7 @@ TITLES = {
     "noop": "NoOp",
     "sleep": "Sleep 10 ms",
     "latency": "Enqueue-to-start latency (one task at a time, idle worker)",
+    "busy": "Enqueue-to-start latency, busy (one task at a time, the next 2-5 ms after)",
     "http": "End to end: async view behind uvicorn, one enqueue per request",
     "bulk": "Bulk enqueue: all the tasks in one call (systems with a bulk API)",
     "fairness": "Fairness: one key's backlog of N tasks, 50 other keys x 10 tasks, 2 workers",
@@ -211,7 +219,11 @@ def charts(summary: dict[str, Any], out: Path) -> list[Path]:
         ),
         (
             "latency",
-            [("latency", "latency_p50_ms"), ("latency", "latency_p99_ms")],
+            [
+                ("latency", "latency_p50_ms"),
+                ("latency", "latency_p99_ms"),
+                ("busy", "latency_p50_ms"),
+            ],
             "ms (log scale)",
         ),
         ("memory", [("noop", "peak_rss_mb"), ("sleep", "peak_rss_mb")], "MB"),

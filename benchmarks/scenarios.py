@@ -18,7 +18,8 @@ from benchmarks.processes import free_port, spawn, stop, wait_for_port
 from benchmarks.systems.base import SUBPROCESS_CWD, Endpoints, System, django_env
 
 THROUGHPUT_SCENARIOS = ("noop", "sleep")
-ALL_SCENARIOS = ("noop", "sleep", "latency", "http", "bulk")
+ALL_SCENARIOS = ("noop", "sleep", "latency", "busy", "http", "bulk")
+BUSY_PROBES_PER_PROBE = 5  # busy probes are cheap: five for each --probes
 # Run only when named (--scenarios fairness): django-sqltasks alone, see benchmarks/fairness.py.
 EXTRA_SCENARIOS = ("fairness", "waiters")  # waiters: benchmarks/waiters.py
 MB = 1024 * 1024
@@ -131,26 +132,33 @@ def run_throughput(system: System, scenario: str, n: int, ctx: RunContext) -> di
     }
 
 
-def run_latency(system: System, ctx: RunContext) -> dict[str, Any]:
-    """Paced probes against an idle worker: enqueue-to-start latency percentiles."""
+def run_latency(system: System, ctx: RunContext, busy: bool = False) -> dict[str, Any]:
+    """Paced probes: enqueue-to-start latency percentiles, against an idle worker (a probe
+    every 0-1 s, then the idle worker's CPU), or a busy one (``busy``: a probe every 2-5 ms)."""
     services.reset(system, ctx.admin)
     worker = spawn(
         system.worker_argv(ctx.concurrency),
         django_env(system, ctx.endpoints),
-        ctx.log(system, "latency"),
+        ctx.log(system, "busy" if busy else "latency"),
     )
+    measured: dict[str, Any] = {}
     try:
-        result = _agent(system, ctx, "latency", "--probes", str(ctx.probes))
-        # The worker has run its probes and waits for work: what does waiting cost?
-        cpu_before, wall_before = tree_cpu_seconds(worker.pid), time.monotonic()
-        time.sleep(ctx.idle_seconds)
-        idle_cpu = tree_cpu_seconds(worker.pid) - cpu_before
-        idle_wall = time.monotonic() - wall_before
+        if busy:
+            probes = str(ctx.probes * BUSY_PROBES_PER_PROBE)
+            result = _agent(system, ctx, "latency", "--probes", probes, "--busy")
+        else:
+            result = _agent(system, ctx, "latency", "--probes", str(ctx.probes))
+            # The worker has run its probes and waits for work: what does waiting cost?
+            cpu_before, wall_before = tree_cpu_seconds(worker.pid), time.monotonic()
+            time.sleep(ctx.idle_seconds)
+            idle_cpu = tree_cpu_seconds(worker.pid) - cpu_before
+            idle_wall = time.monotonic() - wall_before
+            measured["idle_cpu_percent"] = 100 * idle_cpu / idle_wall
     finally:
         stop(worker)
     latencies = result["latencies"]
     return {
-        "idle_cpu_percent": 100 * idle_cpu / idle_wall,
+        **measured,
         "probes": len(latencies),
         "latency_p50_ms": percentile(latencies, 50) * 1000,
         "latency_p95_ms": percentile(latencies, 95) * 1000,
@@ -210,6 +218,8 @@ def run(system: System, scenario: str, n: int, ctx: RunContext) -> dict[str, Any
         return run_throughput(system, scenario, n, ctx)
     if scenario == "latency":
         return run_latency(system, ctx)
+    if scenario == "busy":
+        return run_latency(system, ctx, busy=True)
     if scenario == "http":
         return run_http(system, ctx)
     if scenario == "bulk":

@@ -33,5 +33,5 @@ SQL_FLOOR = System(
     connect_completion=_connect,
     effective_concurrency=lambda c: 1,
     supports_http=False,
-    only_scenarios=("latency",),
+    only_scenarios=("latency", "busy"),
 )
