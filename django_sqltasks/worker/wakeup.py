@@ -15,6 +15,7 @@ import os
 import select
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,11 @@ logger = logging.getLogger("django_sqltasks")
 
 WAIT_TIMEOUT = 1.0  # seconds between checks for a stop while waiting
 SQLITE_PROBE_INTERVAL = 0.002  # seconds between PRAGMA data_version checks
+# After a write to the files, how long (seconds) and how often the wake-up thread looks for the
+# commit it may belong to: a WAL commit becomes visible only after its fsync, which inotify does
+# not report (the write that makes it visible goes to the memory-mapped -shm file).
+SQLITE_SETTLE_WINDOW = 0.05
+SQLITE_SETTLE_INTERVAL = 0.0005
 
 
 class Wakeup:
@@ -97,16 +103,54 @@ class SQLiteProbe(Wakeup):
         return lambda: self._watch(watcher, name)
 
     def _watch(self, watcher: Any, name: str) -> None:
+        """Wake once per commit another connection makes, when it has become visible: a write
+        to the files is the sign, ``PRAGMA data_version`` the proof. Woken at the write, a
+        worker would claim before a commit waiting for its fsync (``synchronous=FULL``, SQLite's
+        default) is visible, find nothing, and wait for its next poll."""
         base = os.path.basename(name)
         names = {base, f"{base}-wal", f"{base}-journal"}
         try:
+            connection: sqlite3.Connection | None = sqlite3.connect(name, check_same_thread=False)
+        except sqlite3.Error as e:  # then every write wakes the worker, as it did
+            logger.info("Cannot read %s's version (%s): SQLite workers wake at each write", name, e)
+            connection = None
+        try:
+            last = None
+            if connection is not None:
+                _data_version(connection)  # its first read may create the -wal and -shm files
+                watcher.read(timeout=0)  # whose events are this thread's own
+                last = _data_version(connection)
             while not self._stop.is_set():
                 if self._wait(watcher) and any(
                     event.name in names for event in watcher.read(timeout=0)
                 ):
-                    self.on_wake(None)
+                    if connection is None:
+                        self.on_wake(None)
+                    else:
+                        last = self._settle(connection, last)
         finally:
             watcher.close()
+            if connection is not None:
+                connection.close()
+
+    def _settle(self, connection: sqlite3.Connection, last: int | None) -> int | None:
+        """Wake the worker at a write, and again once the database's version moves past
+        ``last`` if it had not yet, looking for up to ``SQLITE_SETTLE_WINDOW``; return the
+        version seen. A write that is no commit (a checkpoint, a transaction still open) wakes
+        it once, at the write; an unreadable version (the file busy or gone) wakes it too."""
+        deadline = time.monotonic() + SQLITE_SETTLE_WINDOW
+        woken = False
+        while True:
+            version = _data_version(connection)
+            if version is None or version != last:
+                self.on_wake(None)
+                return version if version is not None else last
+            if not woken:
+                # Wake now too: the worker's way to its claim overlaps the commit's fsync.
+                self.on_wake(None)
+                woken = True
+            if time.monotonic() >= deadline or self._stop.wait(SQLITE_SETTLE_INTERVAL):
+                return last
 
     def _probe(self, name: str) -> None:
         connection = sqlite3.connect(name, check_same_thread=False, uri=name.startswith("file:"))
@@ -122,6 +166,14 @@ class SQLiteProbe(Wakeup):
                 last = version
         finally:
             connection.close()
+
+
+def _data_version(connection: sqlite3.Connection) -> int | None:
+    """The database's ``PRAGMA data_version`` on ``connection``, or None if it cannot be read."""
+    try:
+        return int(connection.execute(DATA_VERSION_SQL).fetchone()[0])
+    except sqlite3.Error:
+        return None
 
 
 def _watch_directory(path: str) -> Any:
