@@ -110,7 +110,11 @@ class SQLiteProbe(Wakeup):
         base = os.path.basename(name)
         names = {base, f"{base}-wal", f"{base}-journal"}
         try:
-            connection: sqlite3.Connection | None = sqlite3.connect(name, check_same_thread=False)
+            # timeout=0: a look that meets a lock fails at once (and is made again), where
+            # SQLite's busy handler would sleep 1, 2, 5, 10 ms... between its tries.
+            connection: sqlite3.Connection | None = sqlite3.connect(
+                name, timeout=0, check_same_thread=False
+            )
         except sqlite3.Error as e:  # then every write wakes the worker, as it did
             logger.info("Cannot read %s's version (%s): SQLite workers wake at each write", name, e)
             connection = None
@@ -137,14 +141,15 @@ class SQLiteProbe(Wakeup):
         """Wake the worker at a write, and again once the database's version moves past
         ``last`` if it had not yet, looking for up to ``SQLITE_SETTLE_WINDOW``; return the
         version seen. A write that is no commit (a checkpoint, a transaction still open) wakes
-        it once, at the write; an unreadable version (the file busy or gone) wakes it too."""
+        it once, at the write; a look that cannot read the version (the file busy or gone)
+        is made again at the next interval."""
         deadline = time.monotonic() + SQLITE_SETTLE_WINDOW
         woken = False
         while True:
             version = _data_version(connection)
-            if version is None or version != last:
+            if version is not None and version != last:
                 self.on_wake(None)
-                return version if version is not None else last
+                return version
             if not woken:
                 # Wake now too: the worker's way to its claim overlaps the commit's fsync.
                 self.on_wake(None)
