@@ -74,8 +74,11 @@ class Producer:
         self._started: Receivers | None = None  # task_started receivers, as of the last claim
         self._idle_sleep = poll_interval
         self._wake_pending = False  # a wake-up is on its way to the loop (read unlocked)
-        self._claiming = False  # a claim is on its way
-        self._woken_in_claim = False  # a wake-up came during it: its task may have been missed
+        # A claim has begun and the loop has not slept since (the claim, taking its rows in,
+        # the scan for limited tasks: each may await), and a wake-up came meanwhile: its task
+        # may have committed after the claim read the queue.
+        self._claiming = False
+        self._woken_in_claim = False
         self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
@@ -133,7 +136,8 @@ class Producer:
                 logger.exception("Claim failed worker_id=%s; retrying", self.worker_id)
                 await self.sleep(self.poll_interval)
                 continue
-            self._claiming = False
+            # _claiming stays set until the next sleep: a wake-up that comes while the rows
+            # are taken in or limits scanned (both may await) is not lost to its clear().
             self._progress.succeeded("claiming")
             self._hold(rows)
             if not claims.limited_active and (
@@ -213,8 +217,9 @@ class Producer:
         """Sleep up to ``seconds``; wake early once a quarter of the room is free (or no more
         than ``wake_at`` tasks are held), all tasks are done, or a stop is asked."""
         assert self._wake is not None and self.executor is not None
+        self._claiming = False
         if self._woken_in_claim:
-            # A task announced while the last claim ran may have committed after the claim
+            # A task announced since the last claim began may have committed after the claim
             # read the queue: claim again now, not after up to a poll interval.
             self._woken_in_claim = False
             return
