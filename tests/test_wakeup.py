@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 
 import pytest
 from django.db import connection
@@ -38,9 +37,8 @@ def test_a_commit_by_another_connection_wakes_the_worker(
         watcher.close()
     woken = threading.Event()
     probe = wakeup.SQLiteProbe(connection.alias, lambda queue_name: woken.set())
-    probe.start()
+    probe.start()  # its first look at the database's version is taken before start() returns
     try:
-        time.sleep(0.1)  # watching (or polling) by now
         assert not woken.is_set()
         other = sqlite3.connect(name)
         try:

@@ -96,46 +96,42 @@ class SQLiteProbe(Wakeup):
         if not name or name == ":memory:" or name.startswith("file::memory:"):
             return None
         if name.startswith("file:"):
-            return lambda: self._probe(name)
+            return self._prober(name)
+        # Opened and read before the watch begins: its first read may create the -wal and -shm
+        # files, events that are its own. A commit made between that read and the watch is
+        # found by the worker's first claim, which comes after start().
+        reader = _version_reader(name)
         watcher = _watch_directory(name)
         if watcher is None:
-            return lambda: self._probe(name)
-        return lambda: self._watch(watcher, name)
+            if reader is not None:
+                reader.close()
+            return self._prober(name)
+        last = _data_version(reader) if reader is not None else None
+        return lambda: self._watch(watcher, name, reader, last)
 
-    def _watch(self, watcher: Any, name: str) -> None:
+    def _watch(
+        self, watcher: Any, name: str, reader: sqlite3.Connection | None, last: int | None
+    ) -> None:
         """Wake once per commit another connection makes, when it has become visible: a write
-        to the files is the sign, ``PRAGMA data_version`` the proof. Woken at the write, a
-        worker would claim before a commit waiting for its fsync (``synchronous=FULL``, SQLite's
-        default) is visible, find nothing, and wait for its next poll."""
+        to the files is the sign, ``PRAGMA data_version`` on ``reader`` the proof. Woken at the
+        write only, a worker would claim before a commit waiting for its fsync
+        (``synchronous=FULL``, SQLite's default) is visible, find nothing, and wait for its
+        next poll. Without a ``reader``, every write wakes it."""
         base = os.path.basename(name)
         names = {base, f"{base}-wal", f"{base}-journal"}
         try:
-            # timeout=0: a look that meets a lock fails at once (and is made again), where
-            # SQLite's busy handler would sleep 1, 2, 5, 10 ms... between its tries.
-            connection: sqlite3.Connection | None = sqlite3.connect(
-                name, timeout=0, check_same_thread=False
-            )
-        except sqlite3.Error as e:  # then every write wakes the worker, as it did
-            logger.info("Cannot read %s's version (%s): SQLite workers wake at each write", name, e)
-            connection = None
-        try:
-            last = None
-            if connection is not None:
-                _data_version(connection)  # its first read may create the -wal and -shm files
-                watcher.read(timeout=0)  # whose events are this thread's own
-                last = _data_version(connection)
             while not self._stop.is_set():
                 if self._wait(watcher) and any(
                     event.name in names for event in watcher.read(timeout=0)
                 ):
-                    if connection is None:
+                    if reader is None:
                         self.on_wake(None)
                     else:
-                        last = self._settle(connection, last)
+                        last = self._settle(reader, last)
         finally:
             watcher.close()
-            if connection is not None:
-                connection.close()
+            if reader is not None:
+                reader.close()
 
     def _settle(self, connection: sqlite3.Connection, last: int | None) -> int | None:
         """Wake the worker at a write, and again once the database's version moves past
@@ -157,20 +153,41 @@ class SQLiteProbe(Wakeup):
             if time.monotonic() >= deadline or self._stop.wait(SQLITE_SETTLE_INTERVAL):
                 return last
 
-    def _probe(self, name: str) -> None:
-        connection = sqlite3.connect(name, check_same_thread=False, uri=name.startswith("file:"))
+    def _prober(self, name: str) -> Callable[[], None] | None:
+        """The thread that polls ``PRAGMA data_version``, its first look taken now (before
+        ``start()`` returns: a commit after it wakes the worker, one before it is the first
+        claim's); None if the database cannot be opened (the worker polls)."""
+        reader = _version_reader(name, uri=name.startswith("file:"))
+        if reader is None:
+            return None
+        last = _data_version(reader)
+        return lambda: self._probe(reader, last)
+
+    def _probe(self, reader: sqlite3.Connection, last: int | None) -> None:
         try:
-            last = None
             while not self._stop.wait(SQLITE_PROBE_INTERVAL):
-                try:
-                    version = connection.execute(DATA_VERSION_SQL).fetchone()[0]
-                except sqlite3.Error:
+                version = _data_version(reader)
+                if version is None:
                     continue
                 if last is not None and version != last:
                     self.on_wake(None)
                 last = version
         finally:
-            connection.close()
+            reader.close()
+
+
+def _version_reader(name: str, uri: bool = False) -> sqlite3.Connection | None:
+    """A connection of the wake-up thread's own that reads ``PRAGMA data_version``, read once;
+    None if the database cannot be opened (then every write wakes the worker). Its timeout is
+    0: a look that meets a lock fails at once and is made again 0.5 ms later, where SQLite's
+    busy handler would sleep 1, 2, 5, 10 ms... between its tries."""
+    try:
+        reader = sqlite3.connect(name, timeout=0, check_same_thread=False, uri=uri)
+    except sqlite3.Error as e:
+        logger.info("Cannot read %s's version (%s): SQLite workers wake at each write", name, e)
+        return None
+    _data_version(reader)
+    return reader
 
 
 def _data_version(connection: sqlite3.Connection) -> int | None:
