@@ -448,6 +448,33 @@ def test_a_wake_up_between_a_claim_and_the_next_sleep_is_not_lost(
     assert TaskRecord.objects.get(id=announced[0]).status == "SUCCESSFUL"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_asked_between_a_claim_and_the_next_sleep_is_not_lost(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """A stop asked while the worker scans for limited tasks after a claim ends the worker at
+    once: the sleep after the scan used to clear its wake-up and wait a whole poll interval
+    (here an hour) before seeing it."""
+    set_backend_options(settings, HEARTBEAT_INTERVAL=3600, LEASE_TIMEOUT=7200)
+    monkeypatch.setattr(producer_module, "BUSY_POLL", 3600.0)
+    worker = Worker(concurrency=2, queue_names=["*"], poll_interval=3600)
+    scan = Claims.scan_limits
+    asked: list[bool] = []
+
+    def scan_while_a_stop_is_asked(self: Claims) -> None:
+        if not asked:
+            asked.append(True)
+            worker.stop()  # from the database thread, as a signal handler's would come
+        scan(self)
+
+    monkeypatch.setattr(Claims, "scan_limits", scan_while_a_stop_is_asked)
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    runner.join(30)
+    assert asked, "the worker never scanned"
+    assert not runner.is_alive(), "the stop asked during the scan was not seen"
+
+
 def test_worker_refuses_a_backend_of_another_kind() -> None:
     with pytest.raises(ValueError, match="not a django_sqltasks SQLTaskBackend"):
         Worker(backend="immediate")

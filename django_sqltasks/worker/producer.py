@@ -83,6 +83,7 @@ class Producer:
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
         self._stopping = False  # set by stop(): claim no more
+        self._stop_unseen = False  # set by stop(), cleared by the next sleep, which it ends
         self._suspects = Suspects()
 
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
@@ -106,6 +107,7 @@ class Producer:
     def stop(self) -> None:
         """Claim no more, and end the current sleep (on the loop thread, or before it runs)."""
         self._stopping = True
+        self._stop_unseen = True
         self.wake()
 
     async def run(self) -> None:
@@ -228,6 +230,9 @@ class Producer:
         capacity = self.slots.capacity
         self.slots.wake_when_below(capacity - max(1, capacity // 4) if wake_at is None else wake_at)
         self._wake.clear()
+        if self._stop_unseen:  # asked while the loop was busy: the clear above dropped its wake
+            self._stop_unseen = False
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
 
