@@ -76,7 +76,8 @@ class Producer:
         self._wake_pending = False  # a wake-up is on its way to the loop (read unlocked)
         # A claim has begun and the loop has not slept since (the claim, taking its rows in,
         # the scan for limited tasks: each may await), and a wake-up came meanwhile: its task
-        # may have committed after the claim read the queue.
+        # may have committed after the claim read the queue. With _stop_unseen below, the
+        # wake-ups that sleep()'s clear() must not drop.
         self._claiming = False
         self._woken_in_claim = False
         self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on

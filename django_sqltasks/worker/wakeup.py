@@ -100,13 +100,12 @@ class SQLiteProbe(Wakeup):
         # Opened and read before the watch begins: its first read may create the -wal and -shm
         # files, events that are its own. A commit made between that read and the watch is
         # found by the worker's first claim, which comes after start().
-        reader = _version_reader(name)
+        reader, last = _version_reader(name)
         watcher = _watch_directory(name)
         if watcher is None:
             if reader is not None:
                 reader.close()
             return self._prober(name)
-        last = _data_version(reader) if reader is not None else None
         return lambda: self._watch(watcher, name, reader, last)
 
     def _watch(
@@ -157,10 +156,9 @@ class SQLiteProbe(Wakeup):
         """The thread that polls ``PRAGMA data_version``, its first look taken now (before
         ``start()`` returns: a commit after it wakes the worker, one before it is the first
         claim's); None if the database cannot be opened (the worker polls)."""
-        reader = _version_reader(name, uri=name.startswith("file:"))
+        reader, last = _version_reader(name, uri=name.startswith("file:"))
         if reader is None:
             return None
-        last = _data_version(reader)
         return lambda: self._probe(reader, last)
 
     def _probe(self, reader: sqlite3.Connection, last: int | None) -> None:
@@ -176,18 +174,17 @@ class SQLiteProbe(Wakeup):
             reader.close()
 
 
-def _version_reader(name: str, uri: bool = False) -> sqlite3.Connection | None:
-    """A connection of the wake-up thread's own that reads ``PRAGMA data_version``, read once;
-    None if the database cannot be opened (then every write wakes the worker). Its timeout is
-    0: a look that meets a lock fails at once and is made again 0.5 ms later, where SQLite's
-    busy handler would sleep 1, 2, 5, 10 ms... between its tries."""
+def _version_reader(name: str, uri: bool = False) -> tuple[sqlite3.Connection | None, int | None]:
+    """A connection of the wake-up thread's own that reads ``PRAGMA data_version``, and its
+    first look; (None, None) if the database cannot be opened (then every write wakes the
+    worker). Its timeout is 0: a look that meets a lock fails at once and is made again 0.5 ms
+    later, where SQLite's busy handler would sleep 1, 2, 5, 10 ms... between its tries."""
     try:
         reader = sqlite3.connect(name, timeout=0, check_same_thread=False, uri=uri)
     except sqlite3.Error as e:
         logger.info("Cannot read %s's version (%s): SQLite workers wake at each write", name, e)
-        return None
-    _data_version(reader)
-    return reader
+        return None, None
+    return reader, _data_version(reader)
 
 
 def _data_version(connection: sqlite3.Connection) -> int | None:
