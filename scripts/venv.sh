@@ -4,8 +4,9 @@
 #   scripts/venv.sh                 .venv on Python >= 3.12 with Django 6 (the default)
 #   VENV=.venv-52 DJANGO=5.2 scripts/venv.sh     Django 5.2 with the django-tasks backport
 #   WITH_MYSQL=1 scripts/venv.sh    also mysqlclient (needs the MariaDB/MySQL client headers)
-#   WITH_BENCH=1 scripts/venv.sh    also the benchmark's peers (Django 6 only)
+#   WITH_BENCH=1 scripts/venv.sh    also the benchmark's peers (the bench group; Django 6 only)
 #   WITH_DOCS=1 scripts/venv.sh     also mkdocs, to build the documentation
+#   WITH_RELEASE=1 scripts/venv.sh  also build and twine (scripts/wheel_check.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,7 +44,7 @@ else
     extras="postgres"
 fi
 [ "${WITH_MYSQL:-0}" = "1" ] && extras="$extras,mysql"
-[ "${WITH_BENCH:-0}" = "1" ] && extras="$extras,mysql,bench"
+[ "${WITH_BENCH:-0}" = "1" ] && extras="$extras,mysql"
 extras="$extras,metrics"
 
 # "uv --version", not "command -v uv": a pyenv shim is on PATH even where the active Python
@@ -68,6 +69,8 @@ else
 fi
 groups="--group test --group lint"
 [ "${WITH_DOCS:-0}" = "1" ] && groups="$groups --group docs"
+[ "${WITH_BENCH:-0}" = "1" ] && groups="$groups --group bench"
+[ "${WITH_RELEASE:-0}" = "1" ] && groups="$groups --group release"
 # shellcheck disable=SC2086
 $uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[$extras]" $groups
 if [ "$DJANGO" = "5.2" ]; then
