@@ -55,9 +55,9 @@ if uv --version >/dev/null 2>&1; then
 else
     # No uv on PATH: bootstrap it inside the environment once, never into the interpreter
     # running this script (that printed pip's warning about root on every run). The
-    # environment gets no pip of its own (ensurepip took 2 of a fresh clone's 7 s here): the
-    # interpreter's pip installs uv into it (pip >= 22.3's --python); an older pip, or none,
-    # falls back to a pip inside the environment.
+    # environment is made without pip (ensurepip took 2 of a fresh clone's 7 s here; uv adds
+    # it below): the interpreter's pip installs uv into it (pip >= 22.3's --python); an older
+    # pip, or none, falls back to a pip inside the environment.
     [ -x "$VENV/bin/python" ] || "$python" -m venv --without-pip "$VENV"
     if [ ! -x "$VENV/bin/uv" ]; then
         "$python" -m pip --python "$VENV/bin/python" install --quiet --disable-pip-version-check uv 2>/dev/null || {
@@ -71,8 +71,11 @@ groups="--group test --group lint"
 [ "${WITH_DOCS:-0}" = "1" ] && groups="$groups --group docs"
 [ "${WITH_BENCH:-0}" = "1" ] && groups="$groups --group bench"
 [ "${WITH_RELEASE:-0}" = "1" ] && groups="$groups --group release"
+# pip too, so `.venv/bin/pip install X` works as in any virtual environment (and `make
+# django-contract`, which downloads Django's source with pip download); uv installs it from its
+# cache in about a second, where ensurepip took two.
 # shellcheck disable=SC2086
-$uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[$extras]" $groups
+$uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[$extras]" pip $groups
 if [ "$DJANGO" = "5.2" ]; then
     $uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" "django>=5.2,<6.0"
 fi
