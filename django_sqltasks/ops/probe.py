@@ -208,14 +208,15 @@ def oldest_due(
     """
     oldest: dict[str, datetime] = {}
     for query in due_queries(using, alias, now, queues):
-        for queue, at in query.values_list("queue_name", "oldest"):
+        for row in query:
+            queue, at = row["queue_name"], row["oldest"]
             oldest[queue] = min(at, oldest.get(queue, at))
     return oldest
 
 
 def due_queries(
     using: str, alias: str, now: datetime, queues: list[str] | None = None
-) -> list[QuerySet[TaskRecord, dict[str, Any]]]:
+) -> list[QuerySet[Any, Any]]:
     """The reads of ``oldest_due``: one through ``sqltasks_ready_idx``, one through
     ``sqltasks_ready_limited_idx``."""
     due = TaskRecord.objects.using(using).order_by().for_backend(alias).in_queues(queues).due(now)
