@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
         signature,
         workflow_of,
     )
+    from .embedded import EmbeddedWorker, embed_in_asgi, embed_in_wsgi
     from .exceptions import Snooze
     from .ops.metrics import Metrics
     from .store.subjects import cancel_ready_tasks, cancel_tasks_on_delete
@@ -55,8 +56,12 @@ _LAZY = {
     "cancel_ready_tasks": ".store.subjects",
     "Metrics": ".ops.metrics",
     "SubjectTasksMixin": ".admin.subject",
+    "EmbeddedWorker": ".embedded",
+    "embed_in_asgi": ".embedded",
+    "embed_in_wsgi": ".embedded",
 }
 __all__ = [
+    "EmbeddedWorker",
     "Metrics",
     "MissingTask",
     "SQLTask",
@@ -71,6 +76,8 @@ __all__ = [
     "cancel_ready_tasks",
     "cancel_tasks_on_delete",
     "chain",
+    "embed_in_asgi",
+    "embed_in_wsgi",
     "error_summary",
     "get_workflow",
     "group",

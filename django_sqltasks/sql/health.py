@@ -48,9 +48,12 @@ def read_postgresql(cursor: CursorWrapper, table: str) -> TableHealth:
     off_by = (("autovacuum",) if not server_on else ()) + (
         ("autovacuum_enabled",) if table_on is False else ()
     )
+    # pg_stat_user_tables has a row for every table, so no row means no table (not migrated
+    # yet): its autovacuum and rows are not known, and nothing warns of them.
+    exists = live is not None
     return TableHealth(
-        autovacuum=not off_by,
-        autovacuum_off_by=off_by,
+        autovacuum=not off_by if exists else None,
+        autovacuum_off_by=off_by if exists else (),
         live_rows=live,
         dead_rows=dead,
         oldest_transaction_seconds=seconds,

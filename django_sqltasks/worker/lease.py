@@ -77,8 +77,11 @@ class Lease:
         if live is not None and not gone_from_this_host(*live):
             raise WorkerIdInUse(
                 f"--worker-id: {self.worker_id!r} is in use by a live worker (pid "
-                f"{live[0]} on {live[1]!r}, heartbeat within the last {self.timeout:g}s); "
-                "give each worker its own id."
+                f"{live[0]} on {live[1]!r}, heartbeat within the last {self.timeout:g}s). If "
+                "that is this worker's previous run (restarted on another host, or where "
+                "another process now has its pid), its lease runs out in about "
+                f"{self._lease_left():.0f}s (LEASE_TIMEOUT), and the id is free then: start "
+                "again after that. Otherwise give each worker its own id."
             )
         # A previous worker of this id is dead: its lease ran out, or (a service manager
         # restarting it) its process is gone from this host. Drop its row, so that the rescue
@@ -88,6 +91,18 @@ class Lease:
         self._create()
         self.rescue()
         events.emit("registered", worker_id=self.worker_id)
+
+    def _lease_left(self) -> float:
+        """Seconds until this id's current holder's lease runs out, if it beats no more."""
+        beat = (
+            WorkerRecord.objects.using(self.database)
+            .filter(id=self.worker_id)
+            .values_list("heartbeat_at", flat=True)
+            .first()
+        )
+        if beat is None:
+            return 0.0
+        return max(0.0, self.timeout - (timezone.now() - beat).total_seconds())
 
     def heartbeat(self) -> None:
         """Renew the lease, then rescue tasks of workers whose lease ran out."""
