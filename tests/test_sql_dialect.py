@@ -332,7 +332,7 @@ def test_the_database_clock_and_the_worker_table(dialect: Dialect) -> None:
     with connection.cursor() as cursor:
         assert dialect.heartbeat(cursor, "alive")
         assert not dialect.heartbeat(cursor, "nobody")
-        assert dialect.live_worker(cursor, "alive", lease_timeout=30) == (11, "here")
+        assert dialect.live_worker(cursor, "alive", lease_timeout=30) == (11, "here", "")
         assert dialect.live_worker(cursor, "silent", lease_timeout=30) is None
         assert dialect.forget_dead_workers(cursor, lease_timeout=30) == 1
     assert set(WorkerRecord.objects.values_list("id", flat=True)) == {"alive"}
