@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -303,37 +304,44 @@ def check_task_path(where: str, task_path: Any) -> str:
 
 def check_cron(where: str, cron: Any) -> str:
     """Return ``cron`` if croniter reads it and it fires at least once."""
-    # Measured start-up cost: 11 ms to import, paid only with cron schedules.
-    from croniter import CroniterBadDateError, croniter
-
-    if (
-        isinstance(cron, str)
-        and len(cron) <= MAX_CRON_LENGTH
-        and text_problem(cron) is None
-        and len(cron.split()) != CRON_FIELDS
-    ):
+    if not isinstance(cron, str) or len(cron) > MAX_CRON_LENGTH or text_problem(cron) is not None:
+        problem: str | None = "invalid"
+    else:
+        problem = _cron_problem(cron)
+    if problem == "fields":
         raise ScheduleError(
             f"{where} is not a valid cron expression: it must have five fields (minute, hour, "
             f"day of month, month, day of week; such as '0 3 * * *' for 03:00 every day), not "
             f"{len(cron.split())}: {short_repr(cron)}."
         )
-    if (
-        not isinstance(cron, str)
-        or len(cron) > MAX_CRON_LENGTH
-        or text_problem(cron) is not None
-        or not croniter.is_valid(cron)
-    ):
+    if problem == "invalid":
         raise ScheduleError(
             f"{where} is not a valid cron expression (five fields, such as '0 3 * * *' for "
             f"03:00 every day): {short_repr(cron)}."
         )
-    try:
-        croniter(cron, datetime.now(UTC).replace(tzinfo=None)).get_next(datetime)
-    except CroniterBadDateError as e:
+    if problem == "never":
         raise ScheduleError(
             f"{where} never fires: {cron!r} names no date that exists (such as 31 February)."
-        ) from e
+        )
     return cron
+
+
+@lru_cache(maxsize=4096)
+def _cron_problem(cron: str) -> str | None:
+    """What is wrong with ``cron`` ("fields", "invalid", "never"), or None. Remembered by
+    expression: a scheduler checks each row it reads, and a table repeats few expressions."""
+    # Measured start-up cost: 11 ms to import, paid only with cron schedules.
+    from croniter import CroniterBadDateError, croniter
+
+    if len(cron.split()) != CRON_FIELDS:
+        return "fields"
+    if not croniter.is_valid(cron):
+        return "invalid"
+    try:
+        croniter(cron, datetime.now(UTC).replace(tzinfo=None)).get_next(datetime)
+    except CroniterBadDateError:
+        return "never"
+    return None
 
 
 def check_every(where: str, every: Any) -> float:

@@ -152,7 +152,8 @@ class SQLiteDialect(Dialect):
         params = [value for o in outcomes for value in self._outcome_params(o)]
         error = self._append_error(f"{self.tasks}.errors", "v.error_class", "v.error_traceback")
         # The owner guard keeps a late result from overwriting a task that was rescued and
-        # claimed again (or finished) meanwhile.
+        # claimed again (or finished) meanwhile; the attempt guard, one claimed again by
+        # another process under the same worker id.
         cursor.execute(
             f"""
             WITH v({", ".join(OUTCOME_COLUMNS)}) AS (VALUES {rows})
@@ -167,6 +168,7 @@ class SQLiteDialect(Dialect):
             FROM v
             WHERE {self.tasks}.id = v.id AND {self.tasks}.status = 'RUNNING'
                 AND {self.tasks}.owner = %s
+                AND (v.attempt IS NULL OR {self.tasks}.attempts = v.attempt)
             RETURNING {self.tasks}.id
             """,
             [*params, worker_id],
