@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .core.progress import SQLTaskContext
     from .core.workflows import chain, get_workflow, group, signature, workflow_of
     from .exceptions import Snooze
+    from .store.query import TaskQuery
     from .store.subjects import cancel_tasks_on_delete
     from .task import with_subject
 
@@ -30,11 +31,13 @@ _LAZY = {
     "workflow_of": ".core.workflows",
     "with_subject": ".task",
     "cancel_tasks_on_delete": ".store.subjects",
+    "TaskQuery": ".store.query",
 }
 __all__ = [
     "SQLTaskBackend",
     "SQLTaskContext",
     "Snooze",
+    "TaskQuery",
     "cancel_tasks_on_delete",
     "chain",
     "get_workflow",

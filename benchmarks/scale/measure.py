@@ -188,10 +188,11 @@ def table_bytes() -> int | None:
     table = TaskRecord._meta.db_table
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
+            # A plain table is no partition tree: then its own size.
             cursor.execute(
-                "SELECT COALESCE(SUM(pg_total_relation_size(relid)), 0) "
-                "FROM pg_partition_tree(%s::regclass)",
-                [table],
+                "SELECT COALESCE((SELECT SUM(pg_total_relation_size(relid)) "
+                "FROM pg_partition_tree(%s::regclass)), pg_total_relation_size(%s::regclass))",
+                [table, table],
             )
             return int(cursor.fetchone()[0])
         if connection.vendor == "mysql":
