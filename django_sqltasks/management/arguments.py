@@ -36,10 +36,6 @@ def positive_int(value: str) -> int:
     return _whole_number(value, 1)
 
 
-def non_negative_int(value: str) -> int:
-    return _whole_number(value, 0)
-
-
 def whole_number(least: int, most: int) -> Callable[[str], int]:
     """Return an argparse type accepting whole numbers from ``least`` to ``most``."""
 
