@@ -26,6 +26,7 @@ from ..exceptions import InvalidTaskQuery
 from ..models import TaskRecord, TaskRecordQuerySet
 from ..sql import dialect_for
 from ..sql.estimates import estimated_rows
+from ..sql.expressions import AppendError
 from . import control
 
 BATCH_SIZE = 1000  # rows per batch: each is its own transaction, holding its locks briefly
@@ -174,41 +175,31 @@ class TaskQuery:
             # One short transaction per batch: the rows it locks are held only while it runs.
             with transaction.atomic(using=self.database):
                 page = ordered if last is None else ordered.filter(pk__gt=last)
-                rows = list(
-                    page.select_for_update(skip_locked=True).values_list("pk", "errors")[:size]
+                ids = list(
+                    page.select_for_update(skip_locked=True).values_list("pk", flat=True)[:size]
                 )
-                if not rows:
+                if not ids:
                     return done
-                done += change(tasks, rows, *args)
-            last = rows[-1][0]
+                done += change(tasks, ids, *args)
+            last = ids[-1]
 
-    def _cancel_batch(
-        self, tasks: TaskRecordQuerySet, rows: list[tuple[Any, Any]], reason: str
-    ) -> int:
+    def _cancel_batch(self, tasks: TaskRecordQuerySet, ids: list[Any], reason: str) -> int:
         entry = {"exception_class_path": control.CANCELLED, "traceback": reason}
         now = timezone.now()
-        # Most waiting tasks have no error yet: one UPDATE for those, one per row for the rest.
-        # The rows are READY and locked by this transaction (where the database locks rows).
-        count = tasks.filter(pk__in=[pk for pk, errors in rows if not errors]).update(
-            status=TaskResultStatus.FAILED, errors=[entry], finished_at=now
+        # One UPDATE for the batch: its rows are READY and locked by this transaction (where
+        # the database locks rows), and the guard on status keeps any other row as it is.
+        count = tasks.filter(pk__in=ids).update(
+            status=TaskResultStatus.FAILED, errors=AppendError(entry), finished_at=now
         )
-        for pk, errors in rows:
-            if errors:
-                count += tasks.filter(pk=pk).update(
-                    status=TaskResultStatus.FAILED, errors=[*errors, entry], finished_at=now
-                )
         connection = connections[self.database]
         with connection.cursor() as cursor:  # wake their waiters (result.wait()) at commit
-            dialect_for(connection).announce_finished(cursor, [pk for pk, _ in rows])
+            dialect_for(connection).announce_finished(cursor, ids)
         return count
 
-    def _ask_to_stop(
-        self, tasks: TaskRecordQuerySet, rows: list[tuple[Any, Any]], reason: str
-    ) -> int:
-        return tasks.filter(pk__in=[pk for pk, _ in rows]).update(cancel_requested=True)
+    def _ask_to_stop(self, tasks: TaskRecordQuerySet, ids: list[Any], reason: str) -> int:
+        return tasks.filter(pk__in=ids).update(cancel_requested=True)
 
-    def _retry_batch(self, tasks: TaskRecordQuerySet, rows: list[tuple[Any, Any]]) -> int:
-        ids = [pk for pk, _ in rows]
+    def _retry_batch(self, tasks: TaskRecordQuerySet, ids: list[Any]) -> int:
         now = control.database_now(self.database)  # due now by the clock the claim reads
         try:
             with transaction.atomic(using=self.database):
@@ -224,8 +215,8 @@ class TaskQuery:
             # so that only that one stays FAILED.
             return len(control.retry([TaskRecord(pk=pk) for pk in ids], using=self.database))
 
-    def _delete_batch(self, tasks: TaskRecordQuerySet, rows: list[tuple[Any, Any]]) -> int:
-        count, _ = tasks.filter(pk__in=[pk for pk, _ in rows]).delete()
+    def _delete_batch(self, tasks: TaskRecordQuerySet, ids: list[Any]) -> int:
+        count, _ = tasks.filter(pk__in=ids).delete()
         return count
 
 
