@@ -28,9 +28,7 @@ class AppendError(Func):
             compiler, connection, template="(%(expressions)s::jsonb)", arg_joiner=" || "
         )
 
-    def as_mysql(
-        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
-    ) -> Any:
+    def as_mysql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> Any:
         # Two arrays merge into one with the second's items after the first's.
         return self.as_sql(compiler, connection, function="JSON_MERGE_PRESERVE")
 
