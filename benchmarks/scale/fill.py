@@ -150,11 +150,18 @@ def expressions(sql: Sql, total: int) -> dict[str, str]:
         "finished_at": sql.at(age),
         "subject_type": "CASE WHEN i % 4 = 0 THEN 'shop.order' ELSE NULL END",
         "subject_id": f"CASE WHEN i % 4 = 0 THEN {sql.text('i')} ELSE NULL END",
-        "tags": sql.json(
+        # One task in five is tagged (NULL otherwise, as an untagged enqueue leaves it).
+        "tags": "CASE WHEN i % 5 = 0 THEN "
+        + sql.json(
             sql.cat(
-                "'[\"customer-'", sql.text("i % 1000"), "'\", \"'", sql.pick("i", QUEUES), "'\"]'"
+                "'[\"customer-'",
+                sql.text(f"{sql.div('i', 5)} % 1000"),
+                "'\", \"'",
+                sql.pick("i", QUEUES),
+                "'\"]'",
             )
-        ),
+        )
+        + " ELSE NULL END",
     }
 
 
