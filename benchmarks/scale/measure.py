@@ -228,14 +228,14 @@ def wal_bytes(since: str | None) -> int | None:
         return int(cursor.fetchone()[0])
 
 
-def prune_a_day(base: datetime, days: float) -> dict[str, Any]:
-    """Prune what finished over ``days`` before ``base``: the oldest day of the history."""
+def prune_a_day(now: datetime, days: float) -> dict[str, Any]:
+    """Prune what finished over ``days`` before ``now``: the oldest day of the history."""
     from django_sqltasks.store.pruning import prune  # after setup: it imports the models
 
     before = table_bytes()
     lsn = wal_lsn()
     start = time.perf_counter()
-    pruned = prune(using="default", successful_days=days, failed_days=days, now=base)
+    pruned = prune(using="default", successful_days=days, failed_days=days, now=now)
     seconds = time.perf_counter() - start
     wal = wal_bytes(lsn)
     return {
@@ -282,7 +282,10 @@ def search_indexes() -> dict[str, str]:
             cursor.execute(
                 "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table]
             )
-            return {n: d for n, d in cursor.fetchall() if n in names}
+            # A partitioned table's index reads "ON ONLY": recreated so, it would have no leaves.
+            return {
+                n: d.replace(" ON ONLY ", " ON ", 1) for n, d in cursor.fetchall() if n in names
+            }
         if connection.vendor == "sqlite":
             cursor.execute(
                 "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = %s",
