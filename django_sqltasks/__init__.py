@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .embedded import EmbeddedWorker, embed_in_asgi, embed_in_wsgi
     from .exceptions import Snooze
     from .ops.metrics import Metrics
+    from .store.query import Cancelled, TaskQuery
     from .store.subjects import cancel_ready_tasks, cancel_tasks_on_delete
     from .task import MissingTask, SQLTask, SQLTaskResult, with_subject
 
@@ -59,8 +60,11 @@ _LAZY = {
     "EmbeddedWorker": ".embedded",
     "embed_in_asgi": ".embedded",
     "embed_in_wsgi": ".embedded",
+    "TaskQuery": ".store.query",
+    "Cancelled": ".store.query",
 }
 __all__ = [
+    "Cancelled",
     "EmbeddedWorker",
     "Metrics",
     "MissingTask",
@@ -72,6 +76,7 @@ __all__ = [
     "Snooze",
     "Subject",
     "SubjectTasksMixin",
+    "TaskQuery",
     "WorkflowResult",
     "cancel_ready_tasks",
     "cancel_tasks_on_delete",

@@ -1,6 +1,7 @@
-"""Fill the task table with N finished tasks spread over 30 days, in SQL, fast: one
-``INSERT ... SELECT`` per chunk over PostgreSQL's ``generate_series``, MariaDB's sequence engine
-(``seq_1_to_N``) or SQLite's recursive CTE. 1 in 33 is FAILED, with one of three error classes.
+"""Fill the task table with N finished tasks spread over 30 days (from a midnight, UTC), in SQL,
+fast: one ``INSERT ... SELECT`` per chunk over PostgreSQL's ``generate_series``, MariaDB's
+sequence engine (``seq_1_to_N``) or SQLite's recursive CTE. 1 in 33 is FAILED, with one of
+three error classes.
 
 The columns come from the model as it is on the checkout being measured: a column this module
 does not know gets its field's default (or NULL, or its database default), so the fill runs on
@@ -11,14 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, models
 
 from django_sqltasks.models import TaskRecord
 
-SPAN = timedelta(days=30)  # the history's length
+DAYS = 30  # the history's length: from the midnight (UTC) 30 days before the base time to it
 FAILED_EVERY = 33  # one task in 33 fails
 QUEUES = ("default", "emails", "reports")
 PATHS = (
@@ -98,9 +99,17 @@ class Sql:
         return f"CASE {index} % {len(values)} {cases} END"
 
 
+def start_of(base: datetime) -> datetime:
+    """When the history begins: the midnight (UTC) ``DAYS`` days before ``base``, so that its
+    oldest day is a whole day (a partition of its own where the table is partitioned by day)."""
+    day = (base - timedelta(days=DAYS)).astimezone(UTC)
+    return day.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
 def expressions(sql: Sql, total: int) -> dict[str, str]:
     """The SQL of each known column, for row ``i`` of ``total`` (higher ``i``: newer)."""
-    age = f"(({total} - i + 0.5) * {SPAN.total_seconds()} / {total})"  # seconds before base
+    span = (sql.base - start_of(sql.base)).total_seconds()
+    age = f"(({total} - i + 0.5) * {span} / {total})"  # seconds before base
     failed = f"(i % {FAILED_EVERY} = 0)"
     enqueued_ms = f"({sql.base_ms} - ROUND(({age} + 2.0) * 1000))"
     error = sql.pick(sql.div("i", FAILED_EVERY), ERRORS)
@@ -150,11 +159,18 @@ def expressions(sql: Sql, total: int) -> dict[str, str]:
         "finished_at": sql.at(age),
         "subject_type": "CASE WHEN i % 4 = 0 THEN 'shop.order' ELSE NULL END",
         "subject_id": f"CASE WHEN i % 4 = 0 THEN {sql.text('i')} ELSE NULL END",
-        "tags": sql.json(
+        # One task in five is tagged (NULL otherwise, as an untagged enqueue leaves it).
+        "tags": "CASE WHEN i % 5 = 0 THEN "
+        + sql.json(
             sql.cat(
-                "'[\"customer-'", sql.text("i % 1000"), "'\", \"'", sql.pick("i", QUEUES), "'\"]'"
+                "'[\"customer-'",
+                sql.text(f"{sql.div('i', 5)} % 1000"),
+                "'\", \"'",
+                sql.pick("i", QUEUES),
+                "'\"]'",
             )
-        ),
+        )
+        + " ELSE NULL END",
     }
 
 

@@ -188,10 +188,11 @@ def table_bytes() -> int | None:
     table = TaskRecord._meta.db_table
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
+            # A plain table is no partition tree: then its own size.
             cursor.execute(
-                "SELECT COALESCE(SUM(pg_total_relation_size(relid)), 0) "
-                "FROM pg_partition_tree(%s::regclass)",
-                [table],
+                "SELECT COALESCE((SELECT SUM(pg_total_relation_size(relid)) "
+                "FROM pg_partition_tree(%s::regclass)), pg_total_relation_size(%s::regclass))",
+                [table, table],
             )
             return int(cursor.fetchone()[0])
         if connection.vendor == "mysql":
@@ -227,14 +228,14 @@ def wal_bytes(since: str | None) -> int | None:
         return int(cursor.fetchone()[0])
 
 
-def prune_a_day(base: datetime, days: float) -> dict[str, Any]:
-    """Prune what finished over ``days`` before ``base``: the oldest day of the history."""
+def prune_a_day(now: datetime, days: float) -> dict[str, Any]:
+    """Prune what finished over ``days`` before ``now``: the oldest day of the history."""
     from django_sqltasks.store.pruning import prune  # after setup: it imports the models
 
     before = table_bytes()
     lsn = wal_lsn()
     start = time.perf_counter()
-    pruned = prune(using="default", successful_days=days, failed_days=days, now=base)
+    pruned = prune(using="default", successful_days=days, failed_days=days, now=now)
     seconds = time.perf_counter() - start
     wal = wal_bytes(lsn)
     return {
@@ -281,7 +282,10 @@ def search_indexes() -> dict[str, str]:
             cursor.execute(
                 "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table]
             )
-            return {n: d for n, d in cursor.fetchall() if n in names}
+            # A partitioned table's index reads "ON ONLY": recreated so, it would have no leaves.
+            return {
+                n: d.replace(" ON ONLY ", " ON ", 1) for n, d in cursor.fetchall() if n in names
+            }
         if connection.vendor == "sqlite":
             cursor.execute(
                 "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = %s",

@@ -7,7 +7,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,18 @@ def partitioned() -> bool:
         return bool(cursor.fetchone()[0])
 
 
+def add_partitions(start: datetime, base: datetime) -> int | None:
+    """Give each day of the history a partition of its own, where the table is partitioned by
+    day (as a worker adds the days ahead); None where this version has no such layout."""
+    try:
+        # Only versions with the partitioned layout have this module: the profile runs on both.
+        from django_sqltasks.store import partitions
+    except ImportError:
+        return None
+    ahead = (base.date() - start.date()).days + 7
+    return int(partitions.add_days("default", days_ahead=ahead, today=start.date()))
+
+
 def run(total: int, reuse: bool, log: Callable[[str], None]) -> dict[str, Any]:
     ensure_database()
     call_command("migrate", verbosity=0)
@@ -87,6 +99,7 @@ def run(total: int, reuse: bool, log: Callable[[str], None]) -> dict[str, Any]:
         log(f"reusing {total:,} tasks")
     else:
         empty_tables()
+        meta["day_partitions_added"] = add_partitions(fill.start_of(base), base)
         log("claim against the empty table")
         results.claim_empty_ms = measure.claim_ms()
         log(f"filling {total:,} tasks over 30 days")
@@ -106,8 +119,9 @@ def run(total: int, reuse: bool, log: Callable[[str], None]) -> dict[str, Any]:
     log("enqueue, with and without the search indexes")
     results.enqueue = measure.enqueue_with_and_without_search_indexes()
     log("a day's prune")
-    days = (fill.SPAN - timedelta(days=1)).total_seconds() / 86400
-    results.prune = measure.prune_a_day(base, days)
+    # The oldest whole day: prune's cutoff is its "now" less the days kept.
+    start = fill.start_of(base)
+    results.prune = measure.prune_a_day(start + timedelta(days=fill.DAYS), fill.DAYS - 1)
     return {"meta": meta, **asdict(results)}
 
 
