@@ -249,10 +249,12 @@ def convert_at_migrate(connection: BaseDatabaseWrapper) -> None:
     if connection.vendor != "postgresql":
         return  # MariaDB, MySQL, SQLite: one table
     table = _table()
+    state = conversion_state(connection)
+    if state == "moving":  # tasks_partition swapped the tables: it moves the rest
+        return
+    if state != "plain":
+        return  # partitioned already (by tasks_partition)
     with connection.cursor() as cursor:
-        state = sql.kind(cursor, table)
-        if state != "r":
-            return  # partitioned already (by tasks_partition)
         if sql.more_rows_than(cursor, table, MIGRATE_MAX_ROWS):
             raise RuntimeError(
                 f"The table {table} holds more than {MIGRATE_MAX_ROWS:,} tasks: convert it "
@@ -262,3 +264,17 @@ def convert_at_migrate(connection: BaseDatabaseWrapper) -> None:
     build(connection)
     swap(connection)
     move_history(connection)
+
+
+def conversion_state(connection: BaseDatabaseWrapper) -> str:
+    """Where the task table of ``connection`` stands: ``missing``, ``plain``, ``moving`` (the
+    partitioned table is in place, finished tasks are left in the old one) or
+    ``partitioned``."""
+    table = _table()
+    with connection.cursor() as cursor:
+        state = sql.kind(cursor, table)
+        if state is None:
+            return "missing"
+        if state != "p":
+            return "plain"
+        return "moving" if sql.exists(cursor, table + sql.OLD) else "partitioned"
