@@ -303,7 +303,7 @@ class PostgreSQLDialect(Dialect):
             ), claimed AS (
                 UPDATE {self.tasks} AS t
                 SET {CLAIM_SET}
-                FROM picked WHERE t.id = picked.id
+                FROM picked WHERE t.id = picked.id AND t.status = 'READY'
                 RETURNING {RETURNING}
             )
             SELECT json_agg(json_build_array({COLUMNS}))::text{commit}

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from ..ops import health
 from ..sql import dialect_for
+from ..store.partitions import add_days
 from ..store.pruning import Retention
 from ..store.workflows import reconcile
 from . import events
@@ -37,6 +38,10 @@ T = TypeVar("T")
 # (about 1 ms), two on MariaDB's information_schema, none on SQLite. A minute: the age past
 # which an old transaction is warned of (SQLTASKS_OLD_TRANSACTION_SECONDS' default).
 HEALTH_INTERVAL = 60.0
+# Seconds between two looks at the partitions of finished tasks ahead (PostgreSQL): a
+# catalog read, and a few DDL statements once a day. Days are made DAYS_AHEAD ahead, so an
+# hour late is never late.
+PARTITIONS_INTERVAL = 3600.0
 
 
 class Maintenance:
@@ -83,6 +88,8 @@ class Maintenance:
         # One writer at a time (SQLite): the scheduler's statements go through the database
         # thread too, instead of a connection of its own.
         self._single_writer: bool = dialect_for(connections[self.database]).single_writer
+        # Owned by the heartbeat thread: when the days of partitions ahead are next looked at.
+        self._next_partitions = 0.0
         self._reporter = reporter  # running tasks' progress, written at each heartbeat
 
     def start(self) -> None:
@@ -147,11 +154,17 @@ class Maintenance:
             found = self._guarded("Reading the task table's health", self._table_warnings)
             if found is not None:
                 self._table_watch.update(found)  # logs each warning once, when it appears
+        if time.monotonic() >= self._next_partitions:
+            self._next_partitions = time.monotonic() + PARTITIONS_INTERVAL
+            self._guarded("Adding partitions of finished tasks", self._add_partitions)
         if self.retention is not None and self.retention.due():
             self._guarded("Pruning", self.retention.run)
 
     def _sweep_workflows(self) -> int:
         return reconcile(self.database, self.backend.alias)
+
+    def _add_partitions(self) -> int:
+        return add_days(self.database)
 
     def _table_warnings(self) -> list[health.HealthWarning]:
         return health.warnings(health.read(self.database), self.database)
