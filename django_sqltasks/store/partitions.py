@@ -177,9 +177,7 @@ def build(
         days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
         for status in sql.HISTORY:
             for day in days:
-                statements += sql.add_day_statements(
-                    table, status, day, like=table + sql.STAGING
-                )
+                statements += sql.add_day_statements(table, status, day, like=table + sql.STAGING)
         _run(connection, cursor, statements, say, dry_run)
 
 
