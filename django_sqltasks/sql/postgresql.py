@@ -24,7 +24,6 @@ from .rows import (
     Outcome,
     Scope,
     TableHealth,
-    suspect_at,
 )
 from .vendor import driver_error
 
@@ -320,12 +319,12 @@ class PostgreSQLDialect(Dialect):
             WITH claimed AS (
                 UPDATE {self.tasks} AS t
                 SET {CLAIM_SET}
-                WHERE t.id = %s AND t.status = 'READY' AND t.available_at = %s
+                WHERE t.id = %s AND t.status = 'READY' AND t.available_at IN (%s, %s)
                 RETURNING {RETURNING}
             )
             SELECT json_agg(json_build_array({COLUMNS}))::text FROM claimed
             """,
-            [worker_id, worker_id, task_id, self._encode_datetime(suspect_at())],
+            [worker_id, worker_id, task_id, *self._suspect_marks()],
         )
         rows = self._fetch_claimed(cursor)
         return rows[0] if rows else None

@@ -39,7 +39,7 @@ from ..core.limits import (
 )
 from ..core.resolve import resolve_task
 from ..models import TaskLimit, TaskRecord
-from ..sql import ClaimedRow, Dialect, Scope
+from ..sql import ClaimedRow, Dialect, Scope, SuspectRow
 from ..store.queue_limits import overrides
 from . import events
 from .fair import FairTasks, claim_fair, counted_on, write_transaction
@@ -251,6 +251,34 @@ class LimitedClaim:
                     self._offset = start + groups.index(fair[last]) + 1
             self._save(gates, now)
         return rows
+
+    def claim_suspect(
+        self, dialect: Dialect, cursor: CursorWrapper, suspect: SuspectRow
+    ) -> ClaimedRow | None:
+        """Claim ``suspect`` if its limits (its queue's, its task's) let it start now, and
+        count its start against them; None if they do not, or another worker took it."""
+        keys: list[str] = []
+        if suspect.queue_name in self.queue_limits:
+            keys.append(queue_key(suspect.queue_name))
+        if suspect.limit_key is not None:
+            keys.extend(self._gates_of(suspect.limit_key))
+        if not keys:
+            return dialect.claim_suspect_by_id(cursor, suspect.id, self.worker_id)
+        with write_transaction(self.database, dialect.single_writer):
+            now = dialect.db_now(cursor)
+            gates = self._lock(keys, dialect, now)
+            if len(gates) < len(set(keys)):
+                return None  # another worker is filling one of its limits
+            epoch = now.timestamp()
+            rooms = [r for gate in gates.values() if (r := gate.room(epoch)) is not None]
+            if rooms and min(rooms) <= 0:
+                return None
+            row = dialect.claim_suspect_by_id(cursor, suspect.id, self.worker_id)
+            if row is not None:
+                for gate in gates.values():
+                    gate.taken += 1
+                self._save(gates, now)
+        return row
 
     def waiting(self, dialect: Dialect, cursor: CursorWrapper) -> bool:
         """Whether limited tasks of this worker's queues are due (a burst worker waits for
