@@ -233,6 +233,50 @@ class ClaimStatements(Vendor):
         cursor.execute(*self._due_priorities_sql(backend_name, queue_names, scope))
         return [values[0] for values in cursor.fetchall()]
 
+    def due_priorities_of_keys(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        keys: Sequence[str],
+    ) -> list[list[int]]:
+        """``due_priorities`` of the tasks of each of ``keys`` (the fair claim's round)."""
+        return [
+            self.due_priorities(
+                cursor,
+                backend_name=backend_name,
+                queue_names=queue_names,
+                scope=Scope(limit_key=key),
+            )
+            for key in keys
+        ]
+
+    def claim_of_keys(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        exclude_queues: tuple[str, ...],
+        worker_id: str,
+        priority: int,
+        wants: Sequence[tuple[str, int]],
+    ) -> list[list[ClaimedRow]]:
+        """Claim, for each (key, count) of ``wants``, up to count due tasks of that limit key
+        and ``priority`` (the fair claim's pass); the rows of each, in order."""
+        return [
+            self.claim(
+                cursor,
+                backend_name=backend_name,
+                queue_names=queue_names,
+                worker_id=worker_id,
+                limit=count,
+                scope=Scope(limit_key=key, exclude_queues=exclude_queues, priority=priority),
+            )
+            for key, count in wants
+        ]
+
     def _suspect_marks(self) -> list[Any]:
         """The marks of a suspect waiting to run alone (SUSPECT, SUSPECT_UNBOUNDED)."""
         return [self._encode_datetime(stored(m)) for m in (SUSPECT, SUSPECT_UNBOUNDED)]
@@ -317,6 +361,30 @@ class ClaimStatements(Vendor):
             ],
         )
         return cursor.rowcount > 0
+
+    def limit_keys_since(
+        self, cursor: CursorWrapper, backend_name: str, after: Any, count: int
+    ) -> tuple[list[str], Any]:
+        """The limit keys of READY tasks enqueued after task id ``after`` (ids grow with time:
+        UUIDv7), reading up to ``count`` rows, and the id to go on from: one range of the
+        primary key, as long as what was enqueued since, however many keys wait. ``after``
+        None: no key, and the last id now."""
+        if after is None:
+            cursor.execute(f"SELECT id FROM {self.tasks} ORDER BY id DESC LIMIT 1")
+            row = cursor.fetchone()
+            return [], (row[0] if row else None)
+        cursor.execute(
+            f"SELECT id, limit_key, status, backend_name FROM {self.tasks} WHERE id > %s "
+            "ORDER BY id LIMIT %s",
+            [after, count],
+        )
+        rows = cursor.fetchall()
+        keys = {
+            key
+            for _, key, status, backend in rows
+            if key is not None and status == "READY" and backend == backend_name
+        }
+        return sorted(keys), (rows[-1][0] if rows else after)
 
     def limit_keys(
         self, cursor: CursorWrapper, backend_name: str, after: str, count: int
