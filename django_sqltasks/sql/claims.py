@@ -286,17 +286,21 @@ class ClaimStatements(Vendor):
     ) -> tuple[str, list[Any]]:
         """Up to ``limit`` suspects (id, mark, limit key, queue) a worker on ``queue_names``
         may take, best first: of no limit key (one probe of its ready index per priority and
-        mark), or (``limited``) of any (a read of the limited ready index: suspects are few,
-        but their keys may be many)."""
+        mark), or (``limited``) of any (a range of sqltasks_ready_limited_at_idx: suspects
+        are few, but their keys may be many)."""
         scope = Scope(limit_key=ANY_LIMIT) if limited else UNLIMITED
         where, params = self._ready_where(backend_name, queue_names, scope)
-        where += " AND limit_key IS NOT NULL" if limited else ""
-        priorities = list(range(TASK_MAX_PRIORITY, TASK_MIN_PRIORITY - 1, -1))
-        marks = ", ".join(["%s"] * len(priorities))
+        if limited:  # sqltasks_ready_limited_at_idx: the marks' range of limited tasks
+            where += " AND limit_key IS NOT NULL"
+            priorities: list[int] = []
+        else:  # sqltasks_ready_all_idx: one probe per priority and mark
+            priorities = list(range(TASK_MAX_PRIORITY, TASK_MIN_PRIORITY - 1, -1))
+            marks = ", ".join(["%s"] * len(priorities))
+            where += f" AND priority IN ({marks})"
         return (
             "SELECT id, CASE WHEN available_at = %s THEN 1 ELSE 0 END, limit_key, queue_name, "
             "priority "
-            f"FROM {self.tasks} WHERE {where} AND priority IN ({marks}) "
+            f"FROM {self.tasks} WHERE {where} "
             "AND available_at IN (%s, %s) ORDER BY priority DESC, id LIMIT %s",
             [
                 self._encode_datetime(stored(SUSPECT)),
