@@ -127,3 +127,26 @@ def kill_worker(path: str, beside: int = 0, status: int = 1) -> None:
             break
         time.sleep(0.01)
     os._exit(status)
+
+
+def _member_tenant(path: str, gate: str, tenant: str, kill: bool = False) -> str:
+    return tenant
+
+
+def _kill_or_wait(path: str, gate: str, kill: bool) -> None:
+    """The poison of a batch (``kill``: end the worker once 3 others run beside it) or one of
+    its innocents (wait at ``gate``)."""
+    if kill:
+        kill_worker.func(path, 3)
+    else:
+        record_at_gate.func(path, gate)
+
+
+@task(fair_key=_member_tenant)
+def fair_member(path: str, gate: str, tenant: str, kill: bool = False) -> None:
+    _kill_or_wait(path, gate, kill)
+
+
+@task(concurrency_limit=4)
+def limited_member(path: str, gate: str, tenant: str, kill: bool = False) -> None:
+    _kill_or_wait(path, gate, kill)

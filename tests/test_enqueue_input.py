@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields
+from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
 
@@ -32,6 +33,7 @@ from tests import tasks, tasks_hardening
 from tests.conftest import set_backend_options
 
 pytestmark = pytest.mark.django_db
+UTC = timezone.utc
 
 Enqueue = Callable[[Task, Any, Any], Any]
 
@@ -80,6 +82,29 @@ def test_bad_arguments_are_refused_at_every_entry(
     if entry is enqueue_many:
         assert str(info.value).startswith("calls[1]: ")
     assert not TaskRecord.objects.exists()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize(
+    "run_after",
+    [
+        pytest.param(datetime(9998, 1, 1, tzinfo=UTC), id="the-suspect-mark"),
+        pytest.param(datetime(9999, 1, 1, tzinfo=UTC), id="the-parked-mark"),
+        # Before 9998 where it was written, the mark's instant in UTC.
+        pytest.param(
+            datetime(9997, 12, 31, 20, tzinfo=timezone(-timedelta(hours=5))), id="west-of-utc"
+        ),
+    ],
+)
+def test_a_run_after_on_the_workers_marks_is_refused(entry: Enqueue, run_after: datetime) -> None:
+    """A task due on the suspects' mark ran at once, as a suspect: the dates from 9998-01-01
+    on are the workers' marks."""
+    with pytest.raises(InvalidTask) as info:
+        entry(tasks.echo.using(run_after=run_after), ["a"], {})
+    assert "run_after must be before 9998-01-01 00:00 UTC" in str(info.value)
+    assert not TaskRecord.objects.exists()
+    latest = datetime(9997, 12, 31, 23, 59, tzinfo=UTC)
+    assert entry(tasks.echo.using(run_after=latest), ["a"], {})
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ priority, with limits, by a worker; bad keys refused; on every database."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -196,15 +196,16 @@ def test_a_fair_concurrency_key_is_one_at_a_time_per_key_round_robin() -> None:
 
 
 def test_the_round_splits_a_batch_evenly() -> None:
-    def claim_of(group: str, count: int, priority: int) -> list[str]:
-        return [group] * min(count, {"a": 100, "b": 1, "c": 100}[group])
+    def claim_of(wants: Sequence[tuple[str, int]], priority: int) -> list[list[str]]:
+        return [[g] * min(n, {"a": 100, "b": 1, "c": 100}[g]) for g, n in wants]
 
     rows, last = fair_round(
         ["a", "b", "c"],
         9,
-        priorities=lambda g: [0],
+        priorities=lambda gs: [[0] for _ in gs],
         allowed=lambda g: None,
-        claim=claim_of,
+        take=lambda g, n: None,
+        claim=claim_of,  # type: ignore[arg-type]
     )
     assert sorted(rows) == ["a"] * 4 + ["b"] + ["c"] * 4
     assert last == 2

@@ -273,3 +273,24 @@ def test_the_claim_does_not_read_deferred_tasks_of_a_higher_priority(
     analyze()
     beside = claim_reads(queue_names)
     assert beside <= 2 * alone + 20, (alone, beside)
+
+
+def test_the_look_for_limited_suspects_reads_their_marks_range() -> None:
+    """Suspects under a limit are few, but their keys may be many (100,000 fair keys): the
+    look every worker makes at each heartbeat read every READY limited task (226 ms at
+    100,000 on PostgreSQL); it reads the marks' range of sqltasks_ready_limited_at_idx."""
+    now = timezone.now()
+    template = TaskRecord(task_path="tests.tasks.noop", backend_name="default", limit_key="k")
+    insert_rows(
+        template,
+        5_000,
+        lambda i: {
+            "limit_key": f"fair:tests.tasks.noop#k{i}",
+            "enqueued_at": now - timedelta(seconds=i),
+            "available_at": now - timedelta(seconds=i),
+        },
+    )
+    analyze()
+    sql, params = dialect_for(connection)._suspects_sql("default", None, 8, limited=True)
+    plan = explain(sql, params)
+    assert "sqltasks_ready_limited_at_idx" in plan, plan

@@ -14,7 +14,14 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import NewTask, Outcome, dialect_for, unsupported_version
 from django_sqltasks.sql.dialect import Dialect
-from django_sqltasks.sql.rows import RESULT_COLUMNS, suspect_at
+from django_sqltasks.sql.rows import (
+    RESULT_COLUMNS,
+    SUSPECT,
+    SUSPECT_CLEARED,
+    SUSPECT_UNBOUNDED,
+    stored,
+    suspect_at,
+)
 from tests.factories import task_row
 
 WORKER = "dialect-worker"
@@ -172,33 +179,36 @@ def test_requeue_owned_keeps_what_it_is_told(dialect: Dialect) -> None:
 
 
 # How a rescue treats each RUNNING row of a dead worker (MAX_RESCUES 2): a task that ran beside
-# others is not charged, and runs alone next (a suspect); one that ran alone (a suspect) or
-# under a limit is charged, and fails once its rescues are spent.
+# others, limited or not, is not charged, and runs alone next (a suspect); one that ran alone (a
+# suspect) is charged, and fails once its rescues are spent; one its worker had cleared (it ran
+# alone past its time bound) is not charged, and runs alone with no time bound next.
 RESCUES = [
-    # (suspect, limit key, rescues before) -> (status, rescues after, a suspect after)
-    pytest.param(False, None, 0, "READY", 0, True, id="beside-others"),
-    pytest.param(False, None, 2, "READY", 2, True, id="beside-others-rescues-spent"),
-    pytest.param(True, None, 0, "READY", 1, True, id="alone"),
-    pytest.param(True, None, 2, "FAILED", 3, True, id="alone-rescues-spent"),
-    pytest.param(False, "k", 0, "READY", 1, False, id="limited"),
-    pytest.param(False, "k", 2, "FAILED", 3, False, id="limited-rescues-spent"),
+    # (mark, limit key, rescues before) -> (status, rescues after, mark after)
+    pytest.param(None, None, 0, "READY", 0, SUSPECT, id="beside-others"),
+    pytest.param(None, None, 2, "READY", 2, SUSPECT, id="beside-others-rescues-spent"),
+    pytest.param(SUSPECT, None, 0, "READY", 1, SUSPECT, id="alone"),
+    pytest.param(SUSPECT, None, 2, "FAILED", 3, None, id="alone-rescues-spent"),
+    pytest.param(None, "k", 0, "READY", 0, SUSPECT, id="limited"),
+    pytest.param(None, "k", 2, "READY", 2, SUSPECT, id="limited-rescues-spent"),
+    pytest.param(SUSPECT, "k", 2, "FAILED", 3, None, id="limited-alone-rescues-spent"),
+    pytest.param(SUSPECT_CLEARED, None, 2, "READY", 2, SUSPECT_UNBOUNDED, id="cleared"),
+    pytest.param(SUSPECT_UNBOUNDED, None, 0, "READY", 1, SUSPECT_UNBOUNDED, id="unbounded"),
+    pytest.param(SUSPECT_UNBOUNDED, None, 2, "FAILED", 3, None, id="unbounded-spent"),
 ]
 
 
-@pytest.mark.parametrize(
-    ("suspect", "limit_key", "before", "status", "after", "suspect_after"), RESCUES
-)
+@pytest.mark.parametrize(("mark", "limit_key", "before", "status", "after", "mark_after"), RESCUES)
 @pytest.mark.django_db
 def test_requeue_orphans_charges_only_tasks_that_ran_alone(
     dialect: Dialect,
-    suspect: bool,
+    mark: object,
     limit_key: str | None,
     before: int,
     status: str,
     after: int,
-    suspect_after: bool,
+    mark_after: object,
 ) -> None:
-    fields = {"available_at": suspect_at()} if suspect else {}
+    fields = {"available_at": stored(mark)} if mark is not None else {}  # type: ignore[arg-type]
     row = task_row(
         TaskResultStatus.RUNNING, owner="gone", rescues=before, limit_key=limit_key, **fields
     )
@@ -210,30 +220,64 @@ def test_requeue_orphans_charges_only_tasks_that_ran_alone(
     record = TaskRecord.objects.get(id=row.id)
     assert (record.status, record.rescues, record.owner) == (status, after, None)
     if status == "READY":
-        assert (record.available_at == suspect_at()) is suspect_after
+        assert record.available_at == stored(mark_after)  # type: ignore[arg-type]
     message = record.errors[-1]["traceback"]
     assert "gone" in message
-    assert ("to run alone next time" in message) is (not suspect and limit_key is None)
+    assert ("to run alone next time" in message) is (mark is None)
+    assert ("to run alone until it ends next time" in message) is (mark is SUSPECT_CLEARED)
     assert ("MAX_RESCUES is 2" in message) is (status == "FAILED")
 
 
+@pytest.mark.django_db
+def test_a_stop_keeps_suspects_suspects(dialect: Dialect) -> None:
+    """A stop puts a suspect back as one (a cleared one with its time bound again), and other
+    tasks due at once."""
+    marks = [None, SUSPECT, SUSPECT_CLEARED, SUSPECT_UNBOUNDED]
+    rows = [
+        task_row(
+            TaskResultStatus.RUNNING,
+            owner=WORKER,
+            **({"available_at": stored(m)} if m is not None else {}),  # type: ignore[arg-type]
+        )
+        for m in marks
+    ]
+    with connection.cursor() as cursor:
+        assert dialect.requeue_owned(cursor, worker_id=WORKER, reason="stopping") == 4
+    after = [TaskRecord.objects.get(id=r.id).available_at for r in rows]
+    assert after[0] <= timezone.now()
+    assert after[1:] == [stored(SUSPECT), stored(SUSPECT), stored(SUSPECT_UNBOUNDED)]
+
+
+def _claim_suspects(dialect: Dialect, queues: list[str] | None) -> list[uuid.UUID]:
+    with connection.cursor() as cursor:
+        found = dialect.suspects(cursor, backend_name="default", queue_names=queues, limit=8)
+        return [
+            s.id for s in found if dialect.claim_suspect_by_id(cursor, s.id, WORKER) is not None
+        ]
+
+
 @pytest.mark.django_db(transaction=True)
-def test_suspects_are_claimed_one_by_one_and_never_by_the_main_claim(dialect: Dialect) -> None:
+def test_suspects_are_found_best_first_and_never_taken_by_the_main_claim(
+    dialect: Dialect,
+) -> None:
     low = task_row(priority=-5, available_at=suspect_at()).id
     high = task_row(priority=7, available_at=suspect_at()).id
+    limited = task_row(priority=3, available_at=suspect_at(), limit_key="task:x").id
+    unbounded = task_row(priority=0, available_at=stored(SUSPECT_UNBOUNDED)).id
     other_queue = task_row(queue_name="other", available_at=suspect_at()).id
+    # A cleared suspect (running past its bound) is no suspect waiting, even if READY.
+    task_row(available_at=stored(SUSPECT_CLEARED))
     due = task_row().id
     assert [r.id for r in _claim(dialect)] == [due]
     with connection.cursor() as cursor:
         assert dialect.suspects_waiting(cursor, backend_name="default", queue_names=["default"])
-        claimed = [
-            dialect.claim_suspect(
-                cursor, backend_name="default", queue_names=["default"], worker_id=WORKER
-            )
-            for _ in range(3)
-        ]
+        found = dialect.suspects(cursor, backend_name="default", queue_names=["default"], limit=8)
+    assert [s.id for s in found] == [high, limited, unbounded, low]
+    assert [s.bounded for s in found] == [True, True, False, True]
+    assert found[1].limit_key == "task:x" and found[1].queue_name == "default"
+    assert _claim_suspects(dialect, ["default"]) == [high, limited, unbounded, low]
+    with connection.cursor() as cursor:
         assert not dialect.suspects_waiting(cursor, backend_name="default", queue_names=["default"])
-    assert [r.id if r else None for r in claimed] == [high, low, None]
     record = TaskRecord.objects.get(id=high)
     # It keeps its mark while it runs: a rescue then knows it ran alone.
     assert (record.status, record.owner, record.attempts) == ("RUNNING", WORKER, 1)
@@ -242,6 +286,11 @@ def test_suspects_are_claimed_one_by_one_and_never_by_the_main_claim(dialect: Di
     with connection.cursor() as cursor:
         # Taken by another worker meanwhile: no row.
         assert dialect.claim_suspect_by_id(cursor, high, "another") is None
+        # Past its time bound, its worker clears it, once; an unbounded one is not cleared.
+        assert dialect.clear_suspect(cursor, high, WORKER)
+        assert not dialect.clear_suspect(cursor, high, WORKER)
+        assert not dialect.clear_suspect(cursor, unbounded, WORKER)
+    assert TaskRecord.objects.get(id=high).available_at == stored(SUSPECT_CLEARED)
 
 
 @pytest.mark.django_db

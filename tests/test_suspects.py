@@ -1,9 +1,13 @@
 """A task that kills its worker is the one charged: the tasks that ran beside it become
-suspects, each runs alone next, and only a task whose worker dies while it runs alone is
-charged a rescue (MAX_RESCUES). Real worker processes, as the crash is the subject."""
+suspects (limited and fair ones too), each runs alone in one slot of a worker next, and only a
+task whose worker dies while it runs alone is charged a rescue (MAX_RESCUES). A suspect takes
+one slot, not the worker: the other slots keep working, and after its time bound (the lease
+timeout) the next suspect may start beside it. Suspects keep their limits. Real worker
+processes, as the crash is the subject."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,9 +15,11 @@ import pytest
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.sql.rows import SUSPECT_CLEARED, stored, suspect_at
 from tests import tasks_processes as tasks
 from tests.conftest import WorkerProcess
 from tests.events import EventLog, Gate
+from tests.factories import task_row
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
 
@@ -40,6 +46,31 @@ def _enqueue(marker: Path, gate: Gate, status: int = 1) -> tuple[str, list[str]]
     crasher = tasks.kill_worker.enqueue(str(marker), 3, status).id
     innocents = [tasks.record_at_gate.enqueue(str(marker), gate.path).id for _ in range(3)]
     return crasher, innocents
+
+
+def _enqueue_members(kind: str, marker: Path, gate: Gate) -> tuple[str, list[str]]:
+    """The same, as four tasks of one fair task (a key each) or of one concurrency limit: the
+    limited claim takes them together."""
+    member = tasks.fair_member if kind == "fair" else tasks.limited_member
+    crasher = member.enqueue(str(marker), gate.path, "t0", kill=True).id
+    innocents = [member.enqueue(str(marker), gate.path, f"t{i}").id for i in range(1, 4)]
+    return crasher, innocents
+
+
+def _suspect(task: str, *args: object, **fields: object) -> str:
+    """A suspect, as a rescue leaves it: READY, to run alone."""
+    row = task_row(
+        task_path=f"tests.tasks_processes.{task}",
+        args=list(args),
+        available_at=suspect_at(),
+        **fields,
+    )
+    return str(row.id)
+
+
+def _lines(path: Path) -> list[str]:
+    """What the runs wrote in ``path``: start, end, ... (without the pids)."""
+    return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def _assert_only_the_crasher_failed(crasher: str, innocents: list[str]) -> None:
@@ -114,3 +145,133 @@ def test_a_restarted_single_worker_runs_the_suspects_alone(
         assert worker.wait() == 1, worker.output  # killed by the task
         gate.open()
     _assert_only_the_crasher_failed(crasher, innocents)
+
+
+@pytest.mark.worker_process_core
+@pytest.mark.parametrize("kind", ["fair", "limited"])
+def test_a_poison_among_limited_or_fair_tasks_fails_alone_under_a_restart_loop(
+    worker_process: StartWorker, gate: Gate, tmp_path: Path, kind: str
+) -> None:
+    """The poison and its innocents are of one fair task, or one concurrency limit: the
+    limited claim takes them together. Its innocents were charged at each rescue and taken
+    with it again, and failed after MAX_RESCUES; now they become suspects like any other."""
+    marker = tmp_path / "ran"
+    crasher, innocents = _enqueue_members(kind, marker, gate)
+    env = {**ENV, "SQLTASKS_LEASE_TIMEOUT": "120"}
+    for _ in range(10):
+        worker = worker_process(
+            "--burst", "-c", "4", "--prefetch", "0", "--worker-id", "solo", env=env
+        )
+        if worker.wait() == 0:
+            break
+        assert worker.wait() == 1, worker.output  # killed by the task
+        gate.open()
+    _assert_only_the_crasher_failed(crasher, innocents)
+
+
+@pytest.mark.worker_process_core
+@pytest.mark.parametrize("kind", ["fair", "limited"])
+def test_a_poison_among_limited_or_fair_tasks_fails_alone_under_a_supervisor(
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path, kind: str
+) -> None:
+    marker = tmp_path / "ran"
+    crasher, innocents = _enqueue_members(kind, marker, gate)
+    supervisor = worker_process(
+        "--processes", "2", "-c", "4", "--prefetch", "0", "--worker-id", "suspects", env=ENV
+    )
+    events.wait("registered", count=3)  # a replacement: the first death's tasks were rescued
+    gate.open()
+    events.until(lambda: _finished([crasher, *innocents]), "every task to end", timeout=90)
+    _assert_only_the_crasher_failed(crasher, innocents)
+    supervisor.stop()
+
+
+@pytest.mark.worker_process_core
+def test_a_suspect_takes_one_slot_and_the_others_keep_working(
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
+) -> None:
+    """A worker took a suspect alone and claimed nothing else while it ran: a crash made a
+    worker of 4 slots a worker of 1. Now the suspect runs in one slot, fresh tasks in the
+    others, and the next suspect waits for the first (one at a time, to tell which kills)."""
+    marker = tmp_path / "suspects"
+    suspects = [_suspect("record_at_gate", str(marker), gate.path) for _ in range(2)]
+    fresh = [tasks.record.enqueue(str(tmp_path / "fresh")).id for _ in range(6)]
+    worker = worker_process("-c", "4", "--prefetch", "0", env=ENV)
+    events.wait("note", what="start")  # a suspect runs
+    events.until(lambda: _finished(fresh), "the fresh tasks to end beside the suspect")
+    assert _lines(marker) == ["start"]  # the second suspect waits for the first
+    gate.open()
+    events.until(lambda: _finished(suspects), "the suspects to end")
+    assert _lines(marker) == ["start", "end", "start", "end"]
+    for task_id in suspects:
+        record = TaskRecord.objects.get(id=task_id)
+        assert (record.status, record.rescues) == (TaskResultStatus.SUCCESSFUL, 0)
+    assert "alone in one slot" in worker.output
+    worker.stop()
+
+
+@pytest.mark.worker_process_core
+def test_a_suspect_past_its_time_bound_no_longer_holds_back_the_next(
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
+) -> None:
+    """A suspect that runs for hours held its worker (and every suspect after it) that long.
+    After LEASE_TIMEOUT its worker clears it, and the next suspect starts beside it."""
+    long = _suspect("record_at_gate", str(tmp_path / "long"), gate.path, priority=1)
+    short = _suspect("record", str(tmp_path / "short"))
+    worker = worker_process(
+        "-c", "2", "--prefetch", "0", env={**ENV, "SQLTASKS_LEASE_TIMEOUT": "1"}
+    )
+    [cleared] = events.wait("suspect_cleared")
+    assert cleared.fields["task_id"] == long
+    events.until(lambda: _finished([short]), "the next suspect to run beside the first")
+    record = TaskRecord.objects.get(id=long)
+    assert (record.status, record.available_at) == ("RUNNING", stored(SUSPECT_CLEARED))
+    gate.open()
+    events.until(lambda: _finished([long]), "the first suspect to end")
+    for task_id in (long, short):
+        assert TaskRecord.objects.get(id=task_id).status == TaskResultStatus.SUCCESSFUL
+    worker.stop()
+
+
+@pytest.mark.worker_process_core
+def test_suspects_keep_their_queue_rate_limit(
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
+) -> None:
+    """Suspects were claimed around QUEUE_LIMITS: a rate of 3 a minute let all 5 start."""
+    marker = tmp_path / "ran"
+    suspects = [_suspect("record", str(marker), queue_name="slow") for _ in range(5)]
+    env = {**ENV, "SQLTASKS_QUEUE_LIMITS": json.dumps({"slow": {"rate": "3/m"}})}
+    worker = worker_process("-c", "4", "--prefetch", "0", "--queue", "slow", env=env)
+    events.until(
+        lambda: TaskRecord.objects.filter(id__in=suspects, status="SUCCESSFUL").count() == 3,
+        "three suspects to run",
+    )
+    mark = events.mark()
+    events.wait("rescue_pass", count=8, after=mark)  # heartbeats: the worker looked again
+    assert _lines(marker).count("start") == 3
+    assert TaskRecord.objects.filter(id__in=suspects, status="READY").count() == 2
+    worker.stop()
+
+
+@pytest.mark.worker_process_core
+def test_suspects_keep_their_queue_concurrency_limit(
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
+) -> None:
+    """A queue of concurrency 1 ran a suspect beside its running task, on an idle worker."""
+    marker = tmp_path / "ran"
+    env = {**ENV, "SQLTASKS_QUEUE_LIMITS": json.dumps({"slow": {"concurrency": 1}})}
+    workers = [
+        worker_process("-c", "2", "--prefetch", "0", "--queue", "slow", env=env) for _ in range(2)
+    ]
+    events.wait("worker_started", count=2)
+    running = tasks.record_at_gate.using(queue_name="slow").enqueue(str(marker), gate.path).id
+    events.wait("note", what="start")
+    suspect = _suspect("record_at_gate", str(marker), gate.path, queue_name="slow")
+    mark = events.mark()
+    events.wait("rescue_pass", count=8, after=mark)  # heartbeats: both workers looked
+    assert _lines(marker) == ["start"]
+    gate.open()
+    events.until(lambda: _finished([running, suspect]), "both to end")
+    assert _lines(marker) == ["start", "end", "start", "end"]
+    for worker in workers:
+        worker.stop()

@@ -34,6 +34,7 @@ from ..core.subject import subject_of_task
 from ..exceptions import PayloadTooLarge
 from ..ids import new_task_id
 from ..sql import NewTask, installation, packet
+from ..sql.rows import RESERVED_FROM
 from ..task import EXTRA_ATTRS, RESULT_FIELDS, SQLTaskResult
 
 Build = Callable[[Task, Any, Any], tuple[NewTask, TaskResult]]
@@ -113,6 +114,8 @@ def new_row(
     """The row of one call of ``task`` (validated already), and the result ``enqueue()``
     returns for it; raise for arguments that cannot be stored, naming the rule."""
     check_arguments(args, kwargs)
+    if task.run_after is not None:
+        check_run_after(task.run_after)
     now = timezone.now()
     task_id = new_task_id()
     result = ready_result(task, str(task_id), now, normalized(args), normalized(kwargs), alias)
@@ -142,6 +145,17 @@ def new_row(
                 "its key."
             )
     return row, result
+
+
+def check_run_after(run_after: datetime) -> None:
+    """Refuse a ``run_after`` the workers could take for one of their marks: from
+    RESERVED_FROM on, ``available_at`` marks suspects and waiting workflow steps."""
+    reserved = RESERVED_FROM if run_after.tzinfo is not None else RESERVED_FROM.replace(tzinfo=None)
+    if run_after >= reserved:
+        raise InvalidTask(
+            f"run_after must be before {reserved:%Y-%m-%d %H:%M} UTC, not {run_after}: later "
+            "dates mark the tasks workers set aside (suspects, waiting workflow steps)."
+        )
 
 
 def ready_result(

@@ -16,7 +16,16 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from .dialect import Dialect
 from .mysql import MySQLDialect
 from .postgresql import PostgreSQLDialect
-from .rows import ANY_LIMIT, UNLIMITED, ClaimedRow, NewTask, Outcome, Scope, TableHealth
+from .rows import (
+    ANY_LIMIT,
+    UNLIMITED,
+    ClaimedRow,
+    NewTask,
+    Outcome,
+    Scope,
+    SuspectRow,
+    TableHealth,
+)
 from .sqlite import SQLiteDialect
 
 DIALECTS: dict[str, type[Dialect]] = {
@@ -72,6 +81,7 @@ __all__ = [
     "NewTask",
     "Outcome",
     "Scope",
+    "SuspectRow",
     "TableHealth",
     "dialect_for",
     "names_missing_table",

@@ -12,10 +12,18 @@ from typing import Any
 from django.db.backends.utils import CursorWrapper
 
 from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
-from .rows import ANY_LIMIT, UNLIMITED, ClaimedRow, Scope, suspect_at
+from .rows import (
+    ANY_LIMIT,
+    SUSPECT,
+    SUSPECT_CLEARED,
+    SUSPECT_UNBOUNDED,
+    UNLIMITED,
+    ClaimedRow,
+    Scope,
+    SuspectRow,
+    stored,
+)
 from .vendor import Vendor
-
-SUSPECT_CANDIDATES = 8  # suspects read per claim_suspect: the next ones if others took the first
 
 
 class ClaimStatements(Vendor):
@@ -225,48 +233,162 @@ class ClaimStatements(Vendor):
         cursor.execute(*self._due_priorities_sql(backend_name, queue_names, scope))
         return [values[0] for values in cursor.fetchall()]
 
-    def _suspects_sql(
-        self, backend_name: str, queue_names: list[str] | None, limit: int
-    ) -> tuple[str, list[Any]]:
-        """The ids of up to ``limit`` suspects a worker on ``queue_names`` may take, best
-        first. One probe of the ready index per priority: suspects are few."""
-        where, params = self._ready_where(backend_name, queue_names, UNLIMITED)
-        priorities = list(range(TASK_MAX_PRIORITY, TASK_MIN_PRIORITY - 1, -1))
-        marks = ", ".join(["%s"] * len(priorities))
-        return (
-            f"SELECT id FROM {self.tasks} WHERE {where} AND priority IN ({marks}) "
-            f"AND available_at = %s ORDER BY priority DESC, id LIMIT %s",
-            [*params, *priorities, self._encode_datetime(suspect_at()), limit],
-        )
-
-    def suspects_waiting(
-        self, cursor: CursorWrapper, *, backend_name: str, queue_names: list[str] | None
-    ) -> bool:
-        """Whether a suspect waits that a worker on ``queue_names`` may take."""
-        cursor.execute(*self._suspects_sql(backend_name, queue_names, 1))
-        return cursor.fetchone() is not None
-
-    def claim_suspect(
+    def due_priorities_of_keys(
         self,
         cursor: CursorWrapper,
         *,
         backend_name: str,
         queue_names: list[str] | None,
+        keys: Sequence[str],
+    ) -> list[list[int]]:
+        """``due_priorities`` of the tasks of each of ``keys`` (the fair claim's round)."""
+        return [
+            self.due_priorities(
+                cursor,
+                backend_name=backend_name,
+                queue_names=queue_names,
+                scope=Scope(limit_key=key),
+            )
+            for key in keys
+        ]
+
+    def claim_of_keys(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        exclude_queues: tuple[str, ...],
         worker_id: str,
-    ) -> ClaimedRow | None:
-        """Claim one suspect for ``worker_id``, which runs it alone (None if none waits)."""
-        cursor.execute(*self._suspects_sql(backend_name, queue_names, SUSPECT_CANDIDATES))
-        for (task_id,) in cursor.fetchall():
-            row = self.claim_suspect_by_id(cursor, self._decode_id(task_id), worker_id)
-            if row is not None:
-                return row
-        return None
+        priority: int,
+        wants: Sequence[tuple[str, int]],
+    ) -> list[list[ClaimedRow]]:
+        """Claim, for each (key, count) of ``wants``, up to count due tasks of that limit key
+        and ``priority`` (the fair claim's pass); the rows of each, in order."""
+        return [
+            self.claim(
+                cursor,
+                backend_name=backend_name,
+                queue_names=queue_names,
+                worker_id=worker_id,
+                limit=count,
+                scope=Scope(limit_key=key, exclude_queues=exclude_queues, priority=priority),
+            )
+            for key, count in wants
+        ]
+
+    def _suspect_marks(self) -> list[Any]:
+        """The marks of a suspect waiting to run alone (SUSPECT, SUSPECT_UNBOUNDED)."""
+        return [self._encode_datetime(stored(m)) for m in (SUSPECT, SUSPECT_UNBOUNDED)]
+
+    def _suspects_sql(
+        self, backend_name: str, queue_names: list[str] | None, limit: int, limited: bool
+    ) -> tuple[str, list[Any]]:
+        """Up to ``limit`` suspects (id, mark, limit key, queue) a worker on ``queue_names``
+        may take, best first: of no limit key (one probe of its ready index per priority and
+        mark), or (``limited``) of any (a range of sqltasks_ready_limited_at_idx: suspects
+        are few, but their keys may be many)."""
+        scope = Scope(limit_key=ANY_LIMIT) if limited else UNLIMITED
+        where, params = self._ready_where(backend_name, queue_names, scope)
+        if limited:  # sqltasks_ready_limited_at_idx: the marks' range of limited tasks
+            where += " AND limit_key IS NOT NULL"
+            priorities: list[int] = []
+        else:  # sqltasks_ready_all_idx: one probe per priority and mark
+            priorities = list(range(TASK_MAX_PRIORITY, TASK_MIN_PRIORITY - 1, -1))
+            marks = ", ".join(["%s"] * len(priorities))
+            where += f" AND priority IN ({marks})"
+        return (
+            "SELECT id, CASE WHEN available_at = %s THEN 1 ELSE 0 END, limit_key, queue_name, "
+            "priority "
+            f"FROM {self.tasks} WHERE {where} "
+            "AND available_at IN (%s, %s) ORDER BY priority DESC, id LIMIT %s",
+            [
+                self._encode_datetime(stored(SUSPECT)),
+                *params,
+                *priorities,
+                *self._suspect_marks(),
+                limit,
+            ],
+        )
+
+    def suspects(
+        self,
+        cursor: CursorWrapper,
+        *,
+        backend_name: str,
+        queue_names: list[str] | None,
+        limit: int,
+    ) -> list[SuspectRow]:
+        """Up to ``limit`` suspects a worker on ``queue_names`` may take, best first."""
+        found: list[tuple[Any, ...]] = []
+        for limited in (False, True):
+            cursor.execute(*self._suspects_sql(backend_name, queue_names, limit, limited))
+            found += cursor.fetchall()
+        found.sort(key=lambda values: -values[4])  # stable: by id within a priority
+        rows = [
+            SuspectRow(
+                id=self._decode_id(values[0]),
+                bounded=bool(values[1]),
+                limit_key=values[2],
+                queue_name=values[3],
+            )
+            for values in found
+        ]
+        return rows[:limit]
+
+    def suspects_waiting(
+        self, cursor: CursorWrapper, *, backend_name: str, queue_names: list[str] | None
+    ) -> bool:
+        """Whether a suspect waits that a worker on ``queue_names`` may take."""
+        found = self.suspects(cursor, backend_name=backend_name, queue_names=queue_names, limit=1)
+        return bool(found)
 
     def claim_suspect_by_id(
         self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
     ) -> ClaimedRow | None:
-        """Mark suspect ``task_id`` RUNNING for ``worker_id`` (None if another took it)."""
+        """Mark suspect ``task_id`` RUNNING for ``worker_id`` (None if another took it). It
+        keeps its mark while it runs: if its worker dies, the rescue charges it."""
         raise NotImplementedError
+
+    def clear_suspect(self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str) -> bool:
+        """Mark ``worker_id``'s running suspect ``task_id``, past its time bound, cleared
+        (SUSPECT_CLEARED): its worker may take the next suspect, and a rescue no longer
+        charges it. False if it is not running there as a suspect with a time bound."""
+        cursor.execute(
+            f"UPDATE {self.tasks} SET available_at = %s WHERE id = %s AND status = 'RUNNING' "
+            "AND owner = %s AND available_at = %s",
+            [
+                self._encode_datetime(stored(SUSPECT_CLEARED)),
+                self._encode_id(task_id),
+                worker_id,
+                self._encode_datetime(stored(SUSPECT)),
+            ],
+        )
+        return cursor.rowcount > 0
+
+    def limit_keys_since(
+        self, cursor: CursorWrapper, backend_name: str, after: Any, count: int
+    ) -> tuple[list[str], Any]:
+        """The limit keys of READY tasks enqueued after task id ``after`` (ids grow with time:
+        UUIDv7), reading up to ``count`` rows, and the id to go on from: one range of the
+        primary key, as long as what was enqueued since, however many keys wait. ``after``
+        None: no key, and the last id now."""
+        if after is None:
+            cursor.execute(f"SELECT id FROM {self.tasks} ORDER BY id DESC LIMIT 1")
+            row = cursor.fetchone()
+            return [], (row[0] if row else None)
+        cursor.execute(
+            f"SELECT id, limit_key, status, backend_name FROM {self.tasks} WHERE id > %s "
+            "ORDER BY id LIMIT %s",
+            [after, count],
+        )
+        rows = cursor.fetchall()
+        keys = {
+            key
+            for _, key, status, backend in rows
+            if key is not None and status == "READY" and backend == backend_name
+        }
+        return sorted(keys), (rows[-1][0] if rows else after)
 
     def limit_keys(
         self, cursor: CursorWrapper, backend_name: str, after: str, count: int

@@ -27,7 +27,6 @@ from .rows import (
     Outcome,
     Scope,
     TableHealth,
-    suspect_at,
 )
 from .vendor import driver_error
 
@@ -178,8 +177,9 @@ class MySQLDialect(Dialect):
         with transaction.atomic(using=self.connection.alias):
             cursor.execute(
                 f"SELECT {COLUMNS}, {now} FROM {self.tasks} "
-                "WHERE id = %s AND status = 'READY' AND available_at = %s FOR UPDATE SKIP LOCKED",
-                [*now_params, self._encode_id(task_id), self._encode_datetime(suspect_at())],
+                "WHERE id = %s AND status = 'READY' AND available_at IN (%s, %s) "
+                "FOR UPDATE SKIP LOCKED",
+                [*now_params, self._encode_id(task_id), *self._suspect_marks()],
             )
             rows = self._take(cursor, cursor.fetchall(), worker_id)
         return rows[0] if rows else None

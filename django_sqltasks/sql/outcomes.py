@@ -13,10 +13,18 @@ from django.utils import timezone as dj_timezone
 
 from ..core.serialization import dumps
 from ..core.storable import storable
-from .rows import OUTCOME_NOT_STORED, WORKER_LOST, WORKER_STOPPED, Outcome, suspect_at
+from .rows import (
+    OUTCOME_NOT_STORED,
+    SUSPECT,
+    SUSPECT_CLEARED,
+    SUSPECT_UNBOUNDED,
+    WORKER_LOST,
+    WORKER_STOPPED,
+    Outcome,
+    stored,
+)
 from .vendor import Vendor
 
-MAX_REASON = 10_000  # characters of a salvage reason kept
 MAX_REASON = 10_000  # characters of a salvage reason kept
 # Text around the lost worker's id in the error a rescue appends to a task.
 ORPHAN_MESSAGE = (
@@ -28,6 +36,12 @@ ORPHAN_MESSAGE = (
 ORPHAN_SUSPECT = (
     " stopped heartbeating while running this task beside others; it was put back in the "
     "queue, to run alone next time."
+)
+# The end of that error for a suspect its worker had cleared (it ran alone past its time
+# bound): it runs alone next time until it ends.
+ORPHAN_CLEARED = (
+    " stopped heartbeating while running this task beside others, after it had run alone past "
+    "its time bound; it was put back in the queue, to run alone until it ends next time."
 )
 # The end of that error instead, when the task has used up its rescues (MAX_RESCUES).
 ORPHAN_GIVE_UP = (
@@ -127,9 +141,11 @@ class OutcomeStatements(Vendor):
         max_rescues: int | None = None,
     ) -> int:
         """Put RUNNING tasks whose owner has not heartbeaten for ``lease_timeout`` seconds (by
-        the database's clock) back in the queue. A task that ran alone (a suspect) or under a
-        limit is charged a rescue, and fails once it was rescued ``max_rescues`` times already
-        (a task that kills its worker); the others become suspects, each to run alone."""
+        the database's clock) back in the queue. A task that ran alone (a suspect, SUSPECT or
+        SUSPECT_UNBOUNDED) is charged a rescue, and fails once it was rescued ``max_rescues``
+        times already (a task that kills its worker); the others become suspects, each to run
+        alone, limited or not: a suspect its worker had cleared (SUSPECT_CLEARED) with no time
+        bound next time."""
         cursor.execute(
             *self.requeue_orphans_sql(
                 backend_name=backend_name,
@@ -138,6 +154,9 @@ class OutcomeStatements(Vendor):
             )
         )
         return cursor.rowcount
+
+    def _marks(self, *marks: Any) -> list[Any]:
+        return [self._encode_datetime(stored(mark)) for mark in marks]
 
     def requeue_orphans_sql(
         self,
@@ -148,11 +167,17 @@ class OutcomeStatements(Vendor):
     ) -> tuple[str, list[Any]]:
         """The rescue statement (see ``requeue_orphans``)."""
         owner = "COALESCE(t.owner, '(none)')"
-        charged = "(t.available_at = %s OR t.limit_key IS NOT NULL)"
-        charged_params = [self._encode_datetime(suspect_at())]
+        charged = "t.available_at IN (%s, %s)"
+        charged_params = self._marks(SUSPECT, SUSPECT_UNBOUNDED)
         p = self._text_param
-        ends = f"CASE WHEN {charged} THEN {p} ELSE {p} END"
-        ends_params = [*charged_params, ORPHAN_MESSAGE[1], ORPHAN_SUSPECT]
+        ends = f"CASE WHEN {charged} THEN {p} WHEN t.available_at = %s THEN {p} ELSE {p} END"
+        ends_params = [
+            *charged_params,
+            ORPHAN_MESSAGE[1],
+            *self._marks(SUSPECT_CLEARED),
+            ORPHAN_CLEARED,
+            ORPHAN_SUSPECT,
+        ]
         if max_rescues is None:
             message_sql = self._concat(p, owner, ends)
             message_params: list[Any] = [ORPHAN_MESSAGE[0], *ends_params]
@@ -220,7 +245,7 @@ class OutcomeStatements(Vendor):
         """Put matching RUNNING tasks back to READY with an error appended; those matching
         ``fail_when`` (SQL, params) become FAILED instead. A ``rescue`` (the SQL, and its
         params, of the rows charged a rescue) counts a rescue on those rows and makes the
-        others of no limit suspects (see SUSPECT)."""
+        others suspects (see SUSPECT)."""
         error = self._append_error("t.errors", self._text_param, message_sql)
         now, now_params = self._now_sql()
         if fail_when is None:
@@ -233,15 +258,28 @@ class OutcomeStatements(Vendor):
             finished_sql = f"CASE WHEN {condition} THEN {now} ELSE t.finished_at END"
             finished_params = [*condition_params, *now_params]
         rescues_sql, rescues_params = "", []
-        available_sql, available_params = now, list(now_params)
+        # A stop (or a failed claim) puts a suspect back as one, a cleared one with its time
+        # bound again; other tasks are due at once.
+        available_sql = (
+            f"CASE WHEN t.available_at = %s THEN %s WHEN t.available_at IN (%s, %s) THEN %s "
+            f"ELSE {now} END"
+        )
+        available_params = [
+            *self._marks(SUSPECT_UNBOUNDED, SUSPECT_UNBOUNDED),
+            *self._marks(SUSPECT, SUSPECT_CLEARED, SUSPECT),
+            *now_params,
+        ]
         if rescue is not None:
             charged, charged_params = rescue
             rescues_sql = f", rescues = t.rescues + CASE WHEN {charged} THEN 1 ELSE 0 END"
             rescues_params = list(charged_params)
-            # Tasks under a limit go back by the clock: the limited claim, which keeps their
-            # limit, takes them (they are charged at each rescue instead).
-            available_sql = f"CASE WHEN t.limit_key IS NULL THEN %s ELSE {now} END"
-            available_params = [self._encode_datetime(suspect_at()), *now_params]
+            # A rescue makes every task a suspect (any of them may have killed the worker),
+            # limited ones too: the suspects' claim keeps their limits. One the worker had
+            # cleared, or an unbounded one, runs with no time bound next time.
+            available_sql = "CASE WHEN t.available_at IN (%s, %s) THEN %s ELSE %s END"
+            available_params = self._marks(
+                SUSPECT_UNBOUNDED, SUSPECT_CLEARED, SUSPECT_UNBOUNDED, SUSPECT
+            )
         # errors comes first and available_at last: MySQL evaluates single-table SET clauses
         # left to right, and the message, the status and the rescues read t.owner, t.rescues
         # and t.available_at before they change.

@@ -114,15 +114,30 @@ def parked_at() -> datetime:
 
 
 # available_at of a suspect: a task that was running when its worker died beside others, so
-# any of them may have killed it. No claim by the clock takes it; a worker with nothing else
-# running takes it alone (claim_suspect), and it keeps this mark while it runs, so that if its
-# worker dies again the rescue knows it ran alone and charges it (MAX_RESCUES).
+# any of them may have killed it. No claim by the clock takes it; a worker takes one at a time
+# to run alone in one of its slots (claim_suspect), its other slots running other tasks, and it
+# keeps this mark while it runs, so that if its worker dies again the rescue charges it
+# (MAX_RESCUES). After its time bound (the lease timeout) a worker clears a suspect still
+# running (SUSPECT_CLEARED) and may take the next one.
 SUSPECT = datetime(9998, 1, 1, tzinfo=UTC)
+# A suspect that runs alone until it ends, with no time bound: one whose worker died after it
+# was cleared (a task that kills its worker only after its bound is then caught next time).
+SUSPECT_UNBOUNDED = datetime(9998, 1, 2, tzinfo=UTC)
+# available_at of a running suspect past its time bound: not charged if its worker dies (the
+# next suspect may run beside it), and a suspect with no time bound after that.
+SUSPECT_CLEARED = datetime(9998, 1, 3, tzinfo=UTC)
+# The first date a run_after may not have: from here on the dates are marks (SUSPECT..PARKED).
+RESERVED_FROM = SUSPECT
+
+
+def stored(mark: datetime) -> datetime:
+    """A mark as Django reads and writes datetimes here: naive without USE_TZ."""
+    return mark if settings.USE_TZ else mark.replace(tzinfo=None)
 
 
 def suspect_at() -> datetime:
     """SUSPECT as Django reads and writes datetimes here: naive without USE_TZ."""
-    return SUSPECT if settings.USE_TZ else SUSPECT.replace(tzinfo=None)
+    return stored(SUSPECT)
 
 
 # The exception class paths that statements write into a task's errors: stored in rows, so
@@ -179,6 +194,16 @@ class Scope:
 
 
 UNLIMITED = Scope()
+
+
+@dataclass(frozen=True, slots=True)
+class SuspectRow:
+    """A suspect waiting to run alone (see SUSPECT): what its claim needs to know first."""
+
+    id: uuid.UUID
+    bounded: bool  # whose worker clears it after its time bound (SUSPECT, not _UNBOUNDED)
+    limit_key: str | None
+    queue_name: str
 
 
 @dataclass(slots=True)

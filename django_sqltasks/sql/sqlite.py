@@ -18,7 +18,6 @@ from .rows import (
     RETURNED_COLUMNS,
     ClaimedRow,
     Outcome,
-    suspect_at,
 )
 
 RETURNING = ", ".join(RETURNED_COLUMNS)
@@ -129,17 +128,10 @@ class SQLiteDialect(Dialect):
             f"""
             UPDATE {self.tasks}
             SET {CLAIM_SET}
-            WHERE id = %s AND status = 'READY' AND available_at = %s
+            WHERE id = %s AND status = 'READY' AND available_at IN (%s, %s)
             RETURNING {RETURNING}
             """,
-            [
-                worker_id,
-                worker_id,
-                at,
-                at,
-                self._encode_id(task_id),
-                self._encode_datetime(suspect_at()),
-            ],
+            [worker_id, worker_id, at, at, self._encode_id(task_id), *self._suspect_marks()],
         )
         rows = self._fetch_claimed(cursor)
         return rows[0] if rows else None

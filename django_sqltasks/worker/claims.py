@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from django.db import connections
@@ -21,6 +22,7 @@ logger = logging.getLogger("django_sqltasks")
 T = TypeVar("T")
 
 FAILED_CLAIM = "The claim that took this task failed before the worker saw it."
+SUSPECT_CANDIDATES = 8  # suspects read per claim_suspect: the next ones if others took the first
 
 
 class Claims:
@@ -92,21 +94,33 @@ class Claims:
         self._claim_uncertain = False
         return rows
 
-    def claim_suspect(self) -> ClaimedRow | None:
-        """Claim a suspect (see ``Dialect.requeue_orphans``) to run alone, if one waits."""
+    def claim_suspect(self) -> tuple[ClaimedRow, bool] | None:
+        """Claim a suspect (see ``Dialect.requeue_orphans``) to run alone in one slot, within
+        its limits, if one waits; with whether it has a time bound."""
         if self._claim_uncertain:
             self.requeue_owned(FAILED_CLAIM, keep_known=True)
         self._claim_uncertain = True
-        row = self._cursor_call(
-            lambda d, c: d.claim_suspect(
+        found = self._cursor_call(
+            lambda d, c: d.suspects(
                 c,
                 backend_name=self.backend_name,
                 queue_names=self.queue_names,
-                worker_id=self.worker_id,
+                limit=SUSPECT_CANDIDATES,
             )
         )
+        claimed: tuple[ClaimedRow, bool] | None = None
+        for suspect in found:
+            row = self._cursor_call(partial(self._limited.claim_suspect, suspect=suspect))
+            if row is not None:
+                claimed = row, suspect.bounded
+                break
         self._claim_uncertain = False
-        return row
+        return claimed
+
+    def clear_suspect(self, task_id: uuid.UUID) -> bool:
+        """Clear the suspect ``task_id`` running here past its time bound (see
+        ``Dialect.clear_suspect``)."""
+        return self._cursor_call(lambda d, c: d.clear_suspect(c, task_id, self.worker_id))
 
     def suspects_waiting(self) -> bool:
         return self._cursor_call(

@@ -25,7 +25,7 @@ from django.db.models import Q
 
 from ..core.limits import concurrency_key_of, fair_prefix, is_fair, task_path_of
 from ..core.resolve import resolve_task
-from ..sql import ClaimedRow, Dialect, Scope
+from ..sql import ClaimedRow, Dialect
 
 G = TypeVar("G")
 
@@ -108,16 +108,15 @@ def claim_fair(
     room: int,
 ) -> tuple[list[ClaimedRow], int | None]:
     """The fair round of the limited claim: ``fair_round`` over its fair ``groups``, each
-    within the ``gates`` (locked limit rows) it counts against."""
+    within the ``gates`` (locked limit rows) it counts against. The round's statements each
+    serve many keys: one reads the due priorities of every key, one claims a pass of shares
+    (per set of queues), whatever the number of keys."""
 
     def held(group: Gated) -> list[Held | None]:
         return [gates.get(k) for k in group.gates]
 
     def queues(group: Gated) -> list[str] | None:
         return list(group.queues) if group.queues is not None else queue_names
-
-    def scope(group: Gated, priority: int | None = None) -> Scope:
-        return Scope(limit_key=group.limit_key, exclude_queues=group.exclude, priority=priority)
 
     def allowed(group: Gated) -> int | None:
         gated = held(group)
@@ -126,45 +125,70 @@ def claim_fair(
         rooms = [r for g in gated if g is not None and (r := g.room(now)) is not None]
         return min(rooms) if rooms else None
 
-    def priorities(group: Gated) -> list[int]:
-        if allowed(group) == 0:
-            return []
-        return dialect.due_priorities(
-            cursor, backend_name=backend_name, queue_names=queues(group), scope=scope(group)
-        )
-
-    def claim(group: Gated, count: int, priority: int) -> list[ClaimedRow]:
-        got = dialect.claim(
-            cursor,
-            backend_name=backend_name,
-            queue_names=queues(group),
-            worker_id=worker_id,
-            limit=count,
-            scope=scope(group, priority),
-        )
+    def take(group: Gated, count: int) -> None:
         for gate in held(group):
             if gate is not None:
-                gate.taken += len(got)
+                gate.taken += count
+
+    def priorities(chosen: Sequence[Gated]) -> list[list[int]]:
+        open_ = [g for g in chosen if allowed(g) != 0]
+        found = dialect.due_priorities_of_keys(
+            cursor,
+            backend_name=backend_name,
+            queue_names=queue_names,
+            keys=[g.limit_key or "" for g in open_],
+        )
+        by_group = {id(g): p for g, p in zip(open_, found, strict=True)}
+        return [by_group.get(id(g), []) for g in chosen]
+
+    def claim(wants: Sequence[tuple[Gated, int]], priority: int) -> list[list[ClaimedRow]]:
+        # One statement per set of queues (and per repeat of a key: a new key may also be in
+        # the round's turn); the shares were taken from the gates already.
+        got: list[list[ClaimedRow]] = [[] for _ in wants]
+        batches: dict[tuple[Any, ...], list[list[int]]] = {}
+        for index, (group, _) in enumerate(wants):
+            batch = batches.setdefault((group.queues, group.exclude), [[]])
+            keys = {wants[i][0].limit_key for i in batch[-1]}
+            if group.limit_key in keys:
+                batch.append([])
+            batch[-1].append(index)
+        for (group_queues, exclude), parts in batches.items():
+            for part in parts:
+                rows = dialect.claim_of_keys(
+                    cursor,
+                    backend_name=backend_name,
+                    queue_names=list(group_queues) if group_queues is not None else queue_names,
+                    exclude_queues=exclude,
+                    worker_id=worker_id,
+                    priority=priority,
+                    wants=[(wants[i][0].limit_key or "", wants[i][1]) for i in part],
+                )
+                for i, claimed in zip(part, rows, strict=True):
+                    got[i] = claimed
+                    take(wants[i][0], len(claimed) - wants[i][1])  # give back what it left
         return got
 
-    return fair_round(groups, room, priorities=priorities, allowed=allowed, claim=claim)
+    return fair_round(groups, room, priorities=priorities, allowed=allowed, take=take, claim=claim)
 
 
 def fair_round(
     groups: Sequence[G],
     room: int,
     *,
-    priorities: Callable[[G], list[int]],
+    priorities: Callable[[Sequence[G]], list[list[int]]],
     allowed: Callable[[G], int | None],
-    claim: Callable[[G, int, int], list[ClaimedRow]],
+    take: Callable[[G, int], None],
+    claim: Callable[[Sequence[tuple[G, int]], int], list[list[ClaimedRow]]],
 ) -> tuple[list[ClaimedRow], int | None]:
-    """Claim up to ``room`` tasks of ``groups``: ``priorities(g)`` are the due priorities of
-    g's tasks, highest first; ``allowed(g)`` how many its limits let start (None: no bound);
-    ``claim(g, count, priority)`` takes up to ``count`` of its tasks of ``priority``. Return
-    the rows, and the index of the last group that got one (None: none did)."""
+    """Claim up to ``room`` tasks of ``groups``: ``priorities(gs)`` are the due priorities of
+    each g's tasks, highest first; ``allowed(g)`` how many its limits let start (None: no
+    bound); ``take(g, n)`` counts n more of g's tasks against its limits; ``claim(wants,
+    priority)`` takes up to n tasks of ``priority`` of each (g, n), counted already, and gives
+    back what it did not take. Return the rows, and the index of the last group that got one
+    (None: none did)."""
     levels: dict[int, list[int]] = {}
-    for index, group in enumerate(groups):
-        for priority in priorities(group):
+    for index, found in enumerate(priorities(groups)):
+        for priority in found:
             levels.setdefault(priority, []).append(index)
     rows: list[ClaimedRow] = []
     last: int | None = None
@@ -175,20 +199,28 @@ def fair_round(
             # evenly among the keys waiting.
             bounds = [b for index in waiting if (b := allowed(groups[index])) is not None]
             share = max(1, -(-min([room - len(rows), *bounds]) // len(waiting)))  # rounded up
-            more: list[int] = []  # the keys that gave a whole share: they may have more
+            planned: list[tuple[int, int]] = []  # (group index, count) of this pass
+            left = room - len(rows)
             for index in waiting:
                 free = allowed(groups[index])
-                take = min(share, room - len(rows), room if free is None else free)
-                if take <= 0:
+                count = min(share, left, room if free is None else free)
+                if count <= 0:
                     continue
-                got = claim(groups[index], take, priority)
-                rows.extend(got)
-                if got:
-                    last = index
-                if len(got) == take:
-                    more.append(index)
-                if len(rows) >= room:
+                take(groups[index], count)
+                planned.append((index, count))
+                left -= count
+                if left <= 0:
                     break
+            if not planned:
+                break
+            got = claim([(groups[index], count) for index, count in planned], priority)
+            more: list[int] = []  # the keys that gave a whole share: they may have more
+            for (index, count), claimed in zip(planned, got, strict=True):
+                rows.extend(claimed)
+                if claimed:
+                    last = index
+                if len(claimed) == count:
+                    more.append(index)
             waiting = more
         if len(rows) >= room:
             break

@@ -39,7 +39,7 @@ from ..core.limits import (
 )
 from ..core.resolve import resolve_task
 from ..models import TaskLimit, TaskRecord
-from ..sql import ClaimedRow, Dialect, Scope
+from ..sql import ClaimedRow, Dialect, Scope, SuspectRow
 from ..store.queue_limits import overrides
 from . import events
 from .fair import FairTasks, claim_fair, counted_on, write_transaction
@@ -47,8 +47,12 @@ from .fair import FairTasks, claim_fair, counted_on, write_transaction
 logger = logging.getLogger("django_sqltasks.worker")
 
 DISCOVER_EVERY = 0.5  # seconds between two scans for the limit keys of READY tasks
-KEYS_A_SCAN = 500  # keys read by one scan; the next scan goes on after the last
 GROUPS_A_ROUND = 50  # limit keys tried by one claim round; the next round starts after them
+KEYS_A_SCAN = 500  # keys read by one scan; the next scan goes on after the last
+# Tasks enqueued since the last scan read by one scan for keys not seen yet (the next scan goes
+# on after them): a new key is served at the next round, not when the scan comes round to it.
+ENQUEUED_A_SCAN = 5_000
+FRESH_A_ROUND = GROUPS_A_ROUND // 2  # of a round's groups, at most this many are new keys
 # A limit row untouched this long holds nothing: no start within any period (an hour at most),
 # and its RUNNING tasks are counted, not stored. Workers delete such rows (one per key ever
 # seen, for per-customer keys) and make them again when a task needs one.
@@ -113,6 +117,8 @@ class LimitedClaim:
         self.excluded = tuple(self.queue_limits)
         self._keys: list[str] = []  # limit keys of READY tasks, as of the last scans
         self._scan_after = ""  # where the next scan goes on from
+        self._since: Any = None  # the last task id read for new keys (None: not read yet)
+        self._fresh: list[str] = []  # new keys, to serve at the next round
         self._next_scan = 0.0  # monotonic time of the next scan
         self._offset = 0  # where the next round starts among the groups
         self._task_limits: dict[str, Limit] = {}  # limits by task path, as this code has them
@@ -141,6 +147,14 @@ class LimitedClaim:
         else:
             self._keys = found
         self._scan_after = found[-1] if len(found) == KEYS_A_SCAN else ""
+        enqueued, self._since = dialect.limit_keys_since(
+            cursor, self.backend_name, self._since, ENQUEUED_A_SCAN
+        )
+        if enqueued:
+            known = set(self._keys) | set(self._fresh)
+            new = [k for k in enqueued if k not in known]
+            self._fresh += new
+            self._keys += new
         self._read_overrides(overrides(self.database, self.backend_name))
 
     def _serves(self, queue: str) -> bool:
@@ -194,12 +208,16 @@ class LimitedClaim:
     def claim(self, dialect: Dialect, cursor: CursorWrapper, room: int) -> list[ClaimedRow]:
         """Claim up to ``room`` limited tasks that their limits let start now."""
         self.scan(dialect, cursor)
-        groups = self._groups()
-        if not groups or room <= 0:
+        count = self._group_count()
+        if not count or room <= 0:
             return []
-        start = self._offset % len(groups)
-        groups = (groups[start:] + groups[:start])[:GROUPS_A_ROUND]
-        self._offset = start + len(groups)
+        start = self._offset % count
+        # New keys first, once (then in their turn), and the next groups in turn.
+        fresh = [g for key in self._fresh[:FRESH_A_ROUND] for g in self._groups_of(key)]
+        self._fresh = self._fresh[FRESH_A_ROUND:]
+        window = [self._group((start + i) % count) for i in range(min(count, GROUPS_A_ROUND))]
+        self._offset = start + len(window)
+        groups = fresh + window
         rows: list[ClaimedRow] = []
         fair = [g for g in groups if self._fair.fair(g.limit_key)]
         with write_transaction(self.database, dialect.single_writer and bool(fair)):
@@ -248,9 +266,39 @@ class LimitedClaim:
                 if len(rows) >= room and last is not None:
                     # The next round goes on after the last key served, not after the whole
                     # round: the keys the batch had no room for come first then.
-                    self._offset = start + groups.index(fair[last]) + 1
+                    served = groups.index(fair[last]) - len(fresh)
+                    if served >= 0:
+                        self._offset = start + served + 1
             self._save(gates, now)
         return rows
+
+    def claim_suspect(
+        self, dialect: Dialect, cursor: CursorWrapper, suspect: SuspectRow
+    ) -> ClaimedRow | None:
+        """Claim ``suspect`` if its limits (its queue's, its task's) let it start now, and
+        count its start against them; None if they do not, or another worker took it."""
+        keys: list[str] = []
+        if suspect.queue_name in self.queue_limits:
+            keys.append(queue_key(suspect.queue_name))
+        if suspect.limit_key is not None:
+            keys.extend(self._gates_of(suspect.limit_key))
+        if not keys:
+            return dialect.claim_suspect_by_id(cursor, suspect.id, self.worker_id)
+        with write_transaction(self.database, dialect.single_writer):
+            now = dialect.db_now(cursor)
+            gates = self._lock(keys, dialect, now)
+            if len(gates) < len(set(keys)):
+                return None  # another worker is filling one of its limits
+            epoch = now.timestamp()
+            rooms = [r for gate in gates.values() if (r := gate.room(epoch)) is not None]
+            if rooms and min(rooms) <= 0:
+                return None
+            row = dialect.claim_suspect_by_id(cursor, suspect.id, self.worker_id)
+            if row is not None:
+                for gate in gates.values():
+                    gate.taken += 1
+                self._save(gates, now)
+        return row
 
     def waiting(self, dialect: Dialect, cursor: CursorWrapper) -> bool:
         """Whether limited tasks of this worker's queues are due (a burst worker waits for
@@ -264,16 +312,31 @@ class LimitedClaim:
 
     # Groups and limits --------------------------------------------------------------------
 
-    def _groups(self) -> list[Group]:
-        groups: list[Group] = []
-        for queue in self.queue_limits:
-            gates = (queue_key(queue),)
-            groups.append(Group(None, (queue,), (), gates))
-            groups.extend(
-                Group(key, (queue,), (), gates + self._gates_of(key)) for key in self._keys
-            )
-        groups.extend(Group(key, None, self.excluded, self._gates_of(key)) for key in self._keys)
-        return [g for g in groups if g.gates or g.limit_key is not None]
+    def _group_count(self) -> int:
+        """How many groups a round turns through: for each limited queue, its tasks of no
+        limit key and those of each key; then each key's tasks outside the limited queues."""
+        return (len(self.queue_limits) + 1) * len(self._keys) + len(self.queue_limits)
+
+    def _group(self, index: int) -> Group:
+        """The group at ``index`` (of ``_group_count``), built when a round reaches it: a
+        round reads 50 of them, however many keys there are (100,000 fair keys, say)."""
+        per_queue = len(self._keys) + 1
+        queued = len(self.queue_limits) * per_queue
+        if index >= queued:
+            key = self._keys[index - queued]
+            return Group(key, None, self.excluded, self._gates_of(key))
+        queue = list(self.queue_limits)[index // per_queue]
+        gates = (queue_key(queue),)
+        if index % per_queue == 0:
+            return Group(None, (queue,), (), gates)
+        key = self._keys[index % per_queue - 1]
+        return Group(key, (queue,), (), gates + self._gates_of(key))
+
+    def _groups_of(self, key: str) -> list[Group]:
+        """Every group of ``key``'s tasks: in each limited queue, and outside them."""
+        gates = self._gates_of(key)
+        in_queues = [Group(key, (q,), (), (queue_key(q), *gates)) for q in self.queue_limits]
+        return [*in_queues, Group(key, None, self.excluded, gates)]
 
     def _gates_of(self, key: str) -> tuple[str, ...]:
         """The limits a task of ``key`` counts against: its key's concurrency and its task's

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..compat import task_started
 from ..sql import ClaimedRow
+from . import events
 from .claims import Claims
 from .completer import Completer
 from .executor import Executor
@@ -23,7 +24,7 @@ from .native import LoopDatabase
 from .receivers import Receivers
 from .retries import DatabaseThread
 from .slots import Slots
-from .suspects import Step, Suspects
+from .suspects import Suspects
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -52,6 +53,7 @@ class Producer:
         poll_interval: float,
         burst: bool,
         max_tasks: int | None,
+        suspect_bound: float,
     ) -> None:
         # Set once here, read from any thread.
         self.sender = sender
@@ -85,7 +87,7 @@ class Producer:
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
         self._stopping = False  # set by stop(): claim no more
         self._stop_unseen = False  # set by stop(), cleared by the next sleep, which it ends
-        self._suspects = Suspects()
+        self._suspects = Suspects(suspect_bound)
 
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
         """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
@@ -116,8 +118,8 @@ class Producer:
         capacity = self.slots.capacity
         claims = self._claims
         while not self._stopping:
-            if self._suspects.pending and await self._isolate():
-                continue
+            if self._suspects.to_clear() is not None:
+                await self._clear_suspect()
             held = self.slots.held
             free = capacity - held
             if self.max_tasks is not None:
@@ -129,6 +131,11 @@ class Producer:
                 # Wait for more free slots, so claims come in batches rather than one by one.
                 await self.sleep(GATHER_DELAY if free > 0 else self.poll_interval)
                 continue
+            if self._suspects.may_claim(self.slots):
+                # One suspect at a time runs alone here, in one of the free slots.
+                free -= await self._claim_suspect()
+                if free <= 0:
+                    continue
             written_before = self._completer.written
             try:
                 self._claiming, self._woken_in_claim = True, False
@@ -157,7 +164,9 @@ class Producer:
                     # written meanwhile is READY again and must be claimed.
                     if self._completer.wait_idle(0) and self._completer.written == written_before:
                         if await self._db.call(claims.suspects_waiting):
+                            # Suspects wait (their limits may hold them back): look again.
                             self._suspects.waiting = True
+                            await self.sleep(self.poll_interval)
                             continue
                         if not await self._db.call(claims.limited_waiting):
                             return
@@ -174,38 +183,54 @@ class Producer:
                 )
                 await self.sleep(min(idle, self.poll_interval))
 
-    async def _isolate(self) -> bool:
-        """Run suspects alone (see ``suspects``). Return whether this round is spent (slept,
-        or started a suspect); False to claim as usual."""
-        may_claim = self.max_tasks is None or self.slots.claimed < self.max_tasks
-        step = self._suspects.next_step(self.slots, may_claim)
-        if step is Step.PASS:
-            return False
-        if step is Step.WAIT:
-            await self.sleep(self.poll_interval, wake_at=0)
-            return True
+    async def _claim_suspect(self) -> int:
+        """Claim a suspect to run alone in one slot, if one waits that its limits let start
+        (see ``suspects``); return how many slots it took (0 or 1)."""
         try:
-            row = await self._db.call(self._claims.claim_suspect)
+            claimed = await self._db.call(self._claims.claim_suspect)
         except Exception:
             self._progress.failed("claiming")
             logger.exception(
                 "Claiming a suspect task failed worker_id=%s; retrying", self.worker_id
             )
-            await self.sleep(self.poll_interval)
-            return True
+            return 0
         self._progress.succeeded("claiming")
-        if row is None:
+        if claimed is None:
+            # None waits, or their limits are full: look again when told, or at a burst end.
             self._suspects.waiting = False
-            return False
+            return 0
+        row, bounded = claimed
         logger.warning(
-            "Running task id=%s alone: its worker died while it ran beside other tasks, and "
-            "any of them may have killed it",
+            "Running task id=%s alone in one slot: its worker died while it ran beside other "
+            "tasks, and any of them may have killed it",
             row.id,
             extra={"action": "suspect_alone", "task_id": row.id, "worker_id": self.worker_id},
         )
-        self._suspects.alone = row.id
-        self._hold([row])
-        return True
+        self._suspects.took(row.id, bounded)
+        self._hold([row], first=True)
+        return 1
+
+    async def _clear_suspect(self) -> None:
+        """The suspect running alone here reached its time bound: clear it, so that the next
+        suspect may start here (see ``suspects``)."""
+        task_id = self._suspects.to_clear()
+        assert task_id is not None
+        try:
+            await self._db.call(self._claims.clear_suspect, task_id)
+        except Exception:
+            self._progress.failed("claiming")
+            logger.exception("Clearing suspect task id=%s failed; retrying", task_id)
+            await self.sleep(self.poll_interval)
+            return
+        logger.info(
+            "Task id=%s ran alone for %ss without killing its worker: the next suspect may "
+            "start beside it",
+            task_id,
+            self._suspects.bound,
+            extra={"action": "suspect_cleared", "task_id": task_id, "worker_id": self.worker_id},
+        )
+        self._suspects.cleared()
+        events.emit("suspect_cleared", worker_id=self.worker_id, task_id=str(task_id))
 
     def on_suspects(self) -> None:
         """Suspects wait (told by the heartbeat thread): take them when it can."""
@@ -228,6 +253,9 @@ class Producer:
             return
         if self.executor.threads_waiting():
             seconds = min(seconds, self.executor.spawn_after)
+        until_bound = self._suspects.until_bound()
+        if until_bound is not None:  # wake to clear the suspect running here at its bound
+            seconds = min(seconds, until_bound)
         capacity = self.slots.capacity
         self.slots.wake_when_below(capacity - max(1, capacity // 4) if wake_at is None else wake_at)
         self._wake.clear()
@@ -261,19 +289,22 @@ class Producer:
             # It may have committed: the thread's claim first puts back what it took.
             return await self._db.call(claims.claim, free, True)
 
-    def _hold(self, rows: list[ClaimedRow]) -> None:
-        """Take claimed rows in: start as many as there are free slots, keep the rest waiting."""
+    def _hold(self, rows: list[ClaimedRow], first: bool = False) -> None:
+        """Take claimed rows in: start as many as there are free slots, keep the rest waiting
+        (``first``: ahead of the waiting ones)."""
         if not rows:
             return
         self._started = Receivers(task_started, self.sender)
         # A claim returns its rows in no set order: start them in the order the claim chose
         # them (priority, then due time), as a worker claiming one at a time would.
         rows.sort(key=_start_order)
-        self._start(self.slots.hold(rows))
+        self._start(self.slots.hold(rows, first=first))
 
     def _start(self, rows: list[ClaimedRow]) -> None:
         if rows:
             assert self.executor is not None and self._started is not None
+            if self._suspects.alone is not None:
+                self._suspects.on_start({row.id for row in rows})
             self.executor.start(rows, self._started)
 
     async def release_unstarted(self) -> None:

@@ -131,6 +131,7 @@ class Worker:
             poll_interval=poll_interval or config.poll_interval,
             burst=burst,
             max_tasks=max_tasks,
+            suspect_bound=config.lease_timeout,
         )
         self._reporter = Reporter(
             database=self.database, worker_id=self.worker_id, db=self._db.executor

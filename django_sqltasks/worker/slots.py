@@ -41,12 +41,16 @@ class Slots:
         with self._lock:
             return set(self._held)
 
-    def hold(self, rows: list[ClaimedRow]) -> list[ClaimedRow]:
-        """Take claimed rows in; return those that have a slot now (the rest wait)."""
+    def hold(self, rows: list[ClaimedRow], first: bool = False) -> list[ClaimedRow]:
+        """Take claimed rows in (``first``: ahead of those waiting); return those that have a
+        slot now (the rest wait)."""
         with self._lock:
             self._claimed += len(rows)
             self._held.update(row.id for row in rows)
-            self._waiting.extend(rows)
+            if first:
+                self._waiting.extendleft(reversed(rows))
+            else:
+                self._waiting.extend(rows)
             return self._take_waiting()
 
     def release(self, task_id: uuid.UUID) -> tuple[list[ClaimedRow], bool]:
