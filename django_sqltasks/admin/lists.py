@@ -3,6 +3,8 @@ filters that list what is declared instead of reading rows, no NUL queries."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -12,6 +14,7 @@ from django.core.paginator import EmptyPage, Page, Paginator
 from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from ..core.settings import sql_backends
@@ -22,26 +25,27 @@ from ..sql.lists import estimated_rows, ready_queue_names
 
 EXACT_COUNT_BELOW = 1000  # rows: results smaller than this are counted exactly
 ESTIMATE_ABOVE = 10_000  # rows: a larger estimate is shown without counting any row
-CAPPED_COUNT = 10_000  # rows a count reads at most where the database has no estimate
+# How far back a page's ids are read first, then further: see newest_ids.
+ID_WINDOWS = (timedelta(hours=1), timedelta(days=1), timedelta(days=7), timedelta(days=31), None)
 MAX_PAGES = 20  # pages of a list: past them, a filter or a search narrows it
 
 
 class EstimatedCountPaginator(Paginator):
-    """Count a list without reading it all, and page it without an OFFSET scan.
+    """Count a list without reading it all, and page it without reading every match.
 
-    Where the database estimates ``ESTIMATE_ABOVE`` rows or more (its planner's statistics say
-    so well for a status, a queue or a task), that estimate is shown as "about N" and no row is
-    counted. Otherwise a bounded count reads at most ``EXACT_COUNT_BELOW`` rows; a larger
-    result is given the database's estimate (PostgreSQL's planner, MariaDB's table statistics), shown as "about N",
-    or, where there is none (SQLite, a filtered MariaDB list, a table never analysed), a count
-    that stops at ``CAPPED_COUNT`` and is shown as "more than N". A page reads the ids of its
-    rows first (an index-only read of the primary key on PostgreSQL), then those rows; and the
-    list has at most ``MAX_PAGES`` pages, so no page reads more than that many rows' ids before
-    its own: an operator narrows a long list with a filter or a search instead.
+    Where the database estimates ``ESTIMATE_ABOVE`` rows or more (PostgreSQL's planner, whose
+    statistics say so well for a status, a queue or a task; MariaDB's table statistics for the
+    whole table), that estimate is shown as "about N" and no row is counted. Otherwise a
+    bounded count reads at most ``EXACT_COUNT_BELOW`` matching rows, the newest first
+    (``newest_ids``' windows): fewer are counted exactly; that many are shown as "more than N",
+    as a smaller estimate cannot be trusted (a search's, or a table's never analysed).
+
+    A page reads its rows' ids first, the same way, then those rows; and a list has at most
+    ``MAX_PAGES`` pages: an operator narrows a long list with a filter or a search instead.
     """
 
     estimated = False  # the count is the database's estimate: "about N"
-    capped = False  # the count stopped at CAPPED_COUNT: "more than N"
+    capped = False  # the count stopped at EXACT_COUNT_BELOW: "more than N"
 
     @cached_property
     def count(self) -> int:
@@ -52,15 +56,14 @@ class EstimatedCountPaginator(Paginator):
         if estimate is not None and estimate >= ESTIMATE_ABOVE:
             self.estimated = True
             return estimate
-        bounded = queryset.order_by()[:EXACT_COUNT_BELOW].count()
-        if bounded < EXACT_COUNT_BELOW:
-            return bounded
-        if estimate is not None and estimate >= EXACT_COUNT_BELOW:
-            self.estimated = True
-            return estimate
-        capped = queryset.order_by()[:CAPPED_COUNT].count()
-        self.capped = capped >= CAPPED_COUNT
-        return capped
+        now = timezone.now()
+        for window in ID_WINDOWS:
+            rows = queryset if window is None else queryset.filter(pk__gte=id_floor(now - window))
+            bounded = rows.order_by()[:EXACT_COUNT_BELOW].count()
+            if bounded >= EXACT_COUNT_BELOW:
+                self.capped = True
+                return bounded
+        return bounded
 
     @property
     def count_label(self) -> str:
@@ -84,12 +87,36 @@ class EstimatedCountPaginator(Paginator):
 
     def page(self, number: Any) -> Page:
         number = self.validate_number(number)
-        bottom = (number - 1) * self.per_page
         queryset = self.object_list
-        if not isinstance(queryset, QuerySet) or not bottom:
+        if not isinstance(queryset, QuerySet):
             return super().page(number)
-        ids = list(queryset.values_list("pk", flat=True)[bottom : bottom + self.per_page])
+        bottom = (number - 1) * self.per_page
+        top = bottom + self.per_page
+        ids = newest_ids(queryset, bottom, top)
         return self._get_page(queryset.filter(pk__in=ids), number, self)
+
+
+def newest_ids(queryset: QuerySet[Any], bottom: int, top: int) -> list[Any]:
+    """The ids of rows ``bottom`` to ``top`` of ``queryset``, newest first, read among the
+    newest ids first and further back only while too few match.
+
+    The rows a search or a filter selects may be many and spread over the whole table (every
+    task that failed with ValueError): read all, then sorted, they cost seconds. The ``top``
+    newest are the same among the ids of the last hour as among all, once that hour holds
+    ``top`` of them; ids are UUIDv7, so a window of time is a range of the primary key.
+    """
+    now = timezone.now()
+    for window in ID_WINDOWS:
+        rows = queryset if window is None else queryset.filter(pk__gte=id_floor(now - window))
+        ids = list(rows.values_list("pk", flat=True)[bottom:top])
+        if window is None or len(ids) == top - bottom:
+            return ids
+    raise AssertionError("unreachable: the last window is the whole table")
+
+
+def id_floor(moment: datetime) -> uuid.UUID:
+    """The smallest UUIDv7 of ``moment``'s millisecond."""
+    return uuid.UUID(int=(int(moment.timestamp() * 1000) << 80) | (7 << 76))
 
 
 class TaskChangeList(ChangeList):
