@@ -144,7 +144,9 @@ def test_filters_list_declared_tasks_and_waiting_queues_without_reading_rows(
         body = client_.get(reverse(CHANGELIST)).content.decode()
     assert "?task_path=tests.tasks.fail" in body and "?task_path=tests.tasks.echo" in body
     assert "?queue_name=undeclared" in body
-    assert not any("task_path" in q["sql"] and "DISTINCT" in q["sql"] for q in queries.captured_queries)
+    assert not any(
+        "task_path" in q["sql"] and "DISTINCT" in q["sql"] for q in queries.captured_queries
+    )
 
 
 def test_duration_column(client_: Client) -> None:

@@ -38,7 +38,10 @@ def rows() -> dict[str, TaskRecord]:
 
 
 def found(term: str) -> set[str]:
-    return {str(pk) for pk in search.search(TaskRecord.objects.all(), term).tasks.values_list("pk", flat=True)}
+    return {
+        str(pk)
+        for pk in search.search(TaskRecord.objects.all(), term).tasks.values_list("pk", flat=True)
+    }
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from urllib.parse import quote
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from django.urls import reverse
 from django.utils import timezone

@@ -93,7 +93,7 @@ class EstimatedCountPaginator(Paginator):
         bottom = (number - 1) * self.per_page
         top = bottom + self.per_page
         ids = newest_ids(queryset, bottom, top)
-        return self._get_page(queryset.filter(pk__in=ids), number, self)
+        return Page(queryset.filter(pk__in=ids), number, self)
 
 
 def newest_ids(queryset: QuerySet[Any], bottom: int, top: int) -> list[Any]:

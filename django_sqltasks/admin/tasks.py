@@ -82,7 +82,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
     )
     # Sorting by a column would sort every matching row: the list stays newest first, the
     # order the primary key gives.
-    sortable_by: tuple[str, ...] = ()
+    sortable_by = ()
     ordering = ("-id",)  # newest first: ids are UUIDv7 (see TaskRecord.Meta)
     list_per_page = 50
     # Counting the rows of every filtered page exactly would scan; see EstimatedCountPaginator.

@@ -292,7 +292,9 @@ class TaskRecord(models.Model):
                 expression=ERROR_CLASSES_SQL,
                 where="status = 'FAILED'",
             ),
-            PostgreSQLGinIndex(name="sqltasks_tags_idx", expression="tags", where="tags IS NOT NULL"),
+            PostgreSQLGinIndex(
+                name="sqltasks_tags_idx", expression="tags", where="tags IS NOT NULL"
+            ),
             # No other index: a status change rewrites the row in every index (the partial
             # indexes' predicates name status, so no update is HOT), and each one cost the
             # claim and the outcome write about 15% more. The admin's pages read the primary

@@ -24,7 +24,7 @@ def declared_task_paths() -> tuple[str, ...]:
             if name not in sys.modules and _exists(name):
                 try:
                     importlib.import_module(name)
-                except Exception:  # noqa: BLE001 - a broken module of the project lists nothing
+                except Exception:
                     continue
     paths: set[str] = set()
     for name, module in list(sys.modules.items()):

@@ -21,8 +21,8 @@ from django.db.models import Q
 from ..compat import TaskResultStatus
 from ..core.tags import is_tag
 from ..models import TaskRecord, TaskRecordQuerySet
-from .declared import declared_task_paths
 from ..sql.search import ArgumentValues, ErrorClasses
+from .declared import declared_task_paths
 
 SEARCH_WINDOW = 10_000  # newest tasks a search reads where no index finds JSON values
 # "app_label.modelname:primary key", as a task's subject is shown.
@@ -68,7 +68,9 @@ def search(tasks: TaskRecordQuerySet, term: str) -> Found:
             query |= Q(status=TaskResultStatus.FAILED, error_classes__contains=[path])
     if subject is not None:
         query |= subject_query(subject)
-    return Found(tasks.alias(argument_values=ArgumentValues(), error_classes=ErrorClasses()).filter(query))
+    return Found(
+        tasks.alias(argument_values=ArgumentValues(), error_classes=ErrorClasses()).filter(query)
+    )
 
 
 def class_paths(term: str) -> list[str]:

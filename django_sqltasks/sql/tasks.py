@@ -53,7 +53,9 @@ class TaskStatements(Vendor):
     def _insert_sql(self, count: int) -> str:
         j = self._json_placeholder
         due = f"COALESCE(%s, {self._write_clock})" if self._write_clock else "%s"
-        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, {due}, %s, %s, %s, %s, {j})"
+        row = (
+            f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, {due}, %s, %s, %s, %s, {j})"
+        )
         return f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
             [row] * count
         )

@@ -16,7 +16,9 @@ from tests.factories import task_row
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-UPDATED = "() => new Promise(done => document.addEventListener('sqltasks:updated', done, {once: true}))"
+UPDATED = (
+    "() => new Promise(done => document.addEventListener('sqltasks:updated', done, {once: true}))"
+)
 
 
 def finish(task: TaskRecord) -> None:
