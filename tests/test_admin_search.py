@@ -12,7 +12,7 @@ from django.urls import reverse
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.ops import search
-from tests.factories import task_row
+from tests.factories import plan_uses, task_row
 
 pytestmark = pytest.mark.django_db
 

@@ -1,9 +1,12 @@
 """What keeps the admin's lists fast at any size and safe: estimated counts, pages read by id,
-filters that list what is declared instead of reading rows, no NUL queries."""
+filters that list what is declared instead of reading rows, no NUL queries, and pages that
+write without failing on a busy SQLite database."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -11,7 +14,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import EmptyPage, Page, Paginator
-from django.db import connections
+from django.db import connections, router
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils import timezone
@@ -21,6 +24,7 @@ from ..core.settings import sql_backends
 from ..core.tags import is_tag
 from ..models import PausedQueue, TaskRecord, WorkerRecord
 from ..ops.declared import declared_tags, declared_task_paths
+from ..sql import dialect_for
 from ..sql.lists import estimated_rows, ready_queue_names
 
 EXACT_COUNT_BELOW = 1000  # rows: results smaller than this are counted exactly
@@ -245,3 +249,25 @@ class NulSafeAdmin:
         if "\x00" in object_id:
             return None
         return super().get_object(request, object_id, from_field)  # type: ignore[misc]
+
+
+class WritesLocked:
+    """Run a page's POSTs (a save, a deletion) in a transaction that takes the write
+    lock at its start, where the database needs it (SQLite): Django's views read the row, then
+    write, and on SQLite such a transaction fails at once ("database is locked") if a worker
+    wrote in between, instead of waiting for the busy timeout."""
+
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        with _writing(request, self):
+            return super().changeform_view(request, *args, **kwargs)  # type: ignore[misc]
+
+    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        with _writing(request, self):
+            return super().delete_view(request, *args, **kwargs)  # type: ignore[misc]
+
+
+def _writing(request: HttpRequest, model_admin: Any) -> AbstractContextManager[Any]:
+    if request.method != "POST":
+        return contextlib.nullcontext()
+    using = router.db_for_write(model_admin.model)
+    return dialect_for(connections[using]).write_transaction()

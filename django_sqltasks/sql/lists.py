@@ -19,12 +19,12 @@ def estimated_rows(queryset: QuerySet[Any]) -> int | None:
     table = queryset.model._meta.db_table
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            # Of a partitioned table, its partitions: the parent itself holds no rows.
+            # Of a partitioned table, its leaves (the parents hold no rows); None when not one
+            # has been analysed: the planner's guess is then the table's size on disk.
             cursor.execute(
-                "SELECT COALESCE(min(c.reltuples), -1) FROM pg_class c WHERE c.oid IN ("
-                "SELECT %s::regclass UNION ALL SELECT inhrelid FROM pg_inherits "
-                "WHERE inhparent = %s::regclass) AND c.relkind <> 'p'",
-                [table, table],
+                "SELECT COALESCE(max(c.reltuples), -1) FROM pg_partition_tree(%s::regclass) t "
+                "JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf",
+                [connection.ops.quote_name(table)],
             )
             if cursor.fetchone()[0] < 0:
                 return None
