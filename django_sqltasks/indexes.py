@@ -115,27 +115,30 @@ class LiveDedupeConstraint(models.BaseConstraint):
 
 
 # What the admin's search looks values up in, as PostgreSQL expressions: every scalar of a
-# task's arguments (args and kwargs, at any depth), and the class paths of its errors. The
-# search (sql/search.py) filters on the very same expressions, so the planner matches them to
-# these indexes.
+# task's arguments (args and kwargs, at any depth), and the name of the class of the last error
+# (the one a FAILED task failed with) without its module, so that "PaymentDeclined" finds
+# "shop.errors.PaymentDeclined". The search (sql/search.py) filters on the very same
+# expressions, so the planner matches them to these indexes.
 ARGUMENT_SCALARS_PATH = 'strict $.** ? (@.type() != "object" && @.type() != "array")'
-ERROR_CLASSES_PATH = "$[*].exception_class_path"  # lax: a malformed error is skipped, no raise
 ARGUMENT_VALUES_SQL = f"jsonb_path_query_array(args || kwargs, '{ARGUMENT_SCALARS_PATH}')"
-ERROR_CLASSES_SQL = f"jsonb_path_query_array(errors, '{ERROR_CLASSES_PATH}')"
+LAST_ERROR_CLASS_SQL = "(errors -> -1) ->> 'exception_class_path'"
+CLASS_NAME_PATTERN = r"'^.*\.'"  # a dotted path up to its last dot
+ERROR_CLASS_NAME_SQL = f"regexp_replace({LAST_ERROR_CLASS_SQL}, {CLASS_NAME_PATTERN}, '')"
 
 
-class PostgreSQLGinIndex(models.Index):
-    """A GIN index (``jsonb_path_ops``) on the expression ``expression`` of rows matching
-    ``where``, on PostgreSQL; no index elsewhere.
+class PostgreSQLIndex(models.Index):
+    """An index (GIN with ``jsonb_path_ops``, or ``using="btree"``) on the expression
+    ``expression`` of rows matching ``where``, on PostgreSQL; no index elsewhere.
 
     MariaDB and SQLite have no index that finds a value inside a JSON document, so there the
     admin's search reads a bounded window of the newest tasks instead (docs/admin.md).
     """
 
-    def __init__(self, *, name: str, expression: str, where: str = "") -> None:
+    def __init__(self, *, name: str, expression: str, where: str = "", using: str = "gin") -> None:
         super().__init__(fields=["id"], name=name)  # fields: Django's checks want some
         self.expression = expression
         self.where = where
+        self.using = using
 
     def _applies(self, schema_editor: BaseDatabaseSchemaEditor) -> bool:
         return schema_editor.connection.vendor == "postgresql"
@@ -151,9 +154,10 @@ class PostgreSQLGinIndex(models.Index):
             return NO_STATEMENT
         qn = schema_editor.quote_name
         where = f" WHERE {self.where}" if self.where else ""
+        opclass = " jsonb_path_ops" if self.using == "gin" else ""
         return (
-            f"CREATE INDEX {qn(self.name)} ON {qn(model._meta.db_table)} USING gin "
-            f"(({self.expression}) jsonb_path_ops){where}"
+            f"CREATE INDEX {qn(self.name)} ON {qn(model._meta.db_table)} USING {self.using} "
+            f"(({self.expression}){opclass}){where}"
         )
 
     def remove_sql(
@@ -165,7 +169,10 @@ class PostgreSQLGinIndex(models.Index):
 
     def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
         path, _, _ = super().deconstruct()
-        return path, (), {"name": self.name, "expression": self.expression, "where": self.where}
+        kwargs = {"name": self.name, "expression": self.expression, "where": self.where}
+        if self.using != "gin":
+            kwargs["using"] = self.using
+        return path, (), kwargs
 
 
 # Django's schema editor runs whatever create_sql returns: where an index does not apply, a

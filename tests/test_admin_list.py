@@ -189,3 +189,8 @@ def test_newest_first_pages_read_the_primary_key(filters: dict[str, str]) -> Non
     assert plan_uses(plan, "django_sqltasks_taskrecord_pkey"), plan
     # No sort node (PostgreSQL's partitioned table merges its leaves' orders: "Sort Key").
     assert not re.search(r"(^|->  )Sort ", plan), plan
+
+
+def test_an_empty_result_has_no_estimate_to_read() -> None:
+    bulk_tasks(10)  # analysed on PostgreSQL: its planner is asked
+    assert estimated_rows(TaskRecord.objects.none()) == 0

@@ -54,6 +54,7 @@ def found(term: str) -> set[str]:
         ("tenant:acme", "tag"),
         ("shop.errors.PaymentDeclined", "failed"),
         ("ValueError", "builtin"),
+        ("PaymentDeclined", "failed"),
     ],
 )
 def test_a_search_finds_a_task_by_each_of_its_keys(
@@ -80,7 +81,7 @@ def test_an_exact_id_reads_the_primary_key(rows: dict[str, TaskRecord]) -> None:
     [
         ("alice@example.com", "sqltasks_argument_values_idx"),
         ("tenant:acme", "sqltasks_tags_idx"),
-        ("shop.errors.PaymentDeclined", "sqltasks_error_classes_idx"),
+        ("shop.errors.PaymentDeclined", "sqltasks_error_class_idx"),
         ("auth.user:17", "sqltasks_subject_idx"),
     ],
 )

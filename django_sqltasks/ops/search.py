@@ -21,7 +21,7 @@ from django.db.models import Q
 from ..compat import TaskResultStatus
 from ..core.tags import is_tag
 from ..models import TaskRecord, TaskRecordQuerySet
-from ..sql.search import ArgumentValues, ErrorClasses
+from ..sql.search import ArgumentValues, ErrorClassName, LastErrorClass
 from .declared import declared_task_paths
 
 SEARCH_WINDOW = 10_000  # newest tasks a search reads where no index finds JSON values
@@ -64,18 +64,23 @@ def search(tasks: TaskRecordQuerySet, term: str) -> Found:
     if is_tag(term):
         query |= Q(tags__contains=[term])
     if CLASS_PATH.fullmatch(term):
-        for path in class_paths(term):
-            query |= Q(status=TaskResultStatus.FAILED, error_classes__contains=[path])
+        query |= error_class_query(term)
     if subject is not None:
         query |= subject_query(subject)
     return Found(
-        tasks.alias(argument_values=ArgumentValues(), error_classes=ErrorClasses()).filter(query)
+        tasks.alias(
+            argument_values=ArgumentValues(),
+            error_class_name=ErrorClassName(),
+            last_error_class=LastErrorClass(),
+        ).filter(query)
     )
 
 
-def class_paths(term: str) -> list[str]:
-    """The stored class paths ``term`` may mean: a bare name is also a builtin's."""
-    return [term] if "." in term else [term, f"builtins.{term}"]
+def error_class_query(term: str) -> Q:
+    """FAILED tasks whose last error is of class ``term``: a dotted path exactly, a bare name
+    in any module (through the index of the class's name, sqltasks_error_class_idx)."""
+    query = Q(status=TaskResultStatus.FAILED, error_class_name=term.rpartition(".")[2])
+    return query & Q(last_error_class=term) if "." in term else query
 
 
 def subject_query(match: re.Match[str]) -> Q:

@@ -15,6 +15,8 @@ def estimated_rows(queryset: QuerySet[Any]) -> int | None:
     """The database's estimate of how many rows ``queryset`` selects, or None where it has no
     estimate worth showing (SQLite; MariaDB for a filtered list; a PostgreSQL table never
     analysed, whose planner guesses from its size on disk)."""
+    if queryset.query.is_empty():  # .none(): no SQL to explain
+        return 0
     connection = connections[queryset.db]
     table = queryset.model._meta.db_table
     with connection.cursor() as cursor:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from django.db.models import F, Func, JSONField
 
-from ..indexes import ARGUMENT_SCALARS_PATH, ERROR_CLASSES_PATH
+from django.db.models import CharField
+
+from ..indexes import ARGUMENT_SCALARS_PATH, CLASS_NAME_PATTERN
 
 
 class ArgumentValues(Func):
@@ -20,12 +22,22 @@ class ArgumentValues(Func):
         super().__init__(F("args"), F("kwargs"))
 
 
-class ErrorClasses(Func):
-    """The exception class paths of a task's errors, as one JSON array
-    (``sqltasks_error_classes_idx``, of FAILED tasks)."""
+class LastErrorClass(Func):
+    """The class path of a task's last error (the one a FAILED task failed with)."""
 
-    template = f"jsonb_path_query_array(%(expressions)s, '{ERROR_CLASSES_PATH}')"
-    output_field = JSONField()
+    template = "(%(expressions)s -> -1) ->> 'exception_class_path'"
+    output_field = CharField()
 
     def __init__(self) -> None:
         super().__init__(F("errors"))
+
+
+class ErrorClassName(Func):
+    """The class name of a task's last error, without its module (``sqltasks_error_class_idx``,
+    of FAILED tasks)."""
+
+    template = f"regexp_replace(%(expressions)s, {CLASS_NAME_PATTERN}, '')"
+    output_field = CharField()
+
+    def __init__(self) -> None:
+        super().__init__(LastErrorClass())
