@@ -22,6 +22,7 @@ from .core import error_text
 from .core.progress import NO_METADATA, current_report, no_metadata
 from .core.resolve import check_backend, resolve_task
 from .core.subject import Subject, subject_of
+from .core.tags import normalized_tags
 from .core.workflows import Signature
 from .exceptions import TaskNotFound
 
@@ -58,6 +59,13 @@ class SQLTask(Task):
     # True: the task runs in a transaction on the backend's database, and its outcome is
     # stored in that same transaction (docs/workflows.md#atomic-tasks). Sync functions only.
     atomic: bool = False
+    # Labels stored with each enqueued task, to find and filter it by in the admin
+    # (core/tags.py says the rule). A list given is kept as a tuple: a task must stay hashable.
+    tags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tags", normalized_tags(self.tags))
+        Task.__post_init__(self)  # the backend's validation (slots: no zero-argument super())
 
     def __reduce__(self) -> tuple[Any, ...]:
         # As Django 6.1's Task pickles (by the path of its declaration), on every version: the
@@ -70,10 +78,13 @@ class SQLTask(Task):
         """Return this task with these arguments, as a step of a chain or group."""
         return Signature(self, args, kwargs)
 
-    def using(self, *, subject: Any = ..., **changes: Any) -> SQLTask:
+    def using(self, *, subject: Any = ..., tags: Any = ..., **changes: Any) -> SQLTask:
         """Django's ``Task.using()``, plus ``subject``: a saved model instance the enqueued
-        tasks are about (stored with them, see docs/tasks.md), or None for none."""
+        tasks are about (stored with them, see docs/tasks.md), or None for none; and ``tags``,
+        the labels stored with them (replacing the task's own)."""
         task: SQLTask = Task.using(self, **changes)  # type: ignore[assignment]
+        if tags is not ...:
+            task = dataclasses.replace(task, tags=tags)
         if subject is ...:
             return task
         clone: SQLTask = with_subject(task, subject)  # type: ignore[assignment]

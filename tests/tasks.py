@@ -36,6 +36,11 @@ def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return {"args": list(args), "kwargs": kwargs}
 
 
+@task(tags=["billing", "tenant:acme"])
+def tagged(order: str) -> str:
+    return order
+
+
 @task
 def fail(message: str = "boom") -> None:
     raise ValueError(message)

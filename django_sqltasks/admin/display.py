@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
+from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from ..core import error_text
 
@@ -82,4 +84,16 @@ def full_time_html(value: datetime | None, parked: str = "") -> str:
     local = timezone.localtime(value) if timezone.is_aware(value) else value
     return format_html(
         '<time datetime="{}">{}</time>', value.isoformat(), local.strftime("%Y-%m-%d %H:%M:%S %Z")
+    )
+
+
+def tags_html(tags: Any) -> str:
+    """A task's tags as small labels, each linking to the list of tasks with that tag."""
+    if not tags or not isinstance(tags, list):
+        return "—"
+    tasks = reverse("admin:django_sqltasks_taskrecord_changelist")
+    return format_html_join(
+        " ",
+        '<a class="sqltasks-tag" href="{}?tag={}">{}</a>',
+        ((tasks, quote(str(tag)), tag) for tag in tags),
     )

@@ -54,7 +54,10 @@ class TaskLimitAdmin(LimitAdminBase):
 
     @admin.display(description=_("waiting"))
     def waiting(self, obj: TaskLimit) -> int:
-        return self._tasks(obj).filter(status="READY").count()
+        # Each count names limit_key, so it reads a partial index of the claim's READY rows
+        # (READY alone matches none of them, and would scan the table).
+        ready = self._tasks(obj).filter(status="READY")
+        return sum(ready.filter(limit_key__isnull=isnull).count() for isnull in (True, False))
 
     @staticmethod
     def _tasks(obj: TaskLimit) -> QuerySet[TaskRecord]:

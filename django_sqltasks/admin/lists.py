@@ -1,79 +1,155 @@
-"""What keeps the admin's lists fast and safe: estimated counts, bounded filters, no NUL queries,
-and pages that write without failing on a busy SQLite database."""
+"""What keeps the admin's lists fast at any size and safe: estimated counts, pages read by id,
+filters that list what is declared instead of reading rows, no NUL queries, and pages that
+write without failing on a busy SQLite database."""
 
 from __future__ import annotations
 
 import contextlib
-import json
+import uuid
 from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
 from django.contrib import admin
-from django.core.paginator import Paginator
+from django.contrib.admin.views.main import ChangeList
+from django.core.paginator import EmptyPage, Page, Paginator
 from django.db import connections, router
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from ..core.settings import sql_backends
-from ..models import TaskRecord, WorkerRecord
+from ..core.tags import is_tag
+from ..models import PausedQueue, TaskRecord, WorkerRecord
+from ..ops.declared import declared_tags, declared_task_paths
 from ..sql import dialect_for
+from ..sql.lists import estimated_rows, ready_queue_names
 
 EXACT_COUNT_BELOW = 1000  # rows: results smaller than this are counted exactly
-RECENT_TASKS_SCANNED = 2000  # newest tasks whose paths fill the task filter
+ESTIMATE_ABOVE = 10_000  # rows: a larger estimate is shown without counting any row
+# How far back a page's ids are read first, then further: see newest_ids.
+ID_WINDOWS = (timedelta(hours=1), timedelta(days=1), timedelta(days=7), timedelta(days=31), None)
+MAX_PAGES = 20  # pages of a list: past them, a filter or a search narrows it
 
 
 class EstimatedCountPaginator(Paginator):
-    """Where the planner's estimate is cheap (PostgreSQL), count large results from it
-    instead of COUNT(*).
+    """Count a list without reading it all, and page it without reading every match.
 
-    An exact count reads every matching row. Here a bounded count reads at most
-    ``EXACT_COUNT_BELOW`` of them; a result that large is then given the planner's estimate
-    (``reltuples`` scaled by the table's current size and the filter's selectivity), which costs
-    nothing. Other databases count exactly.
+    Where the database estimates ``ESTIMATE_ABOVE`` rows or more (PostgreSQL's planner, whose
+    statistics say so well for a status, a queue or a task; MariaDB's table statistics for the
+    whole table), that estimate is shown as "about N" and no row is counted. Otherwise a
+    bounded count reads at most ``EXACT_COUNT_BELOW`` matching rows, the newest first
+    (``newest_ids``' windows): fewer are counted exactly; that many are shown as "more than N",
+    as a smaller estimate cannot be trusted (a search's, or a table's never analysed).
+
+    A page reads its rows' ids first, the same way, then those rows; and a list has at most
+    ``MAX_PAGES`` pages: an operator narrows a long list with a filter or a search instead.
     """
 
-    estimated = False
+    estimated = False  # the count is the database's estimate: "about N"
+    capped = False  # the count stopped at EXACT_COUNT_BELOW: "more than N"
 
     @cached_property
     def count(self) -> int:
         queryset = self.object_list
-        if (
-            isinstance(queryset, QuerySet)
-            and dialect_for(connections[queryset.db]).estimates_counts
-        ):
-            bounded = queryset.order_by()[:EXACT_COUNT_BELOW].count()
-            if bounded < EXACT_COUNT_BELOW:
-                return bounded
+        if not isinstance(queryset, QuerySet):
+            return super().count
+        estimate = estimated_rows(queryset)
+        if estimate is not None and estimate >= ESTIMATE_ABOVE:
             self.estimated = True
-            return max(planner_estimate(queryset), bounded)
-        return super().count
+            return estimate
+        now = timezone.now()
+        for window in ID_WINDOWS:
+            rows = queryset if window is None else queryset.filter(pk__gte=id_floor(now - window))
+            bounded = rows.order_by()[:EXACT_COUNT_BELOW].count()
+            if bounded >= EXACT_COUNT_BELOW:
+                self.capped = True
+                return bounded
+        return bounded
+
+    @property
+    def count_label(self) -> str:
+        """The count as the list shows it: exact, "about N" or "more than N"."""
+        if self.estimated:
+            return _("about %(count)s") % {"count": f"{self.count:,}"}
+        if self.capped:
+            return _("more than %(count)s") % {"count": f"{self.count:,}"}
+        return f"{self.count:,}"
+
+    @cached_property
+    def num_pages(self) -> int:
+        return min(super().num_pages, MAX_PAGES)
+
+    def validate_number(self, number: Any) -> int:
+        # A page past the numbered ones (an old bookmark, ?p=500) shows the last numbered one.
+        try:
+            return super().validate_number(number)
+        except EmptyPage:
+            return self.num_pages
+
+    def page(self, number: Any) -> Page:
+        number = self.validate_number(number)
+        queryset = self.object_list
+        if not isinstance(queryset, QuerySet):
+            return super().page(number)
+        bottom = (number - 1) * self.per_page
+        top = bottom + self.per_page
+        ids = newest_ids(queryset, bottom, top)
+        return Page(queryset.filter(pk__in=ids), number, self)
 
 
-def planner_estimate(queryset: QuerySet[Any]) -> int:
-    """Return PostgreSQL's estimate of how many rows ``queryset`` returns."""
-    plan = json.loads(queryset.order_by().explain(format="json"))
-    return int(plan[0]["Plan"]["Plan Rows"])
+def newest_ids(queryset: QuerySet[Any], bottom: int, top: int) -> list[Any]:
+    """The ids of rows ``bottom`` to ``top`` of ``queryset``, newest first, read among the
+    newest ids first and further back only while too few match.
+
+    The rows a search or a filter selects may be many and spread over the whole table (every
+    task that failed with ValueError): read all, then sorted, they cost seconds. The ``top``
+    newest are the same among the ids of the last hour as among all, once that hour holds
+    ``top`` of them; ids are UUIDv7, so a window of time is a range of the primary key.
+    """
+    now = timezone.now()
+    for window in ID_WINDOWS:
+        rows = queryset if window is None else queryset.filter(pk__gte=id_floor(now - window))
+        ids = list(rows.values_list("pk", flat=True)[bottom:top])
+        if window is None or len(ids) == top - bottom:
+            return ids
+    raise AssertionError("unreachable: the last window is the whole table")
+
+
+def id_floor(moment: datetime) -> uuid.UUID:
+    """The smallest UUIDv7 of ``moment``'s millisecond."""
+    return uuid.UUID(int=(int(moment.timestamp() * 1000) << 80) | (7 << 76))
+
+
+class TaskChangeList(ChangeList):
+    """The task list: a page past the last one (an old bookmark, ``?p=500``) shows the last."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        self.page_num = max(1, min(self.page_num, MAX_PAGES))
+        super().get_results(request)
 
 
 class QueueFilter(admin.SimpleListFilter):
-    """Queues from the settings, from live workers, and from tasks waiting or running.
+    """Queues from the settings, live workers, paused queues, and queues with waiting tasks.
 
-    Waiting and running tasks are read through their partial indexes; a full ``DISTINCT`` over
-    the table would read every row.
+    Waiting tasks' queues are read by a skip scan of the claim's index, one probe per queue
+    (``sql.lists.ready_queue_names``): never a DISTINCT over the table's rows.
     """
 
     title = _("queue")
     parameter_name = "queue_name"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = {name for backend in sql_backends().values() for name in backend.queues}
-        tasks = TaskRecord.objects.order_by()
-        names.update(tasks.ready().values_list("queue_name", flat=True).distinct())
-        names.update(tasks.running().values_list("queue_name", flat=True).distinct())
+        backends = sql_backends()
+        names = {name for backend in backends.values() for name in backend.queues}
+        tasks = TaskRecord.objects.all()
+        for alias in backends:
+            names.update(ready_queue_names(tasks, alias))
         for queues in WorkerRecord.objects.values_list("queue_names", flat=True):
             names.update(name for name in queues if name != "*")
+        names.update(PausedQueue.objects.values_list("queue_name", flat=True))
         if self.value():
             names.add(str(self.value()))
         return [(name, name) for name in sorted(names)]
@@ -83,20 +159,46 @@ class QueueFilter(admin.SimpleListFilter):
 
 
 class TaskFilter(admin.SimpleListFilter):
-    """Task paths among the newest tasks: a bounded read of the primary key, newest first."""
+    """Every task the project declares (``ops.declared``), not only those in recent rows."""
 
     title = _("task")
     parameter_name = "task_path"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        recent = TaskRecord.objects.order_by("-id").values_list("task_path", flat=True)
-        paths = set(recent[:RECENT_TASKS_SCANNED])
+        paths = set(declared_task_paths())
         if self.value():
             paths.add(str(self.value()))
         return [(p, p.rsplit(".", 1)[-1] + f" ({p.rsplit('.', 1)[0]})") for p in sorted(paths)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         return queryset.filter(task_path=self.value()) if self.value() else queryset
+
+
+class TagFilter(admin.SimpleListFilter):
+    """The tags the declared tasks set (``@task(tags=...)``); a tag set with ``using()`` is
+    found by the search, or by this filter's URL (``?tag=...``)."""
+
+    title = _("tag")
+    parameter_name = "tag"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        tags = set(declared_tags())
+        if self.value():
+            tags.add(str(self.value()))
+        return [(tag, tag) for tag in sorted(tags)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        value = self.value()
+        return queryset if not value else with_tag(queryset, str(value))
+
+
+def with_tag(queryset: QuerySet[Any], tag: str) -> QuerySet[Any]:
+    """The tasks of ``queryset`` tagged ``tag``: through the tag index on PostgreSQL."""
+    if not is_tag(tag):
+        return queryset.none()
+    if connections[queryset.db].vendor == "postgresql":
+        return queryset.filter(tags__contains=[tag])
+    return queryset.filter(tags__icontains=f'"{tag}"')  # no quote in a tag: exactly this one
 
 
 class SQLBackendFilter(admin.SimpleListFilter):

@@ -25,6 +25,7 @@ from ..core.settings import sql_backends
 from ..exceptions import TaskNotFound
 from ..models import FINISHED_STATUSES, TaskRecord
 from ..store import control
+from . import bulk_actions as bulk
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[TaskRecord]
@@ -47,7 +48,15 @@ class TaskActions(TaskAdminBase):
     # Actions -------------------------------------------------------------------------------
 
     @admin.action(description=_("Retry selected failed tasks"), permissions=["retry"])
-    def retry_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
+    def retry_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> Any:
+        if bulk.across(request):
+            return bulk.confirm_or_run(
+                self,
+                request,
+                queryset,
+                verb="retried",
+                action=lambda batch: len(control.retry(retryable(batch), using=batch.db)),
+            )
         failed = retryable(queryset)
         done = control.retry(failed, using=queryset.db)
         self._log(request, done, "Retried: FAILED to READY, errors and attempts kept.")
@@ -66,9 +75,20 @@ class TaskActions(TaskAdminBase):
         description=_("Cancel selected tasks (running async tasks at their next heartbeat)"),
         permissions=["cancel"],
     )
-    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
-        ready = queryset.filter(status=TaskResultStatus.READY)
+    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> Any:
         reason = f"Cancelled in the admin by {request.user.get_username()} before it started."
+        if bulk.across(request):
+
+            def cancel_batch(batch: QuerySet[TaskRecord]) -> int:
+                ready = batch.filter(status=TaskResultStatus.READY)
+                running = batch.filter(status=TaskResultStatus.RUNNING)
+                done = control.cancel(ready, using=batch.db, reason=reason)
+                return len(done) + len(control.request_cancel(running, using=batch.db))
+
+            return bulk.confirm_or_run(
+                self, request, queryset, verb="cancelled (or asked to stop)", action=cancel_batch
+            )
+        ready = queryset.filter(status=TaskResultStatus.READY)
         done = control.cancel(ready, using=queryset.db, reason=reason)
         self._log(request, done, "Cancelled: READY to FAILED (TaskCancelled).")
         running = queryset.filter(status=TaskResultStatus.RUNNING)
@@ -116,6 +136,14 @@ class TaskActions(TaskAdminBase):
     def delete_selected(
         self, request: HttpRequest, queryset: QuerySet[TaskRecord]
     ) -> HttpResponse | None:
+        if bulk.across(request):
+            return bulk.confirm_or_run(
+                self,
+                request,
+                queryset,
+                verb="deleted",
+                action=lambda batch: batch.filter(status__in=FINISHED_STATUSES).delete()[0],
+            )
         # Django's confirmation page, logging and deletion, limited to finished tasks.
         return django_delete_selected(self, request, queryset.filter(status__in=FINISHED_STATUSES))
 

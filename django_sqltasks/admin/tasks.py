@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
@@ -12,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from ..compat import TaskResultStatus
 from ..core import error_text
 from ..models import FINISHED_STATUSES, TaskRecord
+from ..ops import search
 from . import progress as admin_progress
 from .display import (
     cut_html,
@@ -20,12 +22,15 @@ from .display import (
     moment_html,
     pretty,
     status_badge_html,
+    tags_html,
 )
 from .lists import (
     EstimatedCountPaginator,
     NulSafeAdmin,
     QueueFilter,
     SQLBackendFilter,
+    TagFilter,
+    TaskChangeList,
     TaskFilter,
 )
 from .task_actions import TaskActions, TaskAdminBase
@@ -65,9 +70,19 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
         "enqueued_display",
         "duration_display",
         "attempts",
+        "tags_display",
     )
-    list_filter = ("status", QueueFilter, TaskFilter, SQLBackendFilter)
-    search_fields = ("=id", "task_path")
+    list_filter = ("status", QueueFilter, TaskFilter, TagFilter, SQLBackendFilter)
+    # The search box finds a task by id, argument value, subject, error class or tag
+    # (get_search_results, ops/search.py); Django's own search would scan the table.
+    search_fields = ("=id",)
+    search_help_text = _(
+        "A task id, a value of its arguments (an e-mail, an order number), its subject "
+        "(app_label.model:pk), the class of the error it failed with, or a tag."
+    )
+    # Sorting by a column would sort every matching row: the list stays newest first, the
+    # order the primary key gives.
+    sortable_by = ()
     ordering = ("-id",)  # newest first: ids are UUIDv7 (see TaskRecord.Meta)
     list_per_page = 50
     # Counting the rows of every filtered page exactly would scan; see EstimatedCountPaginator.
@@ -86,6 +101,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
                     "backend_name",
                     "queue_name",
                     "priority",
+                    "tags_display",
                 )
             },
         ),
@@ -105,6 +121,7 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
         "backend_name",
         "queue_name",
         "priority",
+        "tags_display",
         "args_display",
         "kwargs_display",
         "return_value_display",
@@ -141,6 +158,10 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
     def status_badge(self, obj: TaskRecord) -> str:
         badge = status_badge_html(obj.status, obj.get_status_display())
         return format_html("{}{}", badge, admin_progress.progress_list_html(obj))
+
+    @admin.display(description=_("tags"))
+    def tags_display(self, obj: TaskRecord) -> str:
+        return tags_html(obj.tags)
 
     @admin.display(description=_("progress"))
     def progress_display(self, obj: TaskRecord) -> str:
@@ -204,6 +225,17 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
             # Why it failed is what a failed task's page is opened for: put it first.
             fieldsets.sort(key=lambda fieldset: fieldset[0] != _("Outcome"))
         return fieldsets
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[TaskChangeList]:
+        return TaskChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[TaskRecord], search_term: str
+    ) -> tuple[QuerySet[TaskRecord], bool]:
+        found = search.search(queryset, search_term)  # type: ignore[arg-type]
+        if found.windowed:
+            request.sqltasks_search_window = search.SEARCH_WINDOW  # type: ignore[attr-defined]
+        return found.tasks, False
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

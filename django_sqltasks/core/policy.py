@@ -20,6 +20,7 @@ from .options import DEFAULT_RETRY_BACKOFF_MAX, BackendOptions
 from .resolve import may_run
 from .serialization import dumps, text_problem
 from .subject import Subject
+from .tags import check_tags
 
 MAX_DOUBLINGS = 1023  # of the backoff: 2.0 ** 1024 is past the largest float
 
@@ -142,6 +143,7 @@ def validate_options(task: Task, alias: str) -> None:
             f"subject is set per enqueue with .using(subject=obj), not by @task: {subject!r}."
         )
     validate_task_limits(task)
+    check_tags(getattr(task, "tags", ()))
     atomic = getattr(task, "atomic", False)
     if not isinstance(atomic, bool):
         raise InvalidTask(f"atomic must be True or False, not {atomic!r}.")

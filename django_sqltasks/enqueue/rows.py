@@ -134,6 +134,7 @@ def new_row(
         dedupe_key=dedupe_key(task, result.args, result.kwargs),
         limit_key=limit_key(task, result.args, result.kwargs),
         trace_parent=traceparent,
+        tags=getattr(task, "tags", ()),
     )
     limit = config.max_payload_bytes
     if limit is not None:

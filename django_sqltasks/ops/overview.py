@@ -95,16 +95,22 @@ def take(
         return stats[key]
 
     by_queue = ("backend_name", "queue_name")
-    due = tasks.due(now).values(*by_queue).annotate(n=Count("pk"), oldest=Min("available_at"))
-    for backend_name, queue_name, n, oldest in due.values_list(*by_queue, "n", "oldest"):
-        item = entry(backend_name, queue_name)
-        item.due, item.oldest_due = n, oldest
-    limited = tasks.due(now).filter(limit_key__isnull=False).values(*by_queue)
-    for backend_name, queue_name, n in limited.annotate(n=Count("pk")).values_list(*by_queue, "n"):
-        entry(backend_name, queue_name).limited = n
-    scheduled = tasks.scheduled(now).values(*by_queue).annotate(n=Count("pk"))
-    for backend_name, queue_name, n in scheduled.values_list(*by_queue, "n"):
-        entry(backend_name, queue_name).scheduled = n
+    # Each read names limit_key, so that it matches a partial index's predicate (the claim's
+    # sqltasks_ready_idx or sqltasks_ready_limited_idx): without it, READY alone matches none,
+    # and the count scans the table.
+    for limited in (False, True):
+        ready = tasks.filter(limit_key__isnull=not limited)
+        due = ready.due(now).values(*by_queue).annotate(n=Count("pk"), oldest=Min("available_at"))
+        for backend_name, queue_name, n, oldest in due.values_list(*by_queue, "n", "oldest"):
+            item = entry(backend_name, queue_name)
+            item.due += n
+            if item.oldest_due is None or oldest < item.oldest_due:
+                item.oldest_due = oldest
+            if limited:
+                item.limited = n
+        scheduled = ready.scheduled(now).values(*by_queue).annotate(n=Count("pk"))
+        for backend_name, queue_name, n in scheduled.values_list(*by_queue, "n"):
+            entry(backend_name, queue_name).scheduled += n
     running = tasks.running().values(*by_queue).annotate(n=Count("pk"))
     for backend_name, queue_name, n in running.values_list(*by_queue, "n"):
         entry(backend_name, queue_name).running = n

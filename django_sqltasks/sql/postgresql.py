@@ -55,7 +55,7 @@ INSERT_RECORD = (
     "id uuid, task_path varchar, backend_name varchar, queue_name varchar, priority smallint, "
     "args jsonb, kwargs jsonb, enqueued_at timestamptz, run_after timestamptz, "
     "available_at timestamptz, dedupe_key varchar, limit_key varchar, trace_parent varchar, "
-    "workflow_id uuid"
+    "workflow_id uuid, tags jsonb"
 )
 
 
@@ -150,7 +150,7 @@ class PostgreSQLDialect(Dialect):
                 "SELECT id, task_path, backend_name, queue_name, priority, 'READY', args, "
                 "kwargs, '[]', '[]', 0, enqueued_at, run_after, "
                 f"COALESCE(available_at, run_after, {self._write_clock}), dedupe_key, limit_key, "
-                "trace_parent, workflow_id "
+                "trace_parent, workflow_id, tags "
                 f"FROM jsonb_to_recordset(%s::jsonb) AS v({INSERT_RECORD})"
             )
             params = [_insert_document(tasks)]
@@ -570,6 +570,7 @@ def _insert_document(tasks: Sequence[NewTask]) -> str:
                 "limit_key": task.limit_key,
                 "trace_parent": task.trace_parent,
                 "workflow_id": task.workflow_id,
+                "tags": list(task.tags) if task.tags else None,
             }
             for task in tasks
         ]

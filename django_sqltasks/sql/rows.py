@@ -69,6 +69,7 @@ INSERT_COLUMNS = (
     "limit_key",
     "trace_parent",
     "workflow_id",
+    "tags",
 )
 # Every column of the task table, in the model's order: what reading one result selects, without
 # the model (a test holds it to TaskRecord's concrete fields).
@@ -102,6 +103,7 @@ RESULT_COLUMNS = (
     "progress",
     "trace_parent",
     "workflow_id",
+    "tags",
 )
 # available_at of a workflow step whose turn has not come: READY, but never due by a clock;
 # the outcome of the step before it makes it due (store/workflows.py).
@@ -173,6 +175,7 @@ class NewTask(TaskCall):
     limit_key: str | None = None
     trace_parent: str | None = None  # the enqueue span's W3C traceparent (OPTIONS["TRACING"])
     workflow_id: uuid.UUID | None = None  # the workflow this task is a step of
+    tags: tuple[str, ...] = ()  # its labels (core/tags.py); none is stored as NULL
     # When it is due, if not run_after (or the database's clock): a workflow step parks at
     # PARKED until its turn, and its first steps are due by the database's clock, read once.
     available_at: datetime | None = None

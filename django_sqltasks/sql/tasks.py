@@ -47,12 +47,15 @@ class TaskStatements(Vendor):
             task.limit_key,
             task.trace_parent,
             None if task.workflow_id is None else self._encode_id(task.workflow_id),
+            dumps(task.tags) if task.tags else None,
         ]
 
     def _insert_sql(self, count: int) -> str:
         j = self._json_placeholder
         due = f"COALESCE(%s, {self._write_clock})" if self._write_clock else "%s"
-        row = f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, {due}, %s, %s, %s, %s)"
+        row = (
+            f"(%s, %s, %s, %s, %s, %s, {j}, {j}, {j}, {j}, %s, %s, %s, {due}, %s, %s, %s, %s, {j})"
+        )
         return f"INSERT INTO {self.tasks} ({', '.join(INSERT_COLUMNS)}) VALUES " + ", ".join(
             [row] * count
         )
@@ -70,7 +73,7 @@ class TaskStatements(Vendor):
         """Insert ``tasks`` in one statement, on the caller's connection and transaction."""
         cursor.execute(*self.insert_statement(tasks, notify))
 
-    _bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 18 per row
+    _bulk_chunk = 1000  # rows per INSERT: under SQLite's 32,766-parameter limit at 19 per row
 
     def insert_deduplicated(self, cursor: CursorWrapper, task: NewTask, notify: bool) -> bool:
         """Insert ``task`` unless a live task has its dedupe key; return whether it did."""
