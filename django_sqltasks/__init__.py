@@ -13,7 +13,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .backend import SQLTaskBackend
     from .core.progress import SQLTaskContext
     from .core.workflows import chain, get_workflow, group, signature, workflow_of
-    from .exceptions import Snooze
+    from .exceptions import EventTimeout, Snooze
+    from .store.events import asend_event, send_event
     from .store.subjects import cancel_tasks_on_delete
     from .task import with_subject
 
@@ -30,15 +31,21 @@ _LAZY = {
     "workflow_of": ".core.workflows",
     "with_subject": ".task",
     "cancel_tasks_on_delete": ".store.subjects",
+    "send_event": ".store.events",
+    "asend_event": ".store.events",
+    "EventTimeout": ".exceptions",
 }
 __all__ = [
     "SQLTaskBackend",
     "SQLTaskContext",
+    "EventTimeout",
     "Snooze",
+    "asend_event",
     "cancel_tasks_on_delete",
     "chain",
     "get_workflow",
     "group",
+    "send_event",
     "signature",
     "with_subject",
     "workflow_of",

@@ -29,6 +29,7 @@ from ..compat import (
     task_started,
 )
 from ..core.settings import is_sql_backend
+from ..exceptions import Suspended
 from ..models import TaskRecord
 from ..sql import ANY_LIMIT, ClaimedRow, Outcome, Scope, dialect_for
 from ..sql.rows import parked_at
@@ -188,6 +189,9 @@ class Runner:
         interrupted: KeyboardInterrupt | None = None
         try:
             ended = outcomes.succeeded(attempt, self._call(attempt), config.max_payload_bytes)
+        except Suspended:  # at a sleep or a wait: READY again, written by the step log
+            self._store_report(attempt)
+            return self.backend.get_result(str(row.id))
         except BaseException as e:  # a task's SystemExit fails it only, as in the worker
             exc = attempts.from_task_frame(e)
             ended = outcomes.after_error(attempt, exc, config.max_snoozes)
