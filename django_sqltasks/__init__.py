@@ -36,9 +36,9 @@ _LAZY = {
     "EventTimeout": ".exceptions",
 }
 __all__ = [
+    "EventTimeout",
     "SQLTaskBackend",
     "SQLTaskContext",
-    "EventTimeout",
     "Snooze",
     "asend_event",
     "cancel_tasks_on_delete",

@@ -125,7 +125,7 @@ class EventAlreadyAwaited(InvalidStep):
     """Another task waits for (or received) this event: an event goes to one task."""
 
 
-class Suspended(BaseException):  # noqa: N818 - a control-flow signal, like GeneratorExit
+class Suspended(BaseException):
     """Raised by ``context.sleep`` and ``context.wait_for_event`` once the task is put back
     to READY until ``until``: the worker ends the attempt there, with nothing more to write.
     A BaseException, so that a task's ``except Exception`` does not swallow it; never catch it
