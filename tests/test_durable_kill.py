@@ -43,7 +43,7 @@ def test_a_sigkill_never_runs_a_recorded_step_again_nor_loses_the_task(
     again = [f"step{number}"] if point in ("during", "record") else []
     assert sorted(effects(log)) == sorted(["step1", "step2", "step3", *again])
     assert list(
-        StepRecord.objects.filter(task_id=result.id).order_by("name").values_list(
-            "name", "state", "attempts"
-        )
+        StepRecord.objects.filter(task_id=result.id)
+        .order_by("name")
+        .values_list("name", "state", "attempts")
     ) == [("step1", "done", 1), ("step2", "done", 1), ("step3", "done", 1)]
