@@ -98,6 +98,7 @@ def test_an_operator_sends_the_event_a_task_waits_for(
 def test_an_operator_ends_a_wait_or_a_sleep(
     seconds: float | None, admin_client: Client, run_worker: RunWorker, tmp_path: Path
 ) -> None:
+    result: Any
     if seconds is None:
         result = tasks_durable.waiter.enqueue(str(tmp_path / "log"), "order.paid", "4")
     else:

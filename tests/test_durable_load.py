@@ -135,12 +135,8 @@ def test_the_time_from_send_event_to_the_tasks_next_line(
     latencies = []
     for i in range(PROBES):
         result = tasks_durable.waiter.enqueue(log, "probe", str(i))
-        wait_for(
-            lambda result=result: StepRecord.objects.filter(
-                task_id=result.id, state="waiting"
-            ).exists(),
-            interval=0.01,
-        )
+        waiting = StepRecord.objects.filter(task_id=result.id, state="waiting")
+        wait_for(waiting.exists, interval=0.01)
         seen = events.mark()
         sent = time.monotonic()
         send_event("probe", str(i), i)
@@ -159,6 +155,7 @@ def test_the_cost_of_one_step(run_worker: Callable[..., Worker], tmp_path: Path)
     run_worker()
     row = TaskRecord.objects.get(pk=result.id)
     assert row.status == TaskResultStatus.SUCCESSFUL, row.errors
+    assert row.return_value is not None
     cpu_us, wall_us, plain_us = row.return_value
     assert StepRecord.objects.filter(task_id=result.id).count() == steps
     print(

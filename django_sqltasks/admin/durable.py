@@ -74,6 +74,7 @@ def _step_row(record: StepRecord) -> str:
         shown = "—"
     else:
         shown = f"{duration * 1000:.0f} ms" if duration < 1 else f"{duration:.1f} s"
+    outcome: str
     if record.state == StepRecord.FAILED:
         lines = record.error.splitlines()
         outcome = format_html("<pre>{}</pre>", "\n".join(lines[-ERROR_LINES:]))
