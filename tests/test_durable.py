@@ -329,3 +329,18 @@ def test_an_async_task_steps_sleeps_and_waits(run_worker: RunWorker, tmp_path: P
     assert record.status == TaskResultStatus.SUCCESSFUL, record.errors
     assert record.return_value == ["charge", "sync", "paid"]
     assert effects(log) == ["charge", "sync"]
+
+
+def test_deleting_or_pruning_a_task_deletes_its_steps(
+    run_worker: RunWorker, tmp_path: Path
+) -> None:
+    from django_sqltasks.store import control, pruning  # the operators' calls under test
+
+    kept = tasks_durable.sleeper.enqueue(str(tmp_path / "log"), 3600)
+    deleted = tasks_durable.repeated.enqueue(str(tmp_path / "log"), 2)
+    pruned = tasks_durable.repeated.enqueue(str(tmp_path / "log"), 2)
+    run_worker()
+    control.delete_finished([row(deleted)], using="default")
+    TaskRecord.objects.filter(pk=pruned.id).update(finished_at=timezone.now() - timedelta(days=9))
+    pruning.prune(using="default", successful_days=1)
+    assert set(StepRecord.objects.values_list("task_id", flat=True)) == {row(kept).pk}

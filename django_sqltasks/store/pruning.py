@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from ..compat import TaskResultStatus
 from ..models import TaskRecord, WorkflowRecord
+from . import steps
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -113,6 +114,8 @@ def _delete(tasks: QuerySet[Any], dry_run: bool, batch_size: int, max_batches: i
             break
         # Keep the status and age conditions: a task retried meanwhile is READY and must stay.
         count, _ = tasks.filter(pk__in=ids).delete()
+        if tasks.model is TaskRecord:
+            steps.forget(tasks.db, ids)
         deleted += count
         batches += 1
         if len(ids) < batch_size:
