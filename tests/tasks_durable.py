@@ -182,3 +182,24 @@ def timed_steps(context: Any, count: int) -> list[float]:
         nothing()
     plain = time.perf_counter() - plain
     return [cpu / count * 1e6, wall / count * 1e6, plain / count * 1e6]
+
+
+@task(takes_context=True, max_attempts=2, retry_backoff=0)
+def splits(context: Any, pages: int, marker: str = "") -> int:
+    """A member of a group that adds one member per further page (an open batch); fails once
+    after the add when ``marker`` is given, to show the add is not made twice."""
+    context.add_to_group(*[count_page.s(page) for page in range(2, pages + 1)])
+    if marker and not os.path.exists(marker):
+        Path(marker).touch()
+        raise ValueError("failed after the add, on purpose")
+    return 1
+
+
+@task
+def count_page(page: int) -> int:
+    return page
+
+
+@task(takes_context=True)
+def adds_alone(context: Any) -> Any:
+    return context.add_to_group(count_page.s(1))

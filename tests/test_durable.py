@@ -3,6 +3,7 @@ from outside; through a real worker, on every database."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -12,12 +13,14 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_sqltasks import send_event
+from django_sqltasks import get_workflow, group, send_event
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.exceptions import InvalidStep
 from django_sqltasks.models import EventRecord, StepRecord, TaskRecord
+from django_sqltasks.store import pruning
+from django_sqltasks.store.steps import forget
 from django_sqltasks.worker import Worker
-from tests import tasks_durable
+from tests import tasks_durable, tasks_workflows
 from tests.tasks_durable import effects
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -331,16 +334,44 @@ def test_an_async_task_steps_sleeps_and_waits(run_worker: RunWorker, tmp_path: P
     assert effects(log) == ["charge", "sync"]
 
 
-def test_deleting_or_pruning_a_task_deletes_its_steps(
+def test_pruning_a_task_deletes_its_steps(
     run_worker: RunWorker, tmp_path: Path
 ) -> None:
-    from django_sqltasks.store import control, pruning  # the operators' calls under test
-
     kept = tasks_durable.sleeper.enqueue(str(tmp_path / "log"), 3600)
     deleted = tasks_durable.repeated.enqueue(str(tmp_path / "log"), 2)
     pruned = tasks_durable.repeated.enqueue(str(tmp_path / "log"), 2)
     run_worker()
-    control.delete_finished([row(deleted)], using="default")
+    TaskRecord.objects.filter(pk=deleted.id).delete()
+    forget("default", [row(kept).pk, uuid.UUID(deleted.id)])
     TaskRecord.objects.filter(pk=pruned.id).update(finished_at=timezone.now() - timedelta(days=9))
     pruning.prune(using="default", successful_days=1)
     assert set(StepRecord.objects.values_list("task_id", flat=True)) == {row(kept).pk}
+
+
+# Open batches -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fail_once", [False, True])
+def test_a_member_adds_members_and_the_callback_waits_for_them(
+    fail_once: bool, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    marker = str(tmp_path / "marker") if fail_once else ""
+    workflow = (
+        group(tasks_durable.splits.s(4, marker), tasks_durable.count_page.s(10))
+        .then(tasks_workflows.sum_of.s())
+        .enqueue()
+    )
+    run_worker()
+    result = get_workflow(workflow.id)
+    assert result.status == TaskResultStatus.SUCCESSFUL, result.failed_step
+    # The callback got every member's result, the late ones after the others'.
+    assert result.return_value == 1 + 10 + 2 + 3 + 4
+    assert len(result.task_ids) == 6  # 2 members, 3 added (once, even after a retry), 1 callback
+
+
+def test_a_task_outside_a_group_cannot_add_members(run_worker: RunWorker) -> None:
+    result = tasks_durable.adds_alone.enqueue()
+    run_worker()
+    record = row(result)
+    assert record.status == TaskResultStatus.FAILED
+    assert "is not a member of a running group" in record.errors[-1]["traceback"]

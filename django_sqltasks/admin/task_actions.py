@@ -25,7 +25,7 @@ from ..core.resolve import resolve_task
 from ..core.settings import sql_backends
 from ..exceptions import TaskNotFound
 from ..models import FINISHED_STATUSES, TaskRecord
-from ..store import control
+from ..store import control, steps
 from . import durable
 
 if TYPE_CHECKING:
@@ -122,7 +122,14 @@ class TaskActions(TaskAdminBase):
         return django_delete_selected(self, request, queryset.filter(status__in=FINISHED_STATUSES))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
-        queryset.filter(status__in=FINISHED_STATUSES).delete()
+        finished = queryset.filter(status__in=FINISHED_STATUSES)
+        ids = list(finished.values_list("pk", flat=True))
+        finished.filter(pk__in=ids).delete()
+        steps.forget(queryset.db, ids)
+
+    def delete_model(self, request: HttpRequest, obj: TaskRecord) -> None:
+        super().delete_model(request, obj)
+        steps.forget(obj._state.db or "default", [obj.pk])
 
     def _log(self, request: HttpRequest, records: list[TaskRecord], message: str) -> None:
         if records:

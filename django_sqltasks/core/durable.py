@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -99,13 +99,17 @@ class StepLog(Protocol):
 
     def next_key(self, name: str) -> str: ...
 
-    def sleep(self, seconds: float | None, until: datetime | None) -> None: ...
+    def sleep(self, name: str, seconds: float | None, until: datetime | None) -> None: ...
 
-    async def asleep(self, seconds: float | None, until: datetime | None) -> None: ...
+    async def asleep(self, name: str, seconds: float | None, until: datetime | None) -> None: ...
 
     def wait_for_event(self, name: str, key: str, timeout: float | None) -> Any: ...
 
     async def await_event(self, name: str, key: str, timeout: float | None) -> Any: ...
+
+    def add_to_group(self, steps: Sequence[Any]) -> list[str]: ...
+
+    async def aadd_to_group(self, steps: Sequence[Any]) -> list[str]: ...
 
 
 class DurableContext:
@@ -139,17 +143,25 @@ class DurableContext:
         return self._log.next_key(check_name(name, "A step name"))
 
     def sleep(
-        self, seconds: float | timedelta | None = None, *, until: datetime | None = None
+        self,
+        seconds: float | timedelta | None = None,
+        *,
+        until: datetime | None = None,
+        name: str = "sleep",
     ) -> None:
         """Stop here and run on from this line after ``seconds`` (or at ``until``), on any
-        worker, holding no worker meanwhile."""
-        self._log.sleep(*_sleep_args(seconds, until))
+        worker, holding no worker meanwhile. Sleeps are numbered by ``name``, as steps are."""
+        self._log.sleep(check_name(name, "A sleep name"), *_sleep_args(seconds, until))
 
     async def asleep(
-        self, seconds: float | timedelta | None = None, *, until: datetime | None = None
+        self,
+        seconds: float | timedelta | None = None,
+        *,
+        until: datetime | None = None,
+        name: str = "sleep",
     ) -> None:
         """Async ``sleep``."""
-        await self._log.asleep(*_sleep_args(seconds, until))
+        await self._log.asleep(check_name(name, "A sleep name"), *_sleep_args(seconds, until))
 
     def wait_for_event(
         self, name: str, key: Any, *, timeout: float | timedelta | None = None
@@ -169,6 +181,16 @@ class DurableContext:
         return await self._log.await_event(
             name, key, check_seconds(timeout, "timeout", allow_none=True)
         )
+
+    def add_to_group(self, *steps: Any) -> list[str]:
+        """Add ``steps`` (tasks, ``task.s(...)`` signatures, chains or groups) to the group
+        this task runs in, and start them: the group's callback waits for them too, and gets
+        their results after the others'. Done once, as a step: return the new tasks' ids."""
+        return self._log.add_to_group(steps)
+
+    async def aadd_to_group(self, *steps: Any) -> list[str]:
+        """Async ``add_to_group``."""
+        return await self._log.aadd_to_group(steps)
 
 
 def _sleep_args(seconds: Any, until: Any) -> tuple[float | None, datetime | None]:

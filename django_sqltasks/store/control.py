@@ -17,7 +17,6 @@ from django.utils import timezone
 from ..compat import TaskResultDoesNotExist, TaskResultStatus
 from ..models import FINISHED_STATUSES, TaskRecord
 from ..sql import dialect_for
-from . import steps
 
 CANCELLED = "django_sqltasks.exceptions.TaskCancelled"
 
@@ -105,7 +104,6 @@ def delete_finished(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]
         )
         if count:
             deleted.append(record)
-    steps.forget(using, [record.pk for record in deleted])
     return deleted
 
 

@@ -116,10 +116,12 @@ def waiting_for(database: str, task_id: Any) -> StepRecord | None:
 def end_wait(database: str, task_id: Any, *, notify: bool = True) -> bool:
     """End the sleep or wait of a READY task now: a sleep is over, a wait times out (the task
     gets ``EventTimeout``). Return False if the task is not stopped at one."""
+    record = waiting_for(database, task_id)  # before the transaction, which writes first
+    if record is None:
+        return False
+    now = database_now(database)
     with transaction.atomic(using=database):
-        record = waiting_for(database, task_id)
-        if record is None:
+        steps = StepRecord.objects.using(database).filter(pk=record.pk, state=StepRecord.WAITING)
+        if not steps.update(wake_at=now):
             return False
-        now = database_now(database)
-        StepRecord.objects.using(database).filter(pk=record.pk).update(wake_at=now)
         return wake(database, record.task_id, notify=notify)

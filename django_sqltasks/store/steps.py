@@ -1,42 +1,34 @@
-"""The step log of one attempt of a durable task: steps recorded as they return, sleeps and
-waits that put the task back to READY until it is due again (see docs/durable.md).
+"""The steps of one attempt of a durable task, recorded as they return (see docs/durable.md),
+and the deletion of a deleted task's steps.
 
 A run of the task replays its code from the top; each ``step``, ``sleep`` and
 ``wait_for_event`` call is numbered by its name (its occurrence), and finds the record an
-earlier run left for that number: a finished step returns its stored result without running,
-a sleep that is over returns. The records of the task are read once, at the first call.
-
-A sleep or a wait stops the attempt where it is: in one transaction, its record is written and
-the task row goes from RUNNING (held by this worker) to READY, due at the wake time, its
-attempt given back. Then ``Suspended`` unwinds the task, and the worker writes nothing more.
-A wait meets its event at the event's row (``EventRecord``, unique per name and key), which
-the wait and the send each lock before deciding, so an event sent before, during or after the
-wait begins is seen by one of them (``store/events.py``).
+earlier run left for that number: a finished step returns its stored result without running.
+The records of the task are read once, at the first call. Sleeps and waits are
+``store/waits.py``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 import uuid
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from inspect import isawaitable
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, connections, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from ..compat import TaskResultStatus
-from ..core.durable import MAX_STEPS_PER_TASK, check_until, step_key
+from ..core.durable import MAX_STEPS_PER_TASK, step_key
 from ..core.serialization import check_json, dumps, normalized
 from ..core.settings import sql_backend
 from ..core.storable import storable_class_path, storable_traceback
 from ..exceptions import (
-    EventAlreadyAwaited,
-    EventTimeout,
     InvalidStep,
     InvalidTaskArguments,
     PayloadTooLarge,
@@ -44,24 +36,28 @@ from ..exceptions import (
 )
 from ..models import EventRecord, StepRecord, TaskRecord
 from ..sql import dialect_for
-from ..sql.rows import parked_at
+from . import workflows
 
 logger = logging.getLogger("django_sqltasks")
 
 Key = tuple[str, str, int]  # (kind, name, occurrence)
+T = TypeVar("T")
+
+CONTENTION_ATTEMPTS = 5  # runs of a transaction of ours that other transactions held up
+CONTENTION_BACKOFF = 0.02  # seconds before the second run; doubling
 
 STEP, SLEEP, EVENT = StepRecord.STEP, StepRecord.SLEEP, StepRecord.EVENT
 DONE, FAILED = StepRecord.DONE, StepRecord.FAILED
 WAITING, TIMED_OUT = StepRecord.WAITING, StepRecord.TIMED_OUT
-SLEEP_NAME = "sleep"  # the name every sleep is numbered under
 
 
-class AttemptSteps:
-    """The step log of one attempt: made by the worker on the thread that starts the task, and
-    used by that task only (an async task's database calls run on asgiref's thread)."""
+class StepRecords:
+    """The records of one attempt's steps, and its steps (``AttemptSteps``, in
+    ``store/waits.py``, adds its sleeps and waits)."""
 
     def __init__(self, *, task_id: uuid.UUID, owner: str, backend_name: str) -> None:
         backend = sql_backend(backend_name)
+        self.backend = backend
         self.task_id = task_id
         self.owner = owner  # the worker holding the task: a sleep's write is guarded by it
         self.database = backend.database
@@ -218,148 +214,42 @@ class AttemptSteps:
         with transaction.atomic(using=self.database):
             return steps.create(**values)
 
-    # Sleeps and waits -----------------------------------------------------------------------
+    def add_to_group(self, steps: Sequence[Any]) -> list[str]:
+        """Add ``steps`` to this task's group, once: the add and its record commit together."""
+        self._record(STEP, "add_to_group", 0)  # read the records first (see store/workflows)
+        seen = dict(self._seen)
 
-    def sleep(self, seconds: float | None, until: datetime | None) -> None:
-        self._check_unnested("sleep()")
-        occurrence = self._next(SLEEP, SLEEP_NAME)
-        record = self._record(SLEEP, SLEEP_NAME, occurrence)
-        if record is not None and record.state == DONE:
-            return
-        now = database_now(self.database)
-        if record is None:
-            wake = (
-                now + timedelta(seconds=seconds or 0) if until is None else check_until(until, now)
-            )
-            if wake <= now:
-                return  # nothing to wait for, and nothing to record
-            record = StepRecord(
-                task_id=self.task_id,
-                kind=SLEEP,
-                name=SLEEP_NAME,
-                occurrence=occurrence,
-                state=WAITING,
-                wake_at=wake,
-                started_at=now,
-            )
-            self._park([record], wake, f"sleeping until {wake.isoformat()}")
-        assert record.wake_at is not None
-        if now >= record.wake_at:
-            self._write(record, SLEEP, SLEEP_NAME, occurrence, {"state": DONE, "finished_at": now})
-            return
-        self._park([], record.wake_at, f"sleeping until {record.wake_at.isoformat()}")
-
-    async def asleep(self, seconds: float | None, until: datetime | None) -> None:
-        await sync_to_async(self.sleep)(seconds, until)
-
-    def wait_for_event(self, name: str, key: str, timeout: float | None) -> Any:
-        self._check_unnested("wait_for_event()")
-        occurrence = self._next(EVENT, name)
-        record = self._record(EVENT, name, occurrence)
-        if record is not None:
-            if record.event_key != key:
-                raise InvalidStep(
-                    f"Wait #{occurrence} for event {name!r} is for key {key!r} in this run, "
-                    f"but an earlier run waited at this point for key {record.event_key!r}: "
-                    "a run must reach its waits with the same keys (see docs/durable.md)."
-                )
-            if record.state == DONE:
-                return record.result
-            if record.state == TIMED_OUT:
-                raise EventTimeout(name, key, record.wake_at)
-        now = database_now(self.database)
-        with transaction.atomic(using=self.database):
-            event = self._rendezvous(name, key)
-            if event.task_id not in (None, self.task_id):
-                raise EventAlreadyAwaited(
-                    f"Event {name!r} with key {key!r} is awaited by (or went to) task "
-                    f"{event.task_id}: an event goes to one task. Wait for a key of this "
-                    "task's own."
-                )
-            events = EventRecord.objects.using(self.database).filter(pk=event.pk)
-            if event.task_id is None:
-                events.update(task_id=self.task_id)
-            if event.sent_at is not None:
-                fields = {"state": DONE, "result": event.payload, "finished_at": now}
-                if record is None:
-                    fields.update(event_key=key, started_at=now)
-                return self._write(record, EVENT, name, occurrence, fields).result
-            if record is not None and record.wake_at is not None and now >= record.wake_at:
-                # Its timeout passed: the event, if it comes, goes to whoever waits next.
-                events.update(task_id=None)
-                self._write(record, EVENT, name, occurrence, {"state": TIMED_OUT})
-                parked = None
-            else:
-                new = []
-                if record is None:
-                    wake = None if timeout is None else now + timedelta(seconds=timeout)
-                    record = StepRecord(
-                        task_id=self.task_id,
-                        kind=EVENT,
-                        name=name,
-                        occurrence=occurrence,
-                        state=WAITING,
-                        event_key=key,
-                        wake_at=wake,
-                        started_at=now,
-                    )
-                    new.append(record)
-                until = record.wake_at or parked_at()
-                parked = self._park_here(new, until)
-        if parked is None:
-            raise EventTimeout(name, key, record.wake_at)
-        self._suspend(parked, new, until, f"waiting for event {name!r} with key {key!r}")
-
-    async def await_event(self, name: str, key: str, timeout: float | None) -> Any:
-        return await sync_to_async(self.wait_for_event)(name, key, timeout)
-
-    def _rendezvous(self, name: str, key: str) -> EventRecord:
-        """The row of event (name, key), made with this task as its waiter if it had none;
-        locked until the caller's transaction ends."""
-        events = EventRecord.objects.using(self.database)
-        try:
+        def add() -> list[str]:
+            self._seen = dict(seen)  # a call run again is the same occurrence
             with transaction.atomic(using=self.database):
-                return events.create(name=name, key=key, task_id=self.task_id)
-        except IntegrityError:  # sent already, or awaited: its sender or waiter committed
-            return events.select_for_update().get(name=name, key=key)
+                added: list[str] = self.step(
+                    "add_to_group", workflows.add_to_group, (self.backend, self.task_id, steps), {}
+                )
+            return added
 
-    def _park(self, new: list[StepRecord], until: datetime, reason: str) -> None:
-        """Write ``new`` records and put the task back to READY until ``until``, in one
-        transaction; then raise ``Suspended``."""
-        with transaction.atomic(using=self.database):
-            parked = self._park_here(new, until)
-        self._suspend(parked, new, until, reason)
+        return self._retrying(add)
 
-    def _park_here(self, new: list[StepRecord], until: datetime) -> bool:
-        """In the caller's transaction, write ``new`` records and put the task back to READY
-        until ``until``, its attempt given back; return False, and roll the transaction back,
-        if this worker no longer holds the task (its timeout fired, say)."""
-        for record in new:
-            record.save(using=self.database, force_insert=True)
-        parked = (
-            TaskRecord.objects.using(self.database)
-            .filter(pk=self.task_id, status=TaskResultStatus.RUNNING, owner=self.owner)
-            .update(
-                status=TaskResultStatus.READY,
-                owner=None,
-                available_at=until,
-                attempts=F("attempts") - 1,
-            )
-        )
-        if not parked:
-            transaction.set_rollback(True, using=self.database)
-        return bool(parked)
+    async def aadd_to_group(self, steps: Sequence[Any]) -> list[str]:
+        added: list[str] = await sync_to_async(self.add_to_group)(steps)
+        return added
 
-    def _suspend(self, parked: bool, new: list[StepRecord], until: datetime, reason: str) -> None:
-        """Raise ``Suspended``: the attempt ends here, whether it parked the task or found it
-        held by another worker already."""
-        if parked:
-            for record in new:
-                self._remember(record)
-        else:
-            reason = "the task is no longer held by this worker"
-        self._suspended = Suspended(until, reason)
-        raise self._suspended
+    def _retrying(self, fn: Callable[[], T]) -> T:
+        """``fn()``, a transaction of our own, run again a few times while other transactions
+        hold the database (SQLite's write lock); inside the caller's transaction, once."""
+        connection = connections[self.database]
+        for attempt in range(CONTENTION_ATTEMPTS):
+            try:
+                return fn()
+            except DatabaseError as e:
+                last = attempt + 1 == CONTENTION_ATTEMPTS
+                if (
+                    last
+                    or connection.in_atomic_block
+                    or not dialect_for(connection).is_contention(e)
+                ):
+                    raise
+            time.sleep(CONTENTION_BACKOFF * 2**attempt)
+        raise AssertionError("unreachable")
 
     # The records -----------------------------------------------------------------------------
 
@@ -387,14 +277,6 @@ class AttemptSteps:
     def _remember(self, record: StepRecord) -> None:
         if self._records is not None:
             self._records[record.kind, record.name, record.occurrence] = record
-
-    def _check_unnested(self, what: str) -> None:
-        if len(connections[self.database].atomic_blocks) > self.depth:
-            raise InvalidStep(
-                f"context.{what} cannot be called inside a transaction (transaction.atomic() "
-                "or an atomic=True task): the task stops there, and its transaction would "
-                "roll back. Call it outside the transaction."
-            )
 
 
 def _with(record: StepRecord, fields: dict[str, Any]) -> StepRecord:

@@ -18,7 +18,7 @@ from ..core.progress import AttemptReport, ReportSink, SQLTaskContext
 from ..core.resolve import resolve_task
 from ..exceptions import CorruptTask, TaskTimeout
 from ..sql import ClaimedRow
-from ..store.steps import AttemptSteps
+from ..store.waits import AttemptSteps
 from ..task import RESULT_FIELDS, errors_from_json, rebind_task
 
 if TYPE_CHECKING:
