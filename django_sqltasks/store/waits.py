@@ -18,6 +18,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from ..compat import TaskResultStatus
 from ..core.durable import check_until
@@ -54,7 +55,7 @@ class AttemptSteps(StepRecords):
         record = self._record(SLEEP, name, occurrence)
         if record is not None and record.state == DONE:
             return
-        now = database_now(self.database)
+        now = self._now()
         if record is None:
             wake = (
                 now + timedelta(seconds=seconds or 0) if until is None else check_until(until, now)
@@ -95,7 +96,7 @@ class AttemptSteps(StepRecords):
                 return record.result
             if record.state == TIMED_OUT:
                 raise EventTimeout(name, key, record.wake_at)
-        now = database_now(self.database)
+        now = self._now()
         met = self._retrying(lambda: self._meet(name, key, occurrence, record, timeout, now))
         if met.kind == DONE:
             return met.payload
@@ -154,6 +155,12 @@ class AttemptSteps(StepRecords):
                 new.append(record)
             until = record.wake_at or parked_at()
             return Met(WAITING, until=until, new=new, parked=self._park_here(new, until))
+
+    def _now(self) -> datetime:
+        """The clock wake times are set and read by: the database's, which the claim reads; in
+        a test's transaction (``run_tasks``) the test's, as for a snooze: there PostgreSQL's
+        clock stands still at the transaction's start."""
+        return timezone.now() if self.depth else database_now(self.database)
 
     async def await_event(self, name: str, key: str, timeout: float | None) -> Any:
         return await sync_to_async(self.wait_for_event)(name, key, timeout)
