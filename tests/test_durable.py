@@ -334,9 +334,7 @@ def test_an_async_task_steps_sleeps_and_waits(run_worker: RunWorker, tmp_path: P
     assert effects(log) == ["charge", "sync"]
 
 
-def test_pruning_a_task_deletes_its_steps(
-    run_worker: RunWorker, tmp_path: Path
-) -> None:
+def test_pruning_a_task_deletes_its_steps(run_worker: RunWorker, tmp_path: Path) -> None:
     kept = tasks_durable.sleeper.enqueue(str(tmp_path / "log"), 3600)
     deleted = tasks_durable.repeated.enqueue(str(tmp_path / "log"), 2)
     pruned = tasks_durable.repeated.enqueue(str(tmp_path / "log"), 2)
