@@ -21,6 +21,7 @@ from django_sqltasks.store import pruning
 from django_sqltasks.store.steps import forget
 from django_sqltasks.worker import Worker
 from tests import tasks_durable, tasks_workflows
+from tests.conftest import wait_for, worker_thread
 from tests.tasks_durable import effects
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -373,3 +374,21 @@ def test_a_task_outside_a_group_cannot_add_members(run_worker: RunWorker) -> Non
     record = row(result)
     assert record.status == TaskResultStatus.FAILED
     assert "is not a member of a running group" in record.errors[-1]["traceback"]
+
+
+def test_events_sent_while_their_waits_begin_each_resume_their_task_once(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "log"
+    count = 60
+    results = [tasks_durable.waiter.enqueue(str(log), "race", str(i)) for i in range(count)]
+    with worker_thread(Worker(queue_names=["*"], concurrency=8)):
+        for i in range(count):  # before, while and after the worker reaches each wait
+            assert send_event("race", str(i), i) is True
+        wait_for(
+            lambda: TaskRecord.objects.filter(status="SUCCESSFUL").count() == count, timeout=120
+        )
+    values = {str(k): v for k, v in TaskRecord.objects.values_list("id", "return_value")}
+    assert [values[str(r.id)] for r in results] == list(range(count))
+    resumed = [line for line in effects(log) if line.startswith("after:")]
+    assert sorted(resumed) == sorted(f"after:{i}" for i in range(count))

@@ -10,6 +10,7 @@ never sent.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -38,20 +39,27 @@ def send_event(
     payload = _payload(payload, config.config.max_payload_bytes)
     database = config.database
     now = database_now(database)
-    events = EventRecord.objects.using(database)
+    events = EventRecord.objects.using(database).filter(name=name, key=key)
+    # One UPDATE when the task waits already (a webhook after the wait, the usual order); an
+    # INSERT when nobody waits yet. Each statement locks the event's row, which the wait locks
+    # too (store/waits.py), so the two cannot miss each other. The first statement writes: a
+    # SQLite transaction that reads first cannot write once another has.
     with transaction.atomic(using=database):
-        try:
-            with transaction.atomic(using=database):
-                events.create(name=name, key=key, payload=payload, sent_at=now)
-            return True  # nobody waits yet: the wait will find it
-        except IntegrityError:  # awaited already, or sent: its waiter or sender committed
-            event = events.select_for_update().get(name=name, key=key)
-        if event.sent_at is not None:
-            return False
-        events.filter(pk=event.pk).update(payload=payload, sent_at=now)
-        if event.task_id is not None:
-            wake(database, event.task_id, notify=config.config.notify)
-    return True
+        for _ in range(2):
+            if events.filter(sent_at__isnull=True).update(payload=payload, sent_at=now):
+                task_id = events.values_list("task_id", flat=True).get()
+                if task_id is not None:
+                    wake(database, task_id, notify=config.config.notify, now=now)
+                return True
+            try:
+                with transaction.atomic(using=database):
+                    EventRecord.objects.using(database).create(
+                        name=name, key=key, payload=payload, sent_at=now
+                    )
+                return True  # nobody waits yet: the wait will find it
+            except IntegrityError:  # sent already, or a wait began meanwhile: look again
+                continue
+    return False
 
 
 async def asend_event(
@@ -78,14 +86,16 @@ def _payload(payload: Any, limit: int | None) -> Any:
     return payload
 
 
-def wake(database: str, task_id: uuid.UUID, *, notify: bool = True) -> bool:
+def wake(
+    database: str, task_id: uuid.UUID, *, notify: bool = True, now: datetime | None = None
+) -> bool:
     """Make the READY task ``task_id`` due now (by the database's clock), in the caller's
     transaction, and wake its queue's workers at commit; False if it is not READY."""
-    now = database_now(database)
+    now = now or database_now(database)
     tasks = TaskRecord.objects.using(database).filter(pk=task_id, status=TaskResultStatus.READY)
-    queue = tasks.values_list("queue_name", flat=True).first()
-    if queue is None or not tasks.filter(available_at__gt=now).update(available_at=now):
-        return queue is not None
+    if not tasks.filter(available_at__gt=now).update(available_at=now):
+        return tasks.exists()
+    queue = tasks.values_list("queue_name", flat=True).get()
     connection = connections[database]
     if notify:
         with connection.cursor() as cursor:
