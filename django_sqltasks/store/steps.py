@@ -36,6 +36,7 @@ from ..exceptions import (
 )
 from ..models import EventRecord, StepRecord, TaskRecord
 from ..sql import dialect_for
+from ..sql.steps import STEP_COLUMNS
 from . import workflows
 
 logger = logging.getLogger("django_sqltasks")
@@ -196,23 +197,25 @@ class StepRecords:
                 self._remember(record)
                 return record
         if record.state != DONE:
-            changed = (
-                steps.filter(pk=record.pk)
-                .exclude(state=DONE)
-                .update(attempts=F("attempts") + 1, **fields)
-            )
-            record = steps.get(pk=record.pk) if not changed else _with(record, fields)
+            mine = steps.filter(task_id=self.task_id, kind=kind, name=name, occurrence=occurrence)
+            changed = mine.exclude(state=DONE).update(attempts=F("attempts") + 1, **fields)
+            record = mine.get() if not changed else _with(record, fields)
         self._remember(record)
         return record
 
     def _insert(self, **values: Any) -> StepRecord:
-        """Insert one record; inside a transaction, in a savepoint, so that a duplicate (an
-        IntegrityError) leaves the transaction usable."""
-        steps = StepRecord.objects.using(self.database)
-        if not connections[self.database].in_atomic_block:
-            return steps.create(**values)
-        with transaction.atomic(using=self.database):
-            return steps.create(**values)
+        """Insert one record (one statement of the dialect's); inside a transaction, in a
+        savepoint, so that a duplicate (an IntegrityError) leaves the transaction usable."""
+        record = StepRecord(**{"error": "", "result": None, "event_key": None, **values})
+        row = {column: getattr(record, column) for column in STEP_COLUMNS}
+        connection = connections[self.database]
+        if not connection.in_atomic_block:
+            with connection.cursor() as cursor:
+                dialect_for(connection).insert_step(cursor, **row)
+            return record
+        with transaction.atomic(using=self.database), connection.cursor() as cursor:
+            dialect_for(connection).insert_step(cursor, **row)
+        return record
 
     def add_to_group(self, steps: Sequence[Any]) -> list[str]:
         """Add ``steps`` to this task's group, once: the add and its record commit together."""
