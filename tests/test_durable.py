@@ -335,7 +335,7 @@ def test_an_async_task_steps_sleeps_and_waits(run_worker: RunWorker, tmp_path: P
     assert effects(log) == ["charge", "sync"]
 
 
-def test_pruning_a_task_deletes_its_steps(run_worker: RunWorker, tmp_path: Path) -> None:
+def test_pruning_deletes_the_steps_of_deleted_tasks_and_old_unclaimed_events(run_worker: RunWorker, tmp_path: Path) -> None:
     kept = tasks_durable.sleeper.enqueue(str(tmp_path / "log"), 3600)
     deleted = tasks_durable.repeated.enqueue(str(tmp_path / "log"), 2)
     pruned = tasks_durable.repeated.enqueue(str(tmp_path / "log"), 2)
@@ -343,8 +343,12 @@ def test_pruning_a_task_deletes_its_steps(run_worker: RunWorker, tmp_path: Path)
     TaskRecord.objects.filter(pk=deleted.id).delete()
     forget("default", [row(kept).pk, uuid.UUID(deleted.id)])
     TaskRecord.objects.filter(pk=pruned.id).update(finished_at=timezone.now() - timedelta(days=9))
+    send_event("unclaimed", "old")
+    send_event("unclaimed", "new")
+    EventRecord.objects.filter(key="old").update(sent_at=timezone.now() - timedelta(days=9))
     pruning.prune(using="default", successful_days=1)
     assert set(StepRecord.objects.values_list("task_id", flat=True)) == {row(kept).pk}
+    assert list(EventRecord.objects.values_list("key", flat=True)) == ["new"]
 
 
 # Open batches -------------------------------------------------------------------------------

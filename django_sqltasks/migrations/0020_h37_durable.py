@@ -27,6 +27,7 @@ class Migration(migrations.Migration):
                 'verbose_name': 'event',
                 'verbose_name_plural': 'events',
                 'ordering': ['-id'],
+                'indexes': [django_sqltasks.indexes.PartialIndex(fallback=['task_id'], fields=['sent_at'], name='sqltasks_event_unclaimed_idx', where=models.Q(('task_id__isnull', True)))],
                 'constraints': [models.UniqueConstraint(fields=('name', 'key'), name='sqltasks_event_unique')],
             },
         ),

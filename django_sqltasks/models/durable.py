@@ -109,6 +109,15 @@ class EventRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["name", "key"], name="sqltasks_event_unique"),
         ]
+        indexes = [
+            # Serves pruning the events sent that no task waited for (store/pruning.py).
+            PartialIndex(
+                fields=["sent_at"],
+                name="sqltasks_event_unclaimed_idx",
+                where=models.Q(task_id__isnull=True),
+                fallback=["task_id"],
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name}:{self.key}"

@@ -312,6 +312,5 @@ def forget(database: str, task_ids: list[Any]) -> None:
     if not gone:
         return
     steps.filter(task_id__in=gone).delete()
-    EventRecord.objects.using(database).filter(task_id__in=gone, sent_at__isnull=True).update(
-        task_id=None
-    )
+    # The events they waited for or received: one sent later goes to whoever waits next.
+    EventRecord.objects.using(database).filter(task_id__in=gone).delete()
