@@ -335,7 +335,9 @@ def test_an_async_task_steps_sleeps_and_waits(run_worker: RunWorker, tmp_path: P
     assert effects(log) == ["charge", "sync"]
 
 
-def test_pruning_deletes_the_steps_of_deleted_tasks_and_old_unclaimed_events(run_worker: RunWorker, tmp_path: Path) -> None:
+def test_pruning_deletes_the_steps_of_deleted_tasks_and_old_unclaimed_events(
+    run_worker: RunWorker, tmp_path: Path
+) -> None:
     kept = tasks_durable.sleeper.enqueue(str(tmp_path / "log"), 3600)
     deleted = tasks_durable.repeated.enqueue(str(tmp_path / "log"), 2)
     pruned = tasks_durable.repeated.enqueue(str(tmp_path / "log"), 2)

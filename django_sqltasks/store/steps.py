@@ -273,7 +273,7 @@ class StepRecords:
 
     def _record(self, kind: str, name: str, occurrence: int) -> StepRecord | None:
         if self._records is None:
-            rows = StepRecord.objects.using(self.database).filter(task_id=self.task_id)
+            rows = StepRecord.objects.using(self.database).filter(task_id=self.task_id).order_by()
             self._records = {(r.kind, r.name, r.occurrence): r for r in rows}
         return self._records.get((kind, name, occurrence))
 
