@@ -178,7 +178,16 @@ class StepRecords:
     ) -> StepRecord:
         """Insert or update the record of (kind, name, occurrence) with ``fields``, counting a
         run; a record found DONE (written by another run) is kept as it is, and returned."""
-        steps = StepRecord.objects.using(self.database)
+        mine = StepRecord.objects.using(self.database).filter(
+            task_id=self.task_id, kind=kind, name=name, occurrence=occurrence
+        )
+        if record is not None and record.state != DONE:
+            if mine.exclude(state=DONE).update(attempts=F("attempts") + 1, **fields):
+                record = _with(record, fields)
+                self._remember(record)
+                return record
+            # DONE by another run meanwhile, or gone with the transaction that wrote it.
+            record = mine.first()
         if record is None:
             try:
                 record = self._insert(
@@ -190,16 +199,7 @@ class StepRecords:
                     **fields,
                 )
             except IntegrityError:  # recorded by another run of the task meanwhile
-                record = steps.get(
-                    task_id=self.task_id, kind=kind, name=name, occurrence=occurrence
-                )
-            else:
-                self._remember(record)
-                return record
-        if record.state != DONE:
-            mine = steps.filter(task_id=self.task_id, kind=kind, name=name, occurrence=occurrence)
-            changed = mine.exclude(state=DONE).update(attempts=F("attempts") + 1, **fields)
-            record = mine.get() if not changed else _with(record, fields)
+                record = mine.get()
         self._remember(record)
         return record
 
