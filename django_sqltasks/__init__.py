@@ -25,8 +25,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
         workflow_of,
     )
     from .embedded import EmbeddedWorker, embed_in_asgi, embed_in_wsgi
-    from .exceptions import Snooze
+    from .exceptions import EventTimeout, Snooze
     from .ops.metrics import Metrics
+    from .store.events import asend_event, send_event
     from .store.query import Cancelled, TaskQuery
     from .store.subjects import cancel_ready_tasks, cancel_tasks_on_delete
     from .task import MissingTask, SQLTask, SQLTaskResult, with_subject
@@ -62,10 +63,14 @@ _LAZY = {
     "embed_in_wsgi": ".embedded",
     "TaskQuery": ".store.query",
     "Cancelled": ".store.query",
+    "send_event": ".store.events",
+    "asend_event": ".store.events",
+    "EventTimeout": ".exceptions",
 }
 __all__ = [
     "Cancelled",
     "EmbeddedWorker",
+    "EventTimeout",
     "Metrics",
     "MissingTask",
     "SQLTask",
@@ -79,6 +84,7 @@ __all__ = [
     "TaskQuery",
     "WorkflowResult",
     "cancel_ready_tasks",
+    "asend_event",
     "cancel_tasks_on_delete",
     "chain",
     "embed_in_asgi",
@@ -86,6 +92,7 @@ __all__ = [
     "error_summary",
     "get_workflow",
     "group",
+    "send_event",
     "signature",
     "with_subject",
     "workflow_of",

@@ -107,3 +107,35 @@ class WaitTimeout(TimeoutError):
         super().__init__(
             f"Task {result.id} did not finish within {timeout:g}s (it is {result.status})."
         )
+
+
+class InvalidStep(ValueError):
+    """A durable call (``context.step``, ``sleep``, ``wait_for_event``, ``send_event``) got
+    an argument it cannot store; the message names the argument and the rule."""
+
+
+class EventTimeout(TimeoutError):
+    """``context.wait_for_event(name, key, timeout=...)``: the timeout passed before the event
+    came. Raised at the wait each time the task runs it again; the task may catch it."""
+
+    def __init__(self, name: str, key: str, timeout_at: Any) -> None:
+        self.name = name
+        self.key = key
+        self.timeout_at = timeout_at
+        super().__init__(f"Event {name!r} with key {key!r} did not come by {timeout_at}.")
+
+
+class EventAlreadyAwaited(InvalidStep):
+    """Another task waits for (or received) this event: an event goes to one task."""
+
+
+class Suspended(BaseException):
+    """Raised by ``context.sleep`` and ``context.wait_for_event`` once the task is put back
+    to READY until ``until``: the worker ends the attempt there, with nothing more to write.
+    A BaseException, so that a task's ``except Exception`` does not swallow it; never catch it
+    (the task may already be running again on another worker)."""
+
+    def __init__(self, until: Any, reason: str) -> None:
+        self.until = until
+        self.reason = reason
+        super().__init__(f"Suspended until {until}: {reason}")

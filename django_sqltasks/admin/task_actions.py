@@ -15,6 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
@@ -24,8 +25,9 @@ from ..core.resolve import resolve_task
 from ..core.settings import sql_backends
 from ..exceptions import TaskNotFound
 from ..models import FINISHED_STATUSES, TaskRecord
-from ..store import control
+from ..store import control, steps
 from . import bulk_actions as bulk
+from . import durable
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[TaskRecord]
@@ -148,7 +150,14 @@ class TaskActions(TaskAdminBase):
         return django_delete_selected(self, request, queryset.filter(status__in=FINISHED_STATUSES))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
-        queryset.filter(status__in=FINISHED_STATUSES).delete()
+        finished = queryset.filter(status__in=FINISHED_STATUSES)
+        ids = list(finished.values_list("pk", flat=True))
+        finished.filter(pk__in=ids).delete()
+        steps.forget(queryset.db, ids)
+
+    def delete_model(self, request: HttpRequest, obj: TaskRecord) -> None:
+        super().delete_model(request, obj)
+        steps.forget(obj._state.db or "default", [obj.pk])
 
     def _log(self, request: HttpRequest, records: list[TaskRecord], message: str) -> None:
         if records:
@@ -185,6 +194,16 @@ class TaskActions(TaskAdminBase):
                 view(require_POST(self.cancel_view)),
                 name=f"{name}_cancel",
             ),
+            path(
+                "<path:object_id>/end_wait/",
+                view(require_POST(self.end_wait_view)),
+                name=f"{name}_end_wait",
+            ),
+            path(
+                "<path:object_id>/send_event/",
+                view(self.send_event_view),
+                name=f"{name}_send_event",
+            ),
             *super().get_urls(),
         ]
 
@@ -199,6 +218,37 @@ class TaskActions(TaskAdminBase):
             raise PermissionDenied
         self.cancel_tasks(request, self._one(request, object_id))
         return self._back_to(object_id)
+
+    def end_wait_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if not self.has_run_permission(request):
+            raise PermissionDenied
+        task = self._one(request, object_id).get()
+        if durable.end(request, self, task):
+            self._log(request, [task], "Ended its sleep or wait.")
+        return self._back_to(object_id)
+
+    def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """A form for the payload of the event a task waits for; posted, it sends it."""
+        if not self.has_run_permission(request):
+            raise PermissionDenied
+        task = self._one(request, object_id).get()
+        record = durable.waiting_record(task, task._state.db or "default")
+        form = durable.SendEventForm(request.POST if request.method == "POST" else None)
+        if request.method == "POST" and form.is_valid():
+            if durable.send(request, self, task, form.cleaned_data["payload"]):
+                self._log(request, [task], "Sent the event it waited for.")
+            return self._back_to(object_id)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "original": task,
+            "waiting": record,
+            "form": form,
+            "title": _("Send the event"),
+        }
+        return TemplateResponse(
+            request, "admin/django_sqltasks/taskrecord/send_event.html", context
+        )
 
     def _one(self, request: HttpRequest, object_id: str) -> QuerySet[TaskRecord]:
         try:

@@ -12,8 +12,9 @@ from django.utils.translation import gettext_lazy as _
 
 from ..compat import TaskResultStatus
 from ..core import error_text
-from ..models import FINISHED_STATUSES, TaskRecord
+from ..models import FINISHED_STATUSES, StepRecord, TaskRecord
 from ..ops import search
+from . import durable
 from . import progress as admin_progress
 from .display import (
     cut_html,
@@ -72,7 +73,12 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
         "attempts",
         "tags_display",
     )
-    list_filter = ("status", QueueFilter, TaskFilter, TagFilter, SQLBackendFilter)
+    list_filter = (
+        "status",
+        durable.WaitingFilter,
+        QueueFilter, TaskFilter, TagFilter,
+        SQLBackendFilter,
+    )
     # The search box finds a task by id, argument value, subject, error class or tag
     # (get_search_results, ops/search.py); Django's own search would scan the table.
     search_fields = ("=id",)
@@ -136,6 +142,8 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
         "owner",
         *TIME_FIELDS,
         "workflow_display",
+        "steps_display",
+        "waiting_display",
     )
 
     # Times to the second (Django's default DATETIME_FORMAT stops at the minute).
@@ -217,8 +225,20 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
     def workflow_display(self, obj: TaskRecord) -> str:
         return workflow_html(obj, obj._state.db or "default")
 
+    @admin.display(description=_("steps"))
+    def steps_display(self, obj: TaskRecord) -> str:
+        return durable.steps_html(obj, obj._state.db or "default")
+
+    @admin.display(description=_("waits for"))
+    def waiting_display(self, obj: TaskRecord) -> str:
+        return durable.waiting_html(obj, obj._state.db or "default")
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is not None and durable.waiting_record(obj, obj._state.db or "default"):
+            fieldsets.insert(1, (_("Waiting"), {"fields": ("waiting_display",)}))
+        if obj is not None and events_exist(obj):
+            fieldsets.insert(2, (_("Steps"), {"fields": ("steps_display",)}))
         if obj is not None and obj.workflow_id is not None:
             fieldsets.insert(1, (_("Workflow"), {"fields": ("workflow_display",)}))
         if obj is not None and obj.status == TaskResultStatus.FAILED:
@@ -274,7 +294,16 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
             and obj.status in (TaskResultStatus.READY, TaskResultStatus.RUNNING)
             and self.has_cancel_permission(request)
         )
+        waiting = durable.waiting_record(obj, obj._state.db or "default") if obj else None
+        can_run = self.has_run_permission(request)
+        context["can_end_wait"] = waiting is not None and can_run
+        context["can_send_event"] = waiting is not None and waiting.kind == "event" and can_run
         return super().render_change_form(request, context, *args, **kwargs)
+
+
+def events_exist(obj: TaskRecord) -> bool:
+    """Whether the task recorded any step, sleep or wait."""
+    return StepRecord.objects.using(obj._state.db or "default").filter(task_id=obj.pk).exists()
 
 
 def error_html(number: int, error: dict[str, str]) -> str:

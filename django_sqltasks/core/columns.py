@@ -15,4 +15,7 @@ MAX_SUBJECT_ID_LENGTH = 255  # TaskRecord.subject_id: the primary key as text
 MAX_SCHEDULE_NAME_LENGTH = 200  # ScheduleRecord.name
 MAX_CRON_LENGTH = 200  # ScheduleRecord.cron
 MAX_HOSTNAME_LENGTH = 255  # WorkerRecord.hostname
+MAX_STEP_NAME_LENGTH = 200  # StepRecord.name: a step's name, or a waited event's
+MAX_EVENT_NAME_LENGTH = 200  # EventRecord.name
+MAX_EVENT_KEY_LENGTH = 200  # EventRecord.key, StepRecord.event_key
 MAX_TRACE_PARENT_LENGTH = 64  # TaskRecord.trace_parent: a W3C traceparent is 55

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from ..compat import TaskContext
 from ..exceptions import InvalidTaskArguments
+from .durable import DurableContext, StepLog
 from .serialization import check_json, dumps, loads
 from .storable import escape
 
@@ -264,11 +265,13 @@ class AttemptReport:
 # django-stubs declare TaskContext without frozen=True, which it is (at runtime, on Django 6
 # and in the backport).
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SQLTaskContext(TaskContext):  # type: ignore[misc]
+class SQLTaskContext(DurableContext, TaskContext):  # type: ignore[misc]
     """The context of a ``takes_context=True`` task run by django-sqltasks: Django's
-    ``TaskContext`` with ``set_progress`` and ``set_metadata``."""
+    ``TaskContext`` with ``set_progress`` and ``set_metadata``, and the durable methods
+    (``step``, ``sleep``, ``wait_for_event``: see ``core/durable.py``)."""
 
     report: AttemptReport
+    steps: StepLog | None = None
 
     def set_progress(self, progress: float, note: str | None = None) -> None:
         """Record how far this attempt is: ``progress`` from 0 to 1, and a short ``note``

@@ -122,6 +122,25 @@ def finish(
     return moves
 
 
+def group_of(root: Node, task_id: str) -> Node | None:
+    """The innermost unfinished group that task ``task_id`` runs in as a member (or within a
+    member), not as its callback; None if there is none."""
+    path = _path_to(root, task_id)
+    if path is None:
+        return None
+    for parent, child in zip(reversed(path[:-1]), reversed(path[1:]), strict=True):
+        if parent["kind"] == "group" and child is not parent["then"]:
+            return parent if parent["state"] not in FINISHED else None
+    return None
+
+
+def add_members(group: Node, members: list[Node]) -> list[Release]:
+    """Add ``members`` to the running ``group`` and start them: its callback waits for them
+    too, and gets their results after the others'."""
+    group["members"].extend(members)
+    return [release for member in members for release in start(member, [])]
+
+
 def failed_step(root: Node) -> dict[str, str] | None:
     """The task whose failure ended the workflow (or a part of it), if one did; or the error of
     a group that failed without a failed task (its results were too large)."""

@@ -187,6 +187,18 @@ def _as_step(step: object, where: str, index: int) -> Signature | Chain | Group:
     )
 
 
+def member_nodes(
+    steps: Sequence[Any],
+) -> tuple[list[Node], dict[int, tuple[Task, list[Any], dict[str, Any]]]]:
+    """The plan nodes of ``steps`` (tasks, signatures, chains or groups) to add to a running
+    group, and their tasks by key (as ``Workflow.enqueue`` builds them)."""
+    tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]] = {}
+    nodes = [_node(_as_step(step, "add_to_group()", i), tasks) for i, step in enumerate(steps)]
+    if not nodes:
+        raise InvalidWorkflow("add_to_group() needs at least one step.")
+    return nodes, tasks
+
+
 def _node(step: Signature | Chain | Group, tasks: dict[int, Any]) -> Node:
     if isinstance(step, Workflow):
         return step._node(tasks)

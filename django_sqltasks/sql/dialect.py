@@ -3,7 +3,8 @@ database's dialect (postgresql.py, mysql.py, sqlite.py) specializes.
 
 Where each part lives: vendor.py (the facts about the database, its clock, values in and out),
 tasks.py (inserts and single-task statements), claims.py (the claim and the suspects),
-outcomes.py (completions, salvage, requeues) and workers.py (the worker table); the row types
+outcomes.py (completions, salvage, requeues), workers.py (the worker table) and steps.py
+(the step records of durable tasks); the row types
 they take and return are in rows.py.
 """
 
@@ -13,18 +14,19 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .claims import ClaimStatements
 from .outcomes import OutcomeStatements
+from .steps import StepStatements
 from .tasks import TaskStatements
 from .workers import WorkerStatements
 
 
-class Dialect(TaskStatements, ClaimStatements, OutcomeStatements, WorkerStatements):
+class Dialect(TaskStatements, ClaimStatements, OutcomeStatements, WorkerStatements, StepStatements):
     """Raw SQL for one database vendor, run on a Django connection's cursor, and the facts
     about that database that the rest of the package acts on."""
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         # The app registry: sql/ loads with the backend, which may be before the models can be
         # imported; a dialect is made at the first statement, after setup.
-        from ..models import PausedQueue, TaskRecord, WorkerRecord
+        from ..models import PausedQueue, StepRecord, TaskRecord, WorkerRecord
 
         super().__init__(
             connection,
@@ -32,3 +34,4 @@ class Dialect(TaskStatements, ClaimStatements, OutcomeStatements, WorkerStatemen
             workers=WorkerRecord._meta.db_table,
             paused=PausedQueue._meta.db_table,
         )
+        self.steps = connection.ops.quote_name(StepRecord._meta.db_table)

@@ -14,7 +14,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..compat import TaskResultStatus
-from ..models import TaskRecord, WorkflowRecord
+from ..models import EventRecord, TaskRecord, WorkflowRecord
+from . import steps
 from .partitions import drop_before
 
 logger = logging.getLogger("django_sqltasks")
@@ -79,6 +80,12 @@ def prune(
         pruned.workflows = _prune_workflows(
             using, backend, successful_days, failed_days, now, dry_run, batch_size, max_batches
         )
+    if queue is None and backend is None and successful_days is not None:
+        # Events sent that no task waited for, as old as the successful tasks deleted.
+        unclaimed = EventRecord.objects.using(using).filter(
+            task_id__isnull=True, sent_at__lte=now - timedelta(days=successful_days)
+        )
+        _delete(unclaimed.order_by(), dry_run, batch_size, max_batches)
     if pruned.total and not dry_run:
         logger.info(
             "Pruned finished tasks successful=%d failed=%d partitions=%d",
@@ -134,6 +141,8 @@ def _delete(tasks: QuerySet[Any], dry_run: bool, batch_size: int, max_batches: i
             break
         # Keep the status and age conditions: a task retried meanwhile is READY and must stay.
         count, _ = tasks.filter(pk__in=ids).delete()
+        if tasks.model is TaskRecord:
+            steps.forget(tasks.db, ids)
         deleted += count
         batches += 1
         if len(ids) < batch_size:

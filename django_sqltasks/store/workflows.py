@@ -26,6 +26,7 @@ from ..compat import Task, TaskResult, TaskResultStatus
 from ..core import workflow_plan as plan
 from ..core.serialization import check_arguments, dumps, loads
 from ..core.settings import SQLBackend, backend_config
+from ..core.workflows import MAX_WORKFLOW_TASKS, member_nodes
 from ..enqueue import writes
 from ..exceptions import InvalidWorkflow, PayloadTooLarge
 from ..ids import new_task_id
@@ -84,6 +85,56 @@ def create(
     results = [result for _, result in steps.values()]
     writes.after_write(database, type(backend), started, results)
     return workflow
+
+
+def add_to_group(backend: SQLBackend, task_id: uuid.UUID, steps: Sequence[Any]) -> list[str]:
+    """Add ``steps`` to the group that task ``task_id`` (running) is a member of, and start
+    them; its callback waits for them too. In one transaction that joins the caller's (the
+    step that records the add, ``context.add_to_group``). Return the new tasks' ids."""
+    nodes, tasks = member_nodes(steps)
+    database = backend.database
+    # Read before the transaction, whose first statement must write (SQLite: a transaction
+    # that reads first cannot write once another has); a task's workflow never changes.
+    workflow_id = (
+        TaskRecord.objects.using(database)
+        .filter(pk=task_id)
+        .values_list("workflow_id", flat=True)
+        .first()
+    )
+    with transaction.atomic(using=database):
+        record = None if workflow_id is None else _lock(database, workflow_id)
+        group = None if record is None else plan.group_of(record.plan, str(task_id))
+        if workflow_id is None or record is None or group is None:
+            raise InvalidWorkflow(
+                f"Task {task_id} is not a member of a running group: add_to_group() adds to "
+                "the group the calling task runs in."
+            )
+        total = sum(1 for _ in plan.leaves(record.plan)) + len(tasks)
+        if total > MAX_WORKFLOW_TASKS:
+            raise InvalidWorkflow(
+                f"A workflow may have at most {MAX_WORKFLOW_TASKS} tasks; adding {len(tasks)} "
+                f"would make {total}: enqueue a workflow of their own."
+            )
+        rows = _task_rows(backend, tasks, workflow_id)
+        for node in nodes:
+            for leaf in plan.leaves(node):
+                leaf["id"] = str(rows[leaf["id"]][0].id)
+        by_id = {str(row.id): row for row, _ in rows.values()}
+        now = control.database_now(database)
+        started: list[NewTask] = []
+        for release in plan.add_members(group, nodes):
+            row = by_id[release.task_id]
+            check_arguments(release.args, release.kwargs)
+            row.args, row.kwargs = release.args, release.kwargs
+            row.args_json, row.kwargs_json = dumps(release.args), dumps(release.kwargs)
+            row.available_at = max(row.run_after or now, now)
+            started.append(row)
+        writes.insert(database, [row for row, _ in rows.values()], notify=False)
+        _save(database, record)
+        if backend.config.notify:
+            _announce(database, {row.queue_name for row in started})
+    writes.after_write(database, type(backend), started, [result for _, result in rows.values()])
+    return [str(row.id) for row, _ in rows.values()]
 
 
 def _check_size(backend: SQLBackend, path: str, release: plan.Release) -> None:

@@ -29,7 +29,8 @@ from ..compat import (
     task_started,
 )
 from ..core.settings import is_sql_backend
-from ..models import TaskRecord
+from ..exceptions import Suspended
+from ..models import StepRecord, TaskRecord
 from ..sql import ANY_LIMIT, ClaimedRow, Outcome, Scope, dialect_for
 from ..sql.rows import parked_at
 from ..worker import attempt as attempts
@@ -75,7 +76,8 @@ def advance(delta: timedelta | float, *, backend: str = DEFAULT_TASK_BACKEND_ALI
     """Move the queue's clock forward: every READY task of ``backend`` becomes due ``delta``
     (a timedelta, or seconds) sooner, as if that much time had passed. Return the delta.
 
-    Only the queue's clock moves (each task's ``available_at``); ``timezone.now()`` does not.
+    Only the queue's clock moves (each task's ``available_at``, and the wake time of a durable
+    task's sleep or wait); ``timezone.now()`` does not.
     """
     if not isinstance(delta, timedelta):
         if isinstance(delta, bool) or not isinstance(delta, (int, float)):
@@ -83,7 +85,12 @@ def advance(delta: timedelta | float, *, backend: str = DEFAULT_TASK_BACKEND_ALI
         delta = timedelta(seconds=delta)
     if delta < timedelta(0):
         raise ValueError(f"delta must not be negative (the clock only moves forward): {delta}.")
-    _ready(backend_for(backend), None).update(available_at=F("available_at") - delta)
+    ready = _ready(backend_for(backend), None)
+    # A durable task's sleep or wait ends by its own wake time too (store/waits.py).
+    StepRecord.objects.using(ready.db).filter(
+        state=StepRecord.WAITING, wake_at__isnull=False, task_id__in=ready.values("pk")
+    ).update(wake_at=F("wake_at") - delta)
+    ready.update(available_at=F("available_at") - delta)
     return delta
 
 
@@ -188,6 +195,9 @@ class Runner:
         interrupted: KeyboardInterrupt | None = None
         try:
             ended = outcomes.succeeded(attempt, self._call(attempt), config.max_payload_bytes)
+        except Suspended:  # at a sleep or a wait: READY again, written by the step log
+            self._store_report(attempt)
+            return self.backend.get_result(str(row.id))
         except BaseException as e:  # a task's SystemExit fails it only, as in the worker
             exc = attempts.from_task_frame(e)
             ended = outcomes.after_error(attempt, exc, config.max_snoozes)

@@ -18,6 +18,7 @@ from ..core.progress import AttemptReport, ReportSink, SQLTaskContext
 from ..core.resolve import resolve_task
 from ..exceptions import CorruptTask, TaskTimeout
 from ..sql import ClaimedRow
+from ..store.waits import AttemptSteps
 from ..task import RESULT_FIELDS, errors_from_json, rebind_task
 
 if TYPE_CHECKING:
@@ -78,7 +79,12 @@ class Attempt:
                 claims=row.attempts,
                 labels=(row.backend_name, row.queue_name, row.task_path),
             )
-            context: TaskContext = SQLTaskContext(task_result=self.result, report=self.report)
+            steps = AttemptSteps(
+                task_id=row.id, owner=row.worker_ids[-1], backend_name=row.backend_name
+            )
+            context: TaskContext = SQLTaskContext(
+                task_result=self.result, report=self.report, steps=steps
+            )
             args = (context, *args)
         return args, self.result.kwargs
 

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from ..core.tracing import Tracing
-from ..exceptions import TaskCancelled
+from ..exceptions import Suspended, TaskCancelled
 from ..sql import ClaimedRow
 from . import attempt as attempts
 from . import outcomes
@@ -335,6 +335,9 @@ class Executor:
         self._completer.submit(ended)
 
     def _failed(self, attempt: Attempt, exc: BaseException) -> None:
+        if isinstance(exc, Suspended):  # put back to READY by the task's own thread
+            outcomes.log_suspended(attempt, exc)
+            return
         exc = attempts.from_task_frame(exc)
         ended = outcomes.after_error(attempt, exc, self._config.max_snoozes)
         outcomes.log(ended, self._config.max_snoozes, self._sender)

@@ -31,6 +31,7 @@ from ..exceptions import (
     PayloadTooLarge,
     Snooze,
     SnoozeLimitReached,
+    Suspended,
 )
 from ..sql import ClaimedRow, Dialect, Outcome
 from ..store import workflows
@@ -246,6 +247,18 @@ def log(ended: Ended, max_snoozes: int, sender: type) -> None:
             exc_info=ended.error,
             extra={"action": "task_failed", "task_id": task_id},
         )
+
+
+def log_suspended(attempt: Attempt, suspended: Suspended) -> None:
+    """Log an attempt that stopped at a sleep or a wait (``Suspended``): its task is READY
+    again, written by the task's own thread, and nothing more is written or reported."""
+    logger.info(
+        "Task id=%s path=%s stopped, %s",
+        attempt.result.id,
+        attempt.task.module_path,
+        suspended.reason,
+        extra={"action": "task_suspended", "task_id": attempt.result.id},
+    )
 
 
 # Writing and reporting -------------------------------------------------------------------------

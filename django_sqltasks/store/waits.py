@@ -1,0 +1,225 @@
+"""Sleeps and waits for events of a durable task's attempt: each puts the task back to READY
+until it is due again, holding no worker (see docs/durable.md).
+
+A sleep or a wait stops the attempt where it is: in one transaction, its record is written and
+the task row goes from RUNNING (held by this worker) to READY, due at the wake time, its
+attempt given back. Then ``Suspended`` unwinds the task, and the worker writes nothing more.
+A wait meets its event at the event's row (``EventRecord``, unique per name and key), which
+the wait and the send (``store/events.py``) each lock before deciding, so an event sent before,
+during or after the wait begins is seen by one of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, connections, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..compat import TaskResultStatus
+from ..core.durable import check_until
+from ..exceptions import EventAlreadyAwaited, EventTimeout, InvalidStep, Suspended
+from ..models import EventRecord, StepRecord, TaskRecord
+from ..sql.rows import parked_at
+from .steps import StepRecords, database_now
+
+
+@dataclass(slots=True)
+class Met:
+    """How a wait met its event: DONE (with its payload), TIMED_OUT, or WAITING (parked)."""
+
+    kind: str
+    payload: Any = None
+    until: Any = None
+    new: list[StepRecord] = field(default_factory=list)
+    parked: bool = False
+
+
+STEP, SLEEP, EVENT = StepRecord.STEP, StepRecord.SLEEP, StepRecord.EVENT
+DONE, FAILED = StepRecord.DONE, StepRecord.FAILED
+WAITING, TIMED_OUT = StepRecord.WAITING, StepRecord.TIMED_OUT
+
+
+class AttemptSteps(StepRecords):
+    """The step log of one attempt, its sleeps and waits with its steps: made by the worker on
+    the thread that starts the task, and used by that task only (an async task's database
+    calls run on asgiref's thread)."""
+
+    def sleep(self, name: str, seconds: float | None, until: datetime | None) -> None:
+        self._check_unnested("sleep()")
+        occurrence = self._next(SLEEP, name)
+        record = self._record(SLEEP, name, occurrence)
+        if record is not None and record.state == DONE:
+            return
+        now = self._now()
+        if record is None:
+            wake = (
+                now + timedelta(seconds=seconds or 0) if until is None else check_until(until, now)
+            )
+            if wake <= now:
+                return  # nothing to wait for, and nothing to record
+            record = StepRecord(
+                task_id=self.task_id,
+                kind=SLEEP,
+                name=name,
+                occurrence=occurrence,
+                state=WAITING,
+                wake_at=wake,
+                started_at=now,
+            )
+            self._park([record], wake, f"sleeping until {wake.isoformat()}")
+        assert record.wake_at is not None
+        if now >= record.wake_at:
+            self._write(record, SLEEP, name, occurrence, {"state": DONE, "finished_at": now})
+            return
+        self._park([], record.wake_at, f"sleeping until {record.wake_at.isoformat()}")
+
+    async def asleep(self, name: str, seconds: float | None, until: datetime | None) -> None:
+        await sync_to_async(self.sleep)(name, seconds, until)
+
+    def wait_for_event(self, name: str, key: str, timeout: float | None) -> Any:
+        self._check_unnested("wait_for_event()")
+        occurrence = self._next(EVENT, name)
+        record = self._record(EVENT, name, occurrence)
+        if record is not None:
+            if record.event_key != key:
+                raise InvalidStep(
+                    f"Wait #{occurrence} for event {name!r} is for key {key!r} in this run, "
+                    f"but an earlier run waited at this point for key {record.event_key!r}: "
+                    "a run must reach its waits with the same keys (see docs/durable.md)."
+                )
+            if record.state == DONE:
+                return record.result
+            if record.state == TIMED_OUT:
+                raise EventTimeout(name, key, record.wake_at)
+        now = self._now()
+        met = self._retrying(lambda: self._meet(name, key, occurrence, record, timeout, now))
+        if met.kind == DONE:
+            return met.payload
+        if met.kind == TIMED_OUT:
+            raise EventTimeout(name, key, met.until)
+        self._suspend(
+            met.parked, met.new, met.until, f"waiting for event {name!r} with key {key!r}"
+        )
+
+    def _meet(
+        self,
+        name: str,
+        key: str,
+        occurrence: int,
+        record: StepRecord | None,
+        timeout: float | None,
+        now: datetime,
+    ) -> Met:
+        """In one transaction, meet the event at its row: take its payload if it was sent,
+        time the wait out if its timeout passed, else park the task until it comes."""
+        with transaction.atomic(using=self.database):
+            event = self._rendezvous(name, key)
+            if event.task_id not in (None, self.task_id):
+                raise EventAlreadyAwaited(
+                    f"Event {name!r} with key {key!r} is awaited by (or went to) task "
+                    f"{event.task_id}: an event goes to one task. Wait for a key of this "
+                    "task's own."
+                )
+            events = EventRecord.objects.using(self.database).filter(pk=event.pk)
+            if event.task_id is None:
+                events.update(task_id=self.task_id)
+            if event.sent_at is not None:
+                fields = {"state": DONE, "result": event.payload, "finished_at": now}
+                if record is None:
+                    fields.update(event_key=key, started_at=now)
+                stored = self._write(record, EVENT, name, occurrence, fields)
+                return Met(DONE, payload=stored.result)
+            if record is not None and record.wake_at is not None and now >= record.wake_at:
+                # Its timeout passed: the event, if it comes, goes to whoever waits next.
+                events.update(task_id=None)
+                self._write(record, EVENT, name, occurrence, {"state": TIMED_OUT})
+                return Met(TIMED_OUT, until=record.wake_at)
+            new = []
+            if record is None:
+                wake = None if timeout is None else now + timedelta(seconds=timeout)
+                record = StepRecord(
+                    task_id=self.task_id,
+                    kind=EVENT,
+                    name=name,
+                    occurrence=occurrence,
+                    state=WAITING,
+                    event_key=key,
+                    wake_at=wake,
+                    started_at=now,
+                )
+                new.append(record)
+            until = record.wake_at or parked_at()
+            return Met(WAITING, until=until, new=new, parked=self._park_here(new, until))
+
+    def _now(self) -> datetime:
+        """The clock wake times are set and read by: the database's, which the claim reads; in
+        a test's transaction (``run_tasks``) the test's, as for a snooze: there PostgreSQL's
+        clock stands still at the transaction's start."""
+        return timezone.now() if self.depth else database_now(self.database)
+
+    async def await_event(self, name: str, key: str, timeout: float | None) -> Any:
+        return await sync_to_async(self.wait_for_event)(name, key, timeout)
+
+    def _rendezvous(self, name: str, key: str) -> EventRecord:
+        """The row of event (name, key), made with this task as its waiter if it had none;
+        locked until the caller's transaction ends."""
+        events = EventRecord.objects.using(self.database)
+        try:
+            with transaction.atomic(using=self.database):
+                return events.create(name=name, key=key, task_id=self.task_id)
+        except IntegrityError:  # sent already, or awaited: its sender or waiter committed
+            return events.select_for_update().get(name=name, key=key)
+
+    def _park(self, new: list[StepRecord], until: datetime, reason: str) -> None:
+        """Write ``new`` records and put the task back to READY until ``until``, in one
+        transaction; then raise ``Suspended``."""
+
+        def park() -> bool:
+            with transaction.atomic(using=self.database):
+                return self._park_here(new, until)
+
+        self._suspend(self._retrying(park), new, until, reason)
+
+    def _park_here(self, new: list[StepRecord], until: datetime) -> bool:
+        """In the caller's transaction, write ``new`` records and put the task back to READY
+        until ``until``, its attempt given back; return False, and roll the transaction back,
+        if this worker no longer holds the task (its timeout fired, say)."""
+        for record in new:
+            record.save(using=self.database, force_insert=True)
+        parked = (
+            TaskRecord.objects.using(self.database)
+            .filter(pk=self.task_id, status=TaskResultStatus.RUNNING, owner=self.owner)
+            .update(
+                status=TaskResultStatus.READY,
+                owner=None,
+                available_at=until,
+                attempts=F("attempts") - 1,
+            )
+        )
+        if not parked:
+            transaction.set_rollback(True, using=self.database)
+        return bool(parked)
+
+    def _suspend(self, parked: bool, new: list[StepRecord], until: datetime, reason: str) -> None:
+        """Raise ``Suspended``: the attempt ends here, whether it parked the task or found it
+        held by another worker already."""
+        if parked:
+            for record in new:
+                self._remember(record)
+        else:
+            reason = "the task is no longer held by this worker"
+        self._suspended = Suspended(until, reason)
+        raise self._suspended
+
+    def _check_unnested(self, what: str) -> None:
+        if len(connections[self.database].atomic_blocks) > self.depth:
+            raise InvalidStep(
+                f"context.{what} cannot be called inside a transaction (transaction.atomic() "
+                "or an atomic=True task): the task stops there, and its transaction would "
+                "roll back. Call it outside the transaction."
+            )

@@ -1,0 +1,205 @@
+"""Tasks of the durable task tests (tests/test_durable*.py): each step appends a line to a log
+file, so a test counts how many times each step's side effect happened."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+from django_sqltasks import EventTimeout
+from django_sqltasks.compat import task
+from tests import events
+
+
+def _effect(log: str, line: str) -> str:
+    with Path(log).open("a") as f:
+        f.write(line + "\n")
+    return line
+
+
+def effects(log: str | Path) -> list[str]:
+    """The side effects the steps had, in order."""
+    path = Path(log)
+    return path.read_text().split() if path.exists() else []
+
+
+def _kill_once(marker: str) -> None:
+    """SIGKILL this process the first time only (``marker`` remembers it)."""
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task(takes_context=True, max_attempts=3, retry_backoff=0)
+def three_steps(context: Any, log: str, kill_at: str = "", marker: str = "") -> list[str]:
+    """Three steps; ``kill_at`` ("before:2", "during:1", "record:3", "after:1") kills the
+    worker there, on the first run."""
+    point, _, number = kill_at.partition(":")
+    results = []
+    for i in (1, 2, 3):
+        here = str(i) == number
+
+        def effect(i: int = i, here: bool = here) -> str:
+            line = _effect(log, f"step{i}")
+            if here and point == "during":
+                _kill_once(marker)
+            return line
+
+        if here and point == "before":
+            _kill_once(marker)
+        if here and point == "record":
+            with transaction.atomic():
+                results.append(context.step(f"step{i}", effect))
+                _kill_once(marker)
+        else:
+            results.append(context.step(f"step{i}", effect))
+        if here and point == "after":
+            _kill_once(marker)
+    return results
+
+
+@task(takes_context=True, max_attempts=3, retry_backoff=0)
+def fails_at_third(context: Any, log: str, marker: str) -> list[Any]:
+    """Two steps, then a third that raises on the first attempt."""
+    first = context.step("one", _effect, log, "one")
+    key = context.step_key("two")
+    second = context.step("two", lambda: {"key": key, "line": _effect(log, "two")})
+
+    def third() -> str:
+        _effect(log, "three")
+        if not os.path.exists(marker):
+            Path(marker).touch()
+            raise ValueError("the third step failed on purpose")
+        return "three"
+
+    return [first, second, context.step("three", third)]
+
+
+@task(takes_context=True)
+def repeated(context: Any, log: str, count: int) -> list[int]:
+    """The same step name in a loop: each occurrence is its own step."""
+    return [context.step("row", _effect, log, f"row{i}") and i for i in range(count)]
+
+
+@task(takes_context=True)
+def sleeper(context: Any, log: str, seconds: float) -> str:
+    context.step("before", _effect, log, "before")
+    context.sleep(seconds)
+    events.note("woke")
+    context.step("after", _effect, log, "after")
+    return "slept"
+
+
+@task(takes_context=True)
+def sleeps_until(context: Any, until: str) -> str:
+    context.sleep(until=datetime.fromisoformat(until))
+    return "woke"
+
+
+@task(takes_context=True)
+def sleeps_nan(context: Any) -> str:
+    context.sleep(math.nan)
+    return "woke"
+
+
+@task(takes_context=True)
+def waiter(context: Any, log: str, name: str, key: str, timeout: float | None = None) -> Any:
+    context.step("before", _effect, log, "before")
+    try:
+        payload = context.wait_for_event(name, key, timeout=timeout)
+    except EventTimeout as e:
+        payload = {"timed_out": e.key}
+    events.note("resumed", key=key)
+    context.step("after", _effect, log, f"after:{key}")
+    return payload
+
+
+@task(takes_context=True)
+def waits_in_transaction(context: Any) -> Any:
+    with transaction.atomic():
+        return context.wait_for_event("order.paid", "1")
+
+
+@task(takes_context=True)
+def returns(context: Any, kind: str) -> Any:
+    """A step returning something that cannot be stored."""
+    values: dict[str, Any] = {
+        "object": object(),
+        "nan": math.nan,
+        "large": "x" * (100 * 1024 * 1024),
+    }
+    return context.step("bad", lambda: values[kind])
+
+
+@task(takes_context=True)
+def named(context: Any, name: str) -> Any:
+    return context.step(name, lambda: 1)
+
+
+@task(takes_context=True)
+def waits_for_key(context: Any, key: str) -> Any:
+    return context.wait_for_event("order.paid", key)
+
+
+@task
+def plain(value: int) -> int:
+    return value
+
+
+@task(takes_context=True)
+async def async_flow(context: Any, log: str, key: str) -> Any:
+    async def charge() -> str:
+        return _effect(log, "charge")
+
+    first = await context.astep("charge", charge)
+    second = await context.astep("sync", _effect, log, "sync")
+    await context.asleep(0)
+    payload = await context.await_event("order.paid", key, timeout=3600)
+    return [first, second, payload]
+
+
+@task(takes_context=True)
+def timed_steps(context: Any, count: int) -> list[float]:
+    """``count`` steps of a function that does nothing: the CPU (this thread's) and wall time
+    of one step, in microseconds, and of one plain call of the function."""
+
+    def nothing() -> int:
+        return 1
+
+    cpu, wall = time.thread_time(), time.perf_counter()
+    for _ in range(count):
+        context.step("s", nothing)
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    plain = time.perf_counter()
+    for _ in range(count):
+        nothing()
+    plain = time.perf_counter() - plain
+    return [cpu / count * 1e6, wall / count * 1e6, plain / count * 1e6]
+
+
+@task(takes_context=True, max_attempts=2, retry_backoff=0)
+def splits(context: Any, pages: int, marker: str = "") -> int:
+    """A member of a group that adds one member per further page (an open batch); fails once
+    after the add when ``marker`` is given, to show the add is not made twice."""
+    context.add_to_group(*[count_page.s(page) for page in range(2, pages + 1)])
+    if marker and not os.path.exists(marker):
+        Path(marker).touch()
+        raise ValueError("failed after the add, on purpose")
+    return 1
+
+
+@task
+def count_page(page: int) -> int:
+    return page
+
+
+@task(takes_context=True)
+def adds_alone(context: Any) -> Any:
+    return context.add_to_group(count_page.s(1))

@@ -1,0 +1,125 @@
+"""Durable tasks in the admin: a task's steps, what a stopped task waits for, the filter of
+waiting tasks, and sending its event or ending its wait."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.models import TaskRecord
+from django_sqltasks.worker import Worker
+from tests import tasks_durable
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RunWorker = Callable[..., Worker]
+
+
+def page(client: Client, task_id: Any) -> str:
+    response = client.get(reverse("admin:django_sqltasks_taskrecord_change", args=[task_id]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_a_tasks_page_lists_its_steps_and_what_it_waits_for(
+    admin_client: Client, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    result = tasks_durable.waiter.enqueue(str(tmp_path / "log"), "order.paid", "42", 3600)
+    run_worker()
+    html = page(admin_client, result.id)
+    assert 'class="sqltasks-steps"' in html
+    assert "<code>before</code>" in html and "&quot;before&quot;" in html
+    assert "Waiting for the event <code>order.paid</code> with the key <code>42</code>" in html
+    assert 'id="sqltasks-send-event"' in html and 'id="sqltasks-end-wait"' in html
+
+
+def test_a_sleeping_task_shows_until_when(
+    admin_client: Client, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    result = tasks_durable.sleeper.enqueue(str(tmp_path / "log"), 86400)
+    run_worker()
+    html = page(admin_client, result.id)
+    assert "Sleeping until <time" in html
+    assert 'id="sqltasks-send-event"' not in html and 'id="sqltasks-end-wait"' in html
+
+
+def test_a_failed_step_shows_its_error(admin_client: Client, run_worker: RunWorker) -> None:
+    result = tasks_durable.returns.enqueue("nan")
+    run_worker()
+    html = page(admin_client, result.id)
+    assert 'data-state="failed"' in html
+    assert "The result of step &#x27;bad&#x27; is nan" in html
+
+
+def test_the_list_filters_waiting_tasks(
+    admin_client: Client, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    waiting = tasks_durable.waiter.enqueue(str(tmp_path / "log"), "order.paid", "1")
+    sleeping = tasks_durable.sleeper.enqueue(str(tmp_path / "log"), 3600)
+    plain = tasks_durable.plain.enqueue(1)
+    run_worker()
+    url = reverse("admin:django_sqltasks_taskrecord_changelist")
+    for value, shown, hidden in [
+        ("any", [waiting, sleeping], [plain]),
+        ("event", [waiting], [sleeping, plain]),
+        ("sleep", [sleeping], [waiting, plain]),
+    ]:
+        html = admin_client.get(url, {"waiting": value}).content.decode()
+        for result in shown:
+            assert str(result.id) in html, value
+        for result in hidden:
+            assert str(result.id) not in html, value
+
+
+def test_an_operator_sends_the_event_a_task_waits_for(
+    admin_client: Client, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    result = tasks_durable.waiter.enqueue(str(tmp_path / "log"), "order.paid", "8")
+    run_worker()
+    url = reverse("admin:django_sqltasks_taskrecord_send_event", args=[result.id])
+    form = admin_client.get(url).content.decode()
+    assert "<code>order.paid</code> with the key <code>8</code>" in form
+    bad = admin_client.post(url, {"payload": "{not json"})
+    assert bad.status_code == 200 and "Not JSON" in bad.content.decode()
+    response = admin_client.post(url, {"payload": '{"paid": true}'}, follow=True)
+    assert "Event sent: the task runs on." in response.content.decode()
+    run_worker()
+    row = TaskRecord.objects.get(pk=result.id)
+    assert row.status == TaskResultStatus.SUCCESSFUL and row.return_value == {"paid": True}
+
+
+@pytest.mark.parametrize("seconds", [None, 3600])
+def test_an_operator_ends_a_wait_or_a_sleep(
+    seconds: float | None, admin_client: Client, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    result: Any
+    if seconds is None:
+        result = tasks_durable.waiter.enqueue(str(tmp_path / "log"), "order.paid", "4")
+    else:
+        result = tasks_durable.sleeper.enqueue(str(tmp_path / "log"), seconds)
+    run_worker()
+    url = reverse("admin:django_sqltasks_taskrecord_end_wait", args=[result.id])
+    response = admin_client.post(url, follow=True)
+    assert "Wait ended: the task runs on" in response.content.decode()
+    run_worker()
+    row = TaskRecord.objects.get(pk=result.id)
+    assert row.status == TaskResultStatus.SUCCESSFUL
+    assert row.return_value == ({"timed_out": "4"} if seconds is None else "slept")
+
+
+def test_ending_a_wait_needs_the_run_permission(
+    client: Client, django_user_model: Any, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    result = tasks_durable.sleeper.enqueue(str(tmp_path / "log"), 3600)
+    run_worker()
+    user = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    client.force_login(user)
+    url = reverse("admin:django_sqltasks_taskrecord_end_wait", args=[result.id])
+    assert client.post(url).status_code == 403
+    assert TaskRecord.objects.get(pk=result.id).status == TaskResultStatus.READY

@@ -1,0 +1,76 @@
+"""The indexes of the durable tables serve their queries, with thousands of rows present: a
+task's steps (each run's first step), the admin's filter of waiting tasks, and the pruning of
+events no task waited for."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_sqltasks.models import EventRecord, StepRecord
+
+pytestmark = pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits on MySQL
+
+
+def analyze() -> None:
+    with connection.cursor() as cursor:
+        for model in (StepRecord, EventRecord):
+            table = model._meta.db_table
+            if connection.vendor == "postgresql":
+                cursor.execute(f"ANALYZE {table}")
+            elif connection.vendor == "sqlite":
+                cursor.execute("ANALYZE")
+            else:
+                cursor.execute(f"ANALYZE TABLE {table}")
+                cursor.fetchall()
+
+
+@pytest.fixture
+def filled() -> uuid.UUID:
+    """5,000 tasks' steps (a few waiting), and 5,000 events (most received by a task)."""
+    now = timezone.now()
+    tasks = [uuid.uuid4() for _ in range(5000)]
+    StepRecord.objects.bulk_create(
+        StepRecord(
+            task_id=task_id,
+            kind="step",
+            name=name,
+            state="waiting" if i % 500 == 0 and name == "b" else "done",
+            started_at=now,
+        )
+        for i, task_id in enumerate(tasks)
+        for name in ("a", "b")
+    )
+    EventRecord.objects.bulk_create(
+        EventRecord(
+            name="e",
+            key=str(i),
+            sent_at=now - timedelta(days=i % 30),
+            task_id=None if i % 100 == 0 else tasks[i],
+        )
+        for i in range(5000)
+    )
+    analyze()
+    return tasks[1234]
+
+
+def test_a_tasks_steps_are_read_by_the_unique_index(filled: uuid.UUID) -> None:
+    plan = StepRecord.objects.filter(task_id=filled).order_by().explain()
+    # SQLite names the index of a unique constraint itself.
+    unique = "sqlite_autoindex_" if connection.vendor == "sqlite" else "sqltasks_step_unique"
+    assert unique in plan, plan
+
+
+def test_the_waiting_filter_reads_the_waiting_index(filled: uuid.UUID) -> None:
+    plan = StepRecord.objects.filter(state="waiting").values("task_id").explain()
+    assert "sqltasks_step_waiting_idx" in plan, plan
+
+
+def test_pruning_unclaimed_events_reads_their_index(filled: uuid.UUID) -> None:
+    old = timezone.now() - timedelta(days=20)
+    plan = EventRecord.objects.filter(task_id__isnull=True, sent_at__lte=old).explain()
+    assert "sqltasks_event_unclaimed_idx" in plan, plan
