@@ -132,6 +132,7 @@ class Worker:
             burst=burst,
             max_tasks=max_tasks,
         )
+        self._completer.on_ready_again = self._producer.on_ready_again
         self._reporter = Reporter(
             database=self.database, worker_id=self.worker_id, db=self._db.executor
         )
