@@ -280,7 +280,15 @@ class Producer:
         # A claim returns its rows in no set order: start them in the order the claim chose
         # them (priority, then due time), as a worker claiming one at a time would.
         rows.sort(key=_start_order)
-        self._start(self.slots.hold(rows))
+        ready, again = self.slots.hold(rows)
+        for row in again:
+            logger.warning(
+                "Task id=%s was claimed again while this worker runs it (a server crash lost "
+                "the first claim); it is not started twice",
+                row.id,
+                extra={"action": "claimed_again", "task_id": row.id, "worker_id": self.worker_id},
+            )
+        self._start(ready)
 
     def _start(self, rows: list[ClaimedRow]) -> None:
         if rows:
