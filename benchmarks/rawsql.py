@@ -21,9 +21,9 @@ from typing import Any
 import psycopg
 
 from benchmarks.marker import CompletionCounter, send_probe
-from benchmarks.systems.base import Endpoints
+from benchmarks.systems.base import Endpoints, postgres_name
 
-DATABASE_NAME = "bench_raw_sql"
+DATABASE_NAME = postgres_name("bench_raw_sql")
 IDLE_POLL = 0.010  # seconds between claims when the queue is empty
 SLEEP_SECONDS = 0.010
 

@@ -8,12 +8,13 @@ from pathlib import Path
 import psycopg
 import redis
 
-from benchmarks.systems.base import Endpoints, System, manage
+from benchmarks.systems.base import Endpoints, System, manage, postgres_name
 
 
 def create_database(endpoints: Endpoints, service: str, name: str) -> None:
     """Create database ``name`` on PostgreSQL or MariaDB if it does not exist."""
     if service == "postgresql":
+        name = postgres_name(name)
         with psycopg.connect(
             host=endpoints.host("postgresql"),
             port=endpoints.port("postgresql"),

@@ -28,6 +28,7 @@ if find_spec("django.tasks") is not None:
         TaskResultMismatch,
     )
     from django.tasks.signals import log_task_finished as logs_task_finished
+    from django.tasks.signals import log_task_started as logs_task_started
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
@@ -61,6 +62,9 @@ elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by t
     )
     from django_tasks.signals import (  # type: ignore[no-redef]
         log_task_finished as logs_task_finished,
+    )
+    from django_tasks.signals import (  # type: ignore[no-redef]
+        log_task_started as logs_task_started,
     )
     from django_tasks.signals import (  # type: ignore[no-redef]
         task_enqueued,
@@ -101,6 +105,7 @@ __all__ = [
     "TaskResultMismatch",
     "TaskResultStatus",
     "logs_task_finished",
+    "logs_task_started",
     "normalize_json",
     "task",
     "task_backends",

@@ -4,6 +4,7 @@ claim's own transaction, and for nothing else (enqueues, outcomes and requeues s
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,8 @@ from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql import dialect_for
 from django_sqltasks.worker import Worker
 from tests import tasks
-from tests.conftest import set_backend_options
+from tests.conftest import set_backend_options, worker_thread
+from tests.events import EventLog, Gate
 
 postgres_only = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="runs in the PostgreSQL leg of the suite"
@@ -51,7 +53,13 @@ def _show() -> str:
 
 
 @postgres_only
-def test_by_default_the_claim_leaves_synchronous_commit_alone() -> None:
+def test_by_default_the_claims_commit_does_not_wait_for_its_flush() -> None:
+    assert "set_config('synchronous_commit', 'off', true)" in _claim_sql()
+
+
+@postgres_only
+def test_true_leaves_synchronous_commit_alone(settings: Any) -> None:
+    set_backend_options(settings, CLAIM_SYNCHRONOUS_COMMIT=True)
     assert "synchronous_commit" not in _claim_sql()
 
 
@@ -86,3 +94,32 @@ def test_a_worker_claims_and_stores_outcomes_with_it_off(
         result.refresh()
         assert result.status == TaskResultStatus.SUCCESSFUL
     assert _show() == "on"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_claimed_again_while_it_runs_is_not_started_twice(
+    tmp_path: Path, events: EventLog, gate: Gate
+) -> None:
+    """A server crash that loses a claim's commit leaves its row READY while the worker runs
+    its task; the worker may claim it again. It does not start it a second time: the first
+    attempt's outcome settles the row, which is RUNNING and this worker's again."""
+    path = tmp_path / "runs"
+    result = tasks.touch_then_wait_at.enqueue(str(path), gate.path)
+    worker = Worker(concurrency=2, queue_names=["*"])
+    with worker_thread(worker):
+        events.wait("note", what="start", timeout=30)
+        # What the lost commit leaves: the row as it was before the claim.
+        TaskRecord.objects.filter(id=result.id).update(
+            status=TaskResultStatus.READY, owner=None, attempts=0, worker_ids=[]
+        )
+        # A task enqueued after it, which the worker claims after the older one (one free
+        # slot): once it has run, the older one was claimed again.
+        tasks.noop.enqueue().wait(timeout=30)
+        again = TaskRecord.objects.get(id=result.id)
+        assert (again.status, again.owner, again.attempts) == ("RUNNING", worker.worker_id, 1)
+        gate.open()
+        result.wait(timeout=30)
+    record = TaskRecord.objects.get(id=result.id)
+    assert record.status == TaskResultStatus.SUCCESSFUL
+    assert record.owner is None and record.attempts == 1
+    assert len(path.read_text().splitlines()) == 1  # it ran once

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from django_sqltasks import SQLTaskBackend
 from django_sqltasks.compat import (
+    TASKS_LOGGER,
     TaskResultStatus,
     logs_task_finished,
     task_finished,
@@ -289,6 +290,35 @@ def test_signals_are_sent_with_the_backend_class(run_worker: RunWorker) -> None:
     # Failure receivers run inside the except block: sys.exc_info() holds the task's error.
     assert by_id[("finished", bad.id)] == "FAILED:ValueError('nope')"
     assert by_id[("finished", bad_async.id)] == "FAILED:ValueError('async nope')"
+
+
+def test_an_async_tasks_start_is_logged_on_the_loop_and_a_receiver_runs_off_it(
+    run_worker: RunWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With only Django's logging receiver, an async task's task_started is sent on the event
+    loop, which starts the task at once (no hop to the signal thread and back); a receiver of
+    the project's, which may query or wait, still runs on the signal thread."""
+    caplog.set_level(logging.INFO, logger=TASKS_LOGGER)
+    first = tasks.async_add.enqueue(1, 2)
+    run_worker()
+    started = [
+        r for r in caplog.records if r.name == TASKS_LOGGER and "state=RUNNING" in r.getMessage()
+    ]
+    assert [r.threadName != "sqltasks-signals" for r in started if first.id in r.getMessage()] == [
+        True
+    ]
+    threads: list[str] = []
+
+    def on_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        threads.append(threading.current_thread().name)
+
+    task_started.connect(on_started)
+    try:
+        tasks.async_add.enqueue(3, 4)
+        run_worker()
+    finally:
+        task_started.disconnect(on_started)
+    assert threads == ["sqltasks-signals"]
 
 
 def test_task_finished_sees_the_stored_outcome(run_worker: RunWorker) -> None:

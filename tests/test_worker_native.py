@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -17,13 +18,19 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.compat import TaskResultStatus, task_finished
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql import UNLIMITED, NewTask, dialect_for
-from django_sqltasks.worker import native
+from django_sqltasks.worker import Worker, native
+from django_sqltasks.worker import producer as producer_module
 from django_sqltasks.worker.native import LoopDatabase
 from tests import tasks
-from tests.conftest import WORKER_APPLICATION_NAME, WorkerProcess
+from tests.conftest import (
+    WORKER_APPLICATION_NAME,
+    WorkerProcess,
+    set_backend_options,
+    worker_thread,
+)
 from tests.events import EventLog
 
 pytestmark = [
@@ -244,3 +251,80 @@ def test_the_listening_connection_claims_with_a_prepared_statement(listen: bool)
     assert prepared == (1 if listen else 0)
     assert sorted(row.id for row in rows + more) == sorted(first + second)
     assert all(row.worker_ids == [WORKER] and row.corrupt is None for row in rows + more)
+
+
+def _run_until_finished(worker: Any, count: int, start: Callable[[], list[str]]) -> list[str]:
+    """Run ``worker`` on a thread, call ``start`` (which enqueues), and wait until ``count``
+    tasks of the ids it returns have finished (task_finished)."""
+    finished: list[str] = []
+    done = threading.Event()
+    ids: list[str] = []
+
+    def on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        if task_result.id in ids and task_result.status == TaskResultStatus.SUCCESSFUL:
+            finished.append(task_result.id)
+            if len(finished) >= count:
+                done.set()
+
+    task_finished.connect(on_finished)
+    try:
+        with worker_thread(worker):
+            ids.extend(start())
+            assert done.wait(30), "the task did not run before the poll, an hour away"
+    finally:
+        task_finished.disconnect(on_finished)
+    return finished
+
+
+def test_a_listening_worker_that_drained_the_queue_sleeps_until_told(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """After a claim that found tasks but drained the queue, a listening worker sleeps until
+    a notification (or its poll): the claims it made 10, 30, 70, 150 ms later, each after the
+    last, found nothing, since every new task announces itself."""
+    set_backend_options(settings, HEARTBEAT_INTERVAL=3600, LEASE_TIMEOUT=7200)
+    slept: list[float] = []
+    after_claim = threading.Event()
+    held: list[bool] = []
+    hold, sleep = producer_module.Producer._hold, producer_module.Producer.sleep
+
+    def hold_and_note(self: Any, rows: list[Any]) -> None:
+        if rows:
+            held.append(True)
+        hold(self, rows)
+
+    async def sleep_and_note(self: Any, seconds: float, **kwargs: Any) -> None:
+        if held and not after_claim.is_set():
+            slept.append(seconds)
+            after_claim.set()
+        await sleep(self, seconds, **kwargs)
+
+    monkeypatch.setattr(producer_module.Producer, "_hold", hold_and_note)
+    monkeypatch.setattr(producer_module.Producer, "sleep", sleep_and_note)
+    worker = Worker(concurrency=2, queue_names=["*"], poll_interval=3600)
+    _run_until_finished(worker, 1, lambda: [tasks.add.enqueue(1, 2).id])
+    assert after_claim.is_set()
+    assert slept == [3600]
+
+
+def test_a_retry_due_now_runs_at_once_with_the_poll_an_hour_away(
+    settings: Any, tmp_path: Path
+) -> None:
+    """A retry without backoff is claimed again as soon as its outcome is stored: the worker
+    tells itself, as no notification announces a retry."""
+    set_backend_options(settings, HEARTBEAT_INTERVAL=3600, LEASE_TIMEOUT=7200)
+    worker = Worker(concurrency=2, queue_names=["*"], poll_interval=3600)
+    counter = tmp_path / "calls"
+    _run_until_finished(worker, 1, lambda: [tasks.flaky.enqueue(str(counter), 1).id])
+    assert counter.read_text().splitlines() == ["call", "call"]
+
+
+def test_a_retry_due_soon_runs_when_due_with_the_poll_an_hour_away(
+    settings: Any, tmp_path: Path
+) -> None:
+    """A retry due in 0.4 s wakes its worker then (an hour-long poll would miss it)."""
+    set_backend_options(settings, HEARTBEAT_INTERVAL=3600, LEASE_TIMEOUT=7200)
+    worker = Worker(concurrency=2, queue_names=["*"], poll_interval=3600)
+    counter = tmp_path / "calls"
+    _run_until_finished(worker, 1, lambda: [tasks.flaky_with_backoff.enqueue(str(counter), 1).id])
+    assert counter.read_text().splitlines() == ["call", "call"]

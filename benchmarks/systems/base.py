@@ -175,10 +175,16 @@ def conn_max_age() -> int:
     return int(os.environ.get("BENCH_CONN_MAX_AGE", "60"))
 
 
+def postgres_name(name: str) -> str:
+    """The PostgreSQL database a system uses: its own, or ``BENCH_PG_DATABASE`` for every
+    system (one database of one's own on a server others use too)."""
+    return os.environ.get("BENCH_PG_DATABASE") or name
+
+
 def postgres_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
     return {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": name,
+        "NAME": postgres_name(name),
         "USER": os.environ.get("BENCH_PG_USER", "postgres"),
         "PASSWORD": os.environ.get("BENCH_PG_PASSWORD", ""),
         "HOST": endpoints.host("postgresql"),

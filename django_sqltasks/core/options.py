@@ -66,9 +66,10 @@ class BackendOptions:
     time_zone: str | None = None
     # Concurrency and rate limits of whole queues, shared by every worker.
     queue_limits: Mapping[str, Limit] = field(default_factory=dict)
-    # False: a claim's commit does not wait for its WAL flush (PostgreSQL's synchronous_commit
-    # off, for the claim's transaction only); a server crash may then run recent claims again.
-    claim_synchronous_commit: bool = True
+    # False (the default): a claim's commit does not wait for its WAL flush (PostgreSQL's
+    # synchronous_commit off, for the claim's transaction only); a server crash may then run
+    # recent claims again. True: every claim waits for its flush.
+    claim_synchronous_commit: bool = False
 
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:

@@ -31,8 +31,9 @@ from typing import TypeVar
 
 from django.db import connections, transaction
 from django.db.backends.utils import CursorWrapper
+from django.utils import timezone
 
-from ..compat import task_finished
+from ..compat import TaskResultStatus, task_finished
 from ..exceptions import OutcomeNotStored
 from ..sql import Dialect, Outcome, dialect_for
 from .liveness import Progress
@@ -114,6 +115,10 @@ class Completer:
         self._written = 0
         self._idle = threading.Event()  # set while nothing is submitted and unwritten
         self._idle.set()
+        # Told, once a batch is stored, the seconds until the earliest of its tasks that went
+        # back to READY (a retry, a snooze) is due: the worker claims it then, not at its
+        # next poll. Set by the runner before the first outcome.
+        self.on_ready_again: Callable[[float], None] | None = None
 
     # Called from any thread -------------------------------------------------------------
 
@@ -209,6 +214,14 @@ class Completer:
         atomic task once its transaction commits)."""
         with self._lock:
             self._written += len(batch.settled)
+        if self.on_ready_again is not None:
+            again = [
+                e.outcome
+                for e in batch.ended
+                if e.outcome.status == TaskResultStatus.READY and e.outcome.id in batch.written
+            ]
+            if again:
+                self.on_ready_again(min(_due_in(o) for o in again))
         self._signals.post(self._send_finished, batch)
 
     def _write(self, batch: Batch) -> None:
@@ -335,6 +348,13 @@ class Completer:
             task_id = ended.outcome.id
             if task_id in batch.written:  # not: a task that another worker holds now
                 report(ended, batch.salvaged.get(task_id, ended.outcome), receivers)
+
+
+def _due_in(outcome: Outcome) -> float:
+    """Seconds from now until ``outcome`` (READY again) is due, by this worker's clock."""
+    if outcome.available_at is not None:
+        return (outcome.available_at - timezone.now()).total_seconds()
+    return outcome.delay or 0.0
 
 
 def _describe(error: BaseException) -> str:

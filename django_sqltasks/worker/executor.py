@@ -135,7 +135,13 @@ class Executor:
 
     def _start_async_soon(self, starting: list[Starting]) -> None:
         """Start async tasks at the end of this turn of the loop, with the others started in it
-        (tasks finishing together free their slots one by one: one signal hop for them all)."""
+        (tasks finishing together free their slots one by one: one signal hop for them all).
+        Where task_started has only receivers that may run on the loop, start them now: no
+        hop to the signal thread and back before their first line."""
+        if all(started.on_the_loop for _, started in starting):
+            _send_each(starting)
+            self._run_each(starting)
+            return
         if not self._async_starting:
             self._loop.call_soon(self._start_async_batch)
         self._async_starting.extend(starting)
@@ -147,6 +153,9 @@ class Executor:
     async def _start_async(self, starting: list[Starting]) -> None:
         """Send task_started for a batch of async tasks in one hop, then run them."""
         await asyncio.wrap_future(self._signals.post(_send_each, starting))
+        self._run_each(starting)
+
+    def _run_each(self, starting: list[Starting]) -> None:
         for attempt, _ in starting:
             job = self._loop.create_task(self._run_async(attempt))
             self._track(job)

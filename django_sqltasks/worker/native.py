@@ -95,6 +95,11 @@ class LoopDatabase:
         """Whether a claim may run here now (else on the database thread)."""
         return self._connection is not None or time.monotonic() >= self._retry_at
 
+    @property
+    def listening(self) -> bool:
+        """Whether every task enqueued from now on wakes this worker (its LISTEN is up)."""
+        return self._listen and self._connection is not None
+
     async def claim(self, limit: int) -> list[ClaimedRow]:
         """Claim up to ``limit`` due tasks of the main scope. On any error the connection is
         dropped (opened again after RECONNECT_DELAY) and the error raised: the claim may or

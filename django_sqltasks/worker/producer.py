@@ -175,6 +175,11 @@ class Producer:
                         continue
                     await asyncio.to_thread(self._completer.wait_idle, 30)
                     continue
+                if self._told_of_new_tasks():
+                    # Every new task wakes this worker, a retry's outcome too: polling would
+                    # only repeat the claim that just found the queue drained.
+                    await self.sleep(self.poll_interval)
+                    continue
                 # Poll soon after finding work, then back off to the poll interval.
                 idle, self._idle_sleep = (
                     (BUSY_POLL, BUSY_POLL * 2)
@@ -275,6 +280,12 @@ class Producer:
         if self._serves(queue_name):
             self._woken()
 
+    def _told_of_new_tasks(self) -> bool:
+        """Whether a task that becomes claimable wakes this worker: it listens (PostgreSQL),
+        and no limit is claimed for (a slot of a limit frees with no notification)."""
+        native = self._native
+        return native is not None and native.listening and not self._claims.limited_active
+
     async def _claim_rows(self, free: int) -> list[ClaimedRow]:
         """Claim up to ``free`` tasks: on the loop where it can, else on the database thread."""
         native, claims = self._native, self._claims
@@ -298,7 +309,15 @@ class Producer:
         # A claim returns its rows in no set order: start them in the order the claim chose
         # them (priority, then due time), as a worker claiming one at a time would.
         rows.sort(key=_start_order)
-        self._start(self.slots.hold(rows, first=first))
+        ready, again = self.slots.hold(rows, first=first)
+        for row in again:
+            logger.warning(
+                "Task id=%s was claimed again while this worker runs it (a server crash lost "
+                "the first claim); it is not started twice",
+                row.id,
+                extra={"action": "claimed_again", "task_id": row.id, "worker_id": self.worker_id},
+            )
+        self._start(ready)
 
     def _start(self, rows: list[ClaimedRow]) -> None:
         if rows:
@@ -357,6 +376,21 @@ class Producer:
                 return
             with contextlib.suppress(RuntimeError):  # the loop closed during a forced stop
                 self._loop.call_soon_threadsafe(self.wake)
+
+    def on_ready_again(self, seconds: float) -> None:
+        """A task of this worker went back to READY, due in ``seconds`` (the completer's
+        thread): claim it when due, not at the next poll."""
+        if self._loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            self._loop.call_soon_threadsafe(self._wake_in, seconds)
+
+    def _wake_in(self, seconds: float) -> None:
+        assert self._loop is not None
+        if seconds <= 0:
+            self._woken()
+        elif seconds < self.poll_interval:
+            self._loop.call_later(seconds, self._woken)
 
     def _serves(self, queue_name: str | None) -> bool:
         queues = self.queue_names

@@ -9,9 +9,13 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from ..compat import TaskResult
+from ..compat import TaskResult, logs_task_started
 
 logger = logging.getLogger("django_sqltasks")
+
+# Receivers that only log (Django's own): they may run on the event loop, which a receiver
+# that queries or waits may not.
+ON_THE_LOOP = frozenset({logs_task_started})
 
 
 class Receivers:
@@ -38,6 +42,11 @@ class Receivers:
             return
         if not asynchronous:
             self._sync = list(sync)
+
+    @property
+    def on_the_loop(self) -> bool:
+        """Whether every receiver may run on the event loop (none, or Django's logging one)."""
+        return self._sync is not None and all(r in ON_THE_LOOP for r in self._sync)
 
     def includes(self, receiver: Callable[..., Any]) -> bool:
         """Whether ``receiver`` is among them (False when they could not be read)."""

@@ -133,6 +133,7 @@ class Worker:
             max_tasks=max_tasks,
             suspect_bound=config.lease_timeout,
         )
+        self._completer.on_ready_again = self._producer.on_ready_again
         self._reporter = Reporter(
             database=self.database, worker_id=self.worker_id, db=self._db.executor
         )

@@ -41,17 +41,32 @@ class Slots:
         with self._lock:
             return set(self._held)
 
-    def hold(self, rows: list[ClaimedRow], first: bool = False) -> list[ClaimedRow]:
+    def hold(
+        self, rows: list[ClaimedRow], first: bool = False
+    ) -> tuple[list[ClaimedRow], list[ClaimedRow]]:
         """Take claimed rows in (``first``: ahead of those waiting); return those that have a
-        slot now (the rest wait)."""
+        slot now (the rest wait), and those this worker holds already, which it does not take
+        in a second time.
+
+        A claim takes a task this worker holds only when an earlier claim of it was lost:
+        a server crash lost the claim's commit (CLAIM_SYNCHRONOUS_COMMIT), the row was READY
+        again, and this worker claimed it anew while its first attempt ran. That attempt's
+        outcome settles the row (it is RUNNING and this worker's again)."""
         with self._lock:
+            held = self._held
+            ids = [row.id for row in rows]
+            again: list[ClaimedRow] = []
+            if not held.isdisjoint(ids):
+                again = [row for row in rows if row.id in held]
+                rows = [row for row in rows if row.id not in held]
+                ids = [row.id for row in rows]
             self._claimed += len(rows)
-            self._held.update(row.id for row in rows)
+            held.update(ids)
             if first:
                 self._waiting.extendleft(reversed(rows))
             else:
                 self._waiting.extend(rows)
-            return self._take_waiting()
+            return self._take_waiting(), again
 
     def release(self, task_id: uuid.UUID) -> tuple[list[ClaimedRow], bool]:
         """A task's function returned: free its slot. Return the waiting rows to start in it,

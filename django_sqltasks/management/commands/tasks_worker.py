@@ -15,8 +15,6 @@ from ...worker import Worker
 from ...worker.checks import check_database, default_worker_id
 from ...worker.lease import EXIT_ID_IN_USE, WorkerIdInUse
 from ...worker.processes.health_file import toucher
-from ...worker.processes.pipe import SupervisorLink, die_with_parent
-from ...worker.processes.supervisor import Supervisor
 from .. import logs, startup
 from ..arguments import (
     backend_error,
@@ -54,6 +52,9 @@ class Command(QuietWhenPipeCloses):
         self._refuse_without_processes(options)
         link = None
         if options["supervisor"] is not None:
+            # Start-up: a worker without a supervisor does not load the pipe's module.
+            from ...worker.processes.pipe import SupervisorLink, die_with_parent
+
             fd, parent = options["supervisor"]
             die_with_parent(parent)
             link = SupervisorLink(fd)
@@ -119,6 +120,9 @@ class Command(QuietWhenPipeCloses):
                 f"{len(base)}"
             )
         self._connect(lambda: check_database(backend.database), backend.database, options)
+        # Start-up: a single worker process does not load the supervisor's modules.
+        from ...worker.processes.supervisor import Supervisor
+
         supervisor = Supervisor(
             command=self._child_arguments(queues, options),
             processes=options["processes"],
