@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 
 from django_sqltasks.compat import task_backends
 from django_sqltasks.models import ScheduleRecord, TaskRecord
@@ -155,8 +156,8 @@ def test_a_worker_killed_mid_tick_leaves_its_slot_to_another(
 # A broken row fails alone (no worker process: the scheduler of this one) ---------------------
 
 
-def at(hour: int, minute: int) -> datetime:
-    return datetime(2030, 1, 1, hour, minute, tzinfo=UTC)
+def at(hour: int, minute: int, second: int = 0) -> datetime:
+    return datetime(2030, 1, 1, hour, minute, second, tzinfo=UTC)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -271,3 +272,80 @@ def test_a_row_stored_before_the_upgrade_keeps_its_last_slot(settings: Any) -> N
     row = ScheduleRecord.objects.get(name="s")
     assert (row.task_path, row.every, row.last_slot) == (TICK, 60.0, at(10, 0))
     assert scheduler.run_due(at(10, 1)) == ["s"]
+
+
+# A large table: a tick reads its due rows, not the table -----------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tick_reads_only_the_due_rows_of_a_large_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With 1,500 hourly schedules, a tick between their slots checks no row and reads none:
+    the scheduler used to read and check every enabled row at every tick (the table of a
+    user's schedules starved the heartbeat on the same database thread)."""
+    ScheduleRecord.objects.bulk_create(
+        ScheduleRecord(
+            backend_name="default", name=f"s{i:05}", task_path=TICK, cron=f"{i % 60} * * * *"
+        )
+        for i in range(1500)
+    )
+    from django_sqltasks.worker import scheduler as module  # to count the rows it checks
+
+    checked = []
+    check = module.schedule_of
+    monkeypatch.setattr(
+        module, "schedule_of", lambda row, zone: checked.append(1) or check(row, zone)
+    )
+    periodic = Scheduler(task_backends["default"])
+    assert periodic.run_due(at(10, 0)) == []  # first sight of each: their next runs stored
+    assert len(checked) == 1500
+    checked.clear()
+    with CaptureQueriesContext(connection) as queries:
+        assert periodic.run_due(at(10, 0, 30)) == []
+    assert checked == [] and len(queries) <= 3, [q["sql"] for q in queries]
+    assert periodic.next_wakeup(at(10, 0, 30)) == at(10, 1)
+    fired = periodic.run_due(at(10, 1, 30))  # the 25 of minute 1, in one batch
+    assert fired == [f"s{i:05}" for i in range(1, 1500, 60)]
+    assert TaskRecord.objects.filter(task_path=TICK).count() == 25
+
+
+@pytest.mark.django_db(transaction=True)
+def test_more_due_rows_than_a_batch_fire_once_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_sqltasks.worker import scheduler as module  # a small batch, to cross several
+
+    monkeypatch.setattr(module, "BATCH", 7)
+    for i in range(30):
+        admin_made(f"m{i:02}", every=60, last_slot=at(9, 0))
+    broken = admin_made("broken", cron="61 * * * *", last_slot=at(9, 0))
+    periodic = Scheduler(task_backends["default"])
+    assert periodic.run_due(at(10, 0)) == [f"m{i:02}" for i in range(30)]
+    assert periodic.run_due(at(10, 0, 30)) == []
+    assert periodic.run_due(at(10, 1)) == [f"m{i:02}" for i in range(30)]
+    assert TaskRecord.objects.filter(task_path=TICK).count() == 60
+    broken.refresh_from_db()
+    assert broken.next_run_at is None  # read at each tick until fixed, logged once
+
+
+@pytest.mark.worker_process
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_goes_on_while_a_tick_is_held(
+    worker_process: StartWorker, events: EventLog, gate: Gate
+) -> None:
+    """The scheduler's tick runs on a connection of its own: held inside an election (an
+    enqueue that blocks), it holds up no heartbeat and no rescue pass."""
+    if connection.vendor == "sqlite":
+        pytest.skip(
+            "SQLite takes one writer at a time: the tick shares the database thread, a batch "
+            "of rows per call (test_a_tick_reads_only_the_due_rows_of_a_large_table)"
+        )
+    now = database_now("default")
+    admin_made("hourly", task_path=HELD, every=3600, last_slot=now - timedelta(hours=2))
+    worker = worker_process(env={**FAST, HOLD_ENV: gate.path})
+    events.wait("note", what="enqueue_held")
+    mark = events.mark()
+    events.wait("rescue_pass", count=3, after=mark)  # three heartbeats, 0.2 s apart
+    gate.open()
+    events.wait("task_finished", task=HELD)
+    stop(worker)
+    assert TaskRecord.objects.filter(task_path=HELD).count() == 1

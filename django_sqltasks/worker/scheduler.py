@@ -142,18 +142,64 @@ class Scheduler:
         no next run stored, new or changed; else those whose next run has come); return the
         names fired and the key to go on from (None: no more)."""
         due, following = self.read(now, unseen, after)
-        fired = []
+        fired: list[str] = []
+        if not due:
+            return fired, following
+        database = self.backend.database
+        # The rows that only store their runs, by what they store: first sight (a start) or a
+        # next run stored behind (a move), by the revision read and the values written.
+        starts: dict[tuple[int, datetime, datetime], list[int]] = {}
+        moves: dict[tuple[int, datetime], list[int]] = {}
+        elections = []
+        # The slots of each timing, computed once: a table repeats few timings.
+        slots: dict[tuple[str | None, float | None, str], tuple[datetime, datetime]] = {}
         for item in due:
+            timing = (item.schedule.cron, item.schedule.every, item.schedule.time_zone)
             try:
-                if self._fire(item, now):
-                    fired.append(item.schedule.name)
+                if timing not in slots:
+                    slots[timing] = (item.schedule.latest_slot(now), item.schedule.next_slot(now))
             except Exception:  # one broken schedule must never stop the others
-                logger.exception(
-                    "Periodic task %s could not be enqueued; the other schedules go on",
-                    item.name,
-                    extra={"action": "periodic_failed", "schedule": item.name},
+                self._failed(item)
+                continue
+            slot, next_run = slots[timing]
+            if item.last_slot is None:
+                starts.setdefault((item.revision, slot, next_run), []).append(item.pk)
+            elif item.last_slot < slot:
+                elections.append((item, slot, next_run))
+            elif item.next_run_at is None or item.next_run_at <= now:
+                moves.setdefault((item.revision, next_run), []).append(item.pk)
+        # One transaction a batch: one commit (and its fsync) for up to BATCH rows, instead of
+        # one each; the rows that only store their runs are one UPDATE per timing (each row
+        # guarded as _fire guards one). A lost connection undoes the batch, which is tried
+        # again; any other error in an election undoes that election alone (its savepoint).
+        with transaction.atomic(using=database):
+            for (revision, slot, next_run), pks in starts.items():
+                self._enabled().filter(
+                    pk__in=pks, revision=revision, last_slot__isnull=True
+                ).update(last_slot=slot, next_run_at=next_run)
+            stale = Q(next_run_at__isnull=True) | Q(next_run_at__lte=now)
+            for (revision, next_run), pks in moves.items():
+                self._enabled().filter(stale, pk__in=pks, revision=revision).update(
+                    next_run_at=next_run
                 )
+            for item, slot, next_run in elections:
+                try:
+                    if self._elect(item, slot, next_run, now):
+                        fired.append(item.name)
+                except DatabaseError as e:
+                    if dialect_for(connections[database]).is_transient(e):
+                        raise
+                    self._failed(item)
+                except Exception:  # one broken schedule must never stop the others
+                    self._failed(item)
         return fired, following
+
+    def _failed(self, item: Due) -> None:
+        logger.exception(
+            "Periodic task %s could not be enqueued; the other schedules go on",
+            item.name,
+            extra={"action": "periodic_failed", "schedule": item.name},
+        )
 
     def read(
         self, now: datetime, unseen: bool = False, after: Key = ()
@@ -210,28 +256,38 @@ class Scheduler:
         return schedule
 
     def _fire(self, item: Due, now: datetime) -> bool:
+        """Hold the election of ``item``'s latest slot (or store its runs, if it has no slot to
+        fire): ``run_batch`` for one row."""
         schedule = item.schedule
-        slot = schedule.latest_slot(now)
-        database = self.backend.database
-        # Guarded by the revision read (a change since makes the next tick read it again) and
-        # by enabled (a disable committed since holds at once).
-        row = ScheduleRecord.objects.using(database).filter(
-            pk=item.pk, revision=item.revision, enabled=True
-        )
-        following = schedule.next_slot(now)
+        slot, next_run = schedule.latest_slot(now), schedule.next_slot(now)
+        row = self._guarded(item)
         if item.last_slot is not None and item.last_slot >= slot:
             # Fired already, as read at this tick: no election to hold. A next run stored
             # behind it (a row of an earlier version) is moved on, or every tick reads it.
             if item.next_run_at is None or item.next_run_at <= now:
-                row.update(next_run_at=following)
+                row.update(next_run_at=next_run)
             return False
         if item.last_slot is None:
             # First sight: the schedule starts at its latest slot without firing it.
-            row.filter(last_slot__isnull=True).update(last_slot=slot, next_run_at=following)
+            row.filter(last_slot__isnull=True).update(last_slot=slot, next_run_at=next_run)
             return False
+        return self._elect(item, slot, next_run, now)
+
+    def _guarded(self, item: Due) -> Any:
+        # Guarded by the revision read (a change since makes the next tick read it again) and
+        # by enabled (a disable committed since holds at once).
+        return ScheduleRecord.objects.using(self.backend.database).filter(
+            pk=item.pk, revision=item.revision, enabled=True
+        )
+
+    def _elect(self, item: Due, slot: datetime, next_run: datetime, now: datetime) -> bool:
+        """Advance ``item``'s row to ``slot``, and if this worker did, enqueue its task in the
+        same transaction; return whether it did."""
+        schedule, database = item.schedule, self.backend.database
+        row = self._guarded(item)
         with transaction.atomic(using=database):
             # The guarded UPDATE is the election: one worker per slot gets a row changed.
-            if not row.filter(last_slot__lt=slot).update(last_slot=slot, next_run_at=following):
+            if not row.filter(last_slot__lt=slot).update(last_slot=slot, next_run_at=next_run):
                 return False  # this slot fired already (or the row changed)
             try:
                 with transaction.atomic(using=database):
