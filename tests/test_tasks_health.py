@@ -158,5 +158,8 @@ def test_the_probe_reads_the_ready_indexes_not_the_history() -> None:
         (limited, "sqltasks_ready_limited_idx"),
     ):
         plan = explain(*query.query.sql_with_params())
-        assert index in plan, plan
+        # A table partitioned by status (PostgreSQL) answers from its live leaf alone, which
+        # holds only READY and RUNNING tasks: there a scan of that leaf is as good.
+        live_leaf_only = "_live " in plan and "_successful" not in plan and "_failed" not in plan
+        assert index in plan or live_leaf_only, plan
     assert TaskRecord.objects.count() == 10_200

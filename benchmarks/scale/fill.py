@@ -22,15 +22,19 @@ from django_sqltasks.models import TaskRecord
 DAYS = 30  # the history's length: from the midnight (UTC) 30 days before the base time to it
 FAILED_EVERY = 33  # one task in 33 fails
 QUEUES = ("default", "emails", "reports")
-PATHS = (
-    "shop.tasks.send_receipt",
-    "shop.tasks.charge_card",
-    "shop.tasks.render_invoice",
-    "shop.tasks.sync_stock",
-    "shop.tasks.notify_courier",
-    "shop.tasks.refresh_search",
-    "shop.tasks.export_report",
-    "shop.tasks.resize_image",
+# The history's tasks, declared in benchmarks/scale/tasks.py.
+PATHS = tuple(
+    f"benchmarks.scale.tasks.{name}"
+    for name in (
+        "send_receipt",
+        "charge_card",
+        "render_invoice",
+        "sync_stock",
+        "notify_courier",
+        "refresh_search",
+        "export_report",
+        "resize_image",
+    )
 )
 ERRORS = ("smtplib.SMTPServerDisconnected", "builtins.ValueError", "shop.errors.PaymentDeclined")
 CHUNK = {"postgresql": 1_000_000, "mysql": 200_000, "sqlite": 500_000}  # rows per INSERT

@@ -171,7 +171,9 @@ def task_pages(
         pages.append(Page(f"deep page ?p={number}", f"{base}?p={number}"))
     pages.append(Page("search: id", f"{base}?q={middle.pk}", found=False))
     pages.append(Page("search: argument value (an e-mail)", f"{base}?q={address}", found=False))
-    pages.append(Page("search: error class", f"{base}?q=PaymentDeclined", found=False))
+    # An error's class path, as a traceback shows it.
+    error = "shop.errors.PaymentDeclined"
+    pages.append(Page("search: error class", f"{base}?q={error}", found=False))
     if tag is None:
         pages.append(Page("search: tag", base, note="no tags column: cannot measure"))
     else:
@@ -259,7 +261,7 @@ def enqueue_rate() -> float:
     for i in range(ENQUEUES):
         noop.enqueue(f"user{i}@example.com", i)
     rate = ENQUEUES / (time.perf_counter() - start)
-    TaskRecord.objects.filter(task_path__endswith=".noop", status="READY").delete()
+    TaskRecord.objects.filter(task_path="benchmarks.scale.tasks.noop", status="READY").delete()
     return rate
 
 
