@@ -185,13 +185,15 @@ def sql_backend(alias: str) -> Any:
 
 
 def backend_error(alias: str, error: BaseException) -> CommandError:
-    """The error of a backend that cannot be used: blamed on ``--backend`` when the alias is
-    not in ``TASKS``, and on the ``TASKS`` entry when it is (its ``BACKEND`` fails to load, or
-    is of another kind), whether or not the user passed ``--backend``."""
-    if alias in django_settings.TASKS:
+    """The error of a backend that cannot be used: blamed on the ``TASKS`` entry when its
+    ``BACKEND`` fails to load (whether or not the user passed ``--backend``), and on
+    ``--backend`` when the alias is not in ``TASKS`` or names a backend of another kind."""
+    if alias not in django_settings.TASKS:
+        known = ", ".join(map(repr, django_settings.TASKS)) or "none"
+        return CommandError(f"--backend: {alias!r} is not in TASKS (its aliases: {known}).")
+    if error.__cause__ is not None:  # Django's handler chains the import's error
         return CommandError(f"TASKS[{alias!r}]: {error}")
-    known = ", ".join(map(repr, django_settings.TASKS)) or "none"
-    return CommandError(f"--backend: {alias!r} is not in TASKS (its aliases: {known}).")
+    return CommandError(f"--backend: {error}")
 
 
 def refuse_unknown_queues(backend: Any, names: Iterable[str]) -> None:
