@@ -76,7 +76,9 @@ class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
     list_filter = (
         "status",
         durable.WaitingFilter,
-        QueueFilter, TaskFilter, TagFilter,
+        QueueFilter,
+        TaskFilter,
+        TagFilter,
         SQLBackendFilter,
     )
     # The search box finds a task by id, argument value, subject, error class or tag

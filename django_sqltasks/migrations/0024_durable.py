@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_sqltasks', '0019_fair_queues'),
+        ('django_sqltasks', '0023_suspect_index'),
     ]
 
     operations = [
