@@ -119,6 +119,7 @@ def main() -> int:
 
     waits = []
     for row in TaskRecord.objects.filter(id__in=probes).exclude(started_at=None):
+        assert row.started_at is not None
         waits.append((row.started_at - row.enqueued_at).total_seconds())
     unstarted = len(probes) - len(waits)
     window = [n for t, n in samples if rescued_at is not None and t >= rescued_at]

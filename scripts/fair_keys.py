@@ -42,10 +42,12 @@ def drain(root: Path, env: dict[str, str], logdir: Path, mode: str, keys: int) -
 
     TaskRecord.objects.all().delete()
     task = tasks_fair.per_tenant if mode == "fair" else tasks_fair.unfair
-    backend = task_backends["default"]
+    backend: Any = task_backends["default"]
     began = time.monotonic()
-    for start in range(0, keys, CHUNK):
-        calls = [(("/dev/null", f"k{i:07d}", "x"), {}) for i in range(start, start + CHUNK)]
+    for first in range(0, keys, CHUNK):
+        calls: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+            (("/dev/null", f"k{i:07d}", "x"), {}) for i in range(first, first + CHUNK)
+        ]
         backend.enqueue_many(task, calls)
     log(f"{mode}: enqueued {keys:,} tasks of {keys:,} keys in {time.monotonic() - began:.1f}s")
     with connection.cursor() as cursor:
@@ -59,7 +61,8 @@ def drain(root: Path, env: dict[str, str], logdir: Path, mode: str, keys: int) -
     done = TaskRecord.objects.filter(status="SUCCESSFUL")
     while not done.exists():
         time.sleep(0.05)
-    start, counted = time.monotonic(), done.count()
+    start = time.monotonic()
+    counted = done.count()
     new: list[str] = []
     while time.monotonic() - start < WINDOW:
         if not new and time.monotonic() - start >= NEW_KEYS_AFTER:

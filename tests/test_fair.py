@@ -205,7 +205,7 @@ def test_the_round_splits_a_batch_evenly() -> None:
         priorities=lambda gs: [[0] for _ in gs],
         allowed=lambda g: None,
         take=lambda g, n: None,
-        claim=claim_of,  # type: ignore[arg-type]
+        claim=claim_of,
     )
     assert sorted(rows) == ["a"] * 4 + ["b"] + ["c"] * 4
     assert last == 2

@@ -144,8 +144,8 @@ STRUCTURAL = {
     "status_sql",
     "finished_sql",
     "rescues_sql",
-    # A requeue's due time: the database's clock, or for a rescue a CASE on the limit key
-    # between that clock and the suspects' mark (a placeholder).
+    # A requeue's due time: a CASE on the suspects' marks (placeholders) between them and the
+    # database's clock.
     "available_sql",
     # The database's clock for writes (a constant function: statement_timestamp()), and a
     # retry's due time built from it and the outcome's delay column (MariaDB).

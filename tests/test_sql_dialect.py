@@ -208,7 +208,7 @@ def test_requeue_orphans_charges_only_tasks_that_ran_alone(
     after: int,
     mark_after: object,
 ) -> None:
-    fields = {"available_at": stored(mark)} if mark is not None else {}  # type: ignore[arg-type]
+    fields = {"available_at": stored(mark)} if mark is not None else {}
     row = task_row(
         TaskResultStatus.RUNNING, owner="gone", rescues=before, limit_key=limit_key, **fields
     )
@@ -220,7 +220,7 @@ def test_requeue_orphans_charges_only_tasks_that_ran_alone(
     record = TaskRecord.objects.get(id=row.id)
     assert (record.status, record.rescues, record.owner) == (status, after, None)
     if status == "READY":
-        assert record.available_at == stored(mark_after)  # type: ignore[arg-type]
+        assert record.available_at == stored(mark_after)
     message = record.errors[-1]["traceback"]
     assert "gone" in message
     assert ("to run alone next time" in message) is (mark is None)
@@ -237,7 +237,7 @@ def test_a_stop_keeps_suspects_suspects(dialect: Dialect) -> None:
         task_row(
             TaskResultStatus.RUNNING,
             owner=WORKER,
-            **({"available_at": stored(m)} if m is not None else {}),  # type: ignore[arg-type]
+            **({"available_at": stored(m)} if m is not None else {}),
         )
         for m in marks
     ]

@@ -31,7 +31,7 @@ G = TypeVar("G")
 
 
 class Gated(Protocol):
-    """A group of the limited claim (``limited.Group``): what one claim statement takes."""
+    """A group of the limited claim (``gates.Group``): what one claim statement takes."""
 
     @property
     def limit_key(self) -> str | None: ...
@@ -44,7 +44,7 @@ class Gated(Protocol):
 
 
 class Held(Protocol):
-    """A locked limit row of the round (``limited.Gate``)."""
+    """A locked limit row of the round (``gates.Gate``)."""
 
     taken: int
 

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,7 +32,6 @@ from ..core.limits import (
     queue_key,
     rate_key,
     record_starts,
-    room,
     task_limit,
     task_path_of,
 )
@@ -43,6 +41,7 @@ from ..sql import ClaimedRow, Dialect, Scope, SuspectRow
 from ..store.queue_limits import overrides
 from . import events
 from .fair import FairTasks, claim_fair, counted_on, write_transaction
+from .gates import Gate, Group
 
 logger = logging.getLogger("django_sqltasks.worker")
 
@@ -58,37 +57,6 @@ FRESH_A_ROUND = GROUPS_A_ROUND // 2  # of a round's groups, at most this many ar
 # seen, for per-customer keys) and make them again when a task needs one.
 STALE_AFTER = timedelta(hours=2)
 FORGET_EVERY = 600.0  # seconds between two deletions of stale limit rows by one worker
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    """Tasks one claim statement takes: of ``limit_key`` (None: no task limit) in ``queues``
-    (None: every queue of the worker but ``exclude``), under the limits ``gates`` name."""
-
-    limit_key: str | None
-    queues: tuple[str, ...] | None
-    exclude: tuple[str, ...]
-    gates: tuple[str, ...]
-
-
-class Gate:
-    """One locked ``TaskLimit`` row within a claim round."""
-
-    def __init__(self, key: str, limit: Limit, starts: list[float], running: Callable[[], int]):
-        self.key = key
-        self.limit = limit
-        self.starts = starts
-        self._running = running
-        self._counted: int | None = None
-        self.taken = 0
-
-    def room(self, now: float) -> int | None:
-        return room(self.limit, self.running, self.starts + [now] * self.taken, now)
-
-    def running(self) -> int:
-        if self._counted is None:
-            self._counted = self._running()
-        return self._counted + self.taken
 
 
 class LimitedClaim:

@@ -220,13 +220,17 @@ class Producer:
         suspect may start here (see ``suspects``)."""
         task_id = self._suspects.to_clear()
         assert task_id is not None
+        self._suspects.cleared()
         try:
-            await self._db.call(self._claims.clear_suspect, task_id)
+            cleared = await self._db.call(self._claims.clear_suspect, task_id)
         except Exception:
+            # Not retried: it keeps its mark, and is charged if its worker dies beside the
+            # next suspect (a crash during a database fault).
             self._progress.failed("claiming")
-            logger.exception("Clearing suspect task id=%s failed; retrying", task_id)
-            await self.sleep(self.poll_interval)
+            logger.exception("Clearing suspect task id=%s failed", task_id)
             return
+        if not cleared:
+            return  # it ended meanwhile
         logger.info(
             "Task id=%s ran alone for %ss without killing its worker: the next suspect may "
             "start beside it",
@@ -234,7 +238,6 @@ class Producer:
             self._suspects.bound,
             extra={"action": "suspect_cleared", "task_id": task_id, "worker_id": self.worker_id},
         )
-        self._suspects.cleared()
         events.emit("suspect_cleared", worker_id=self.worker_id, task_id=str(task_id))
 
     def on_suspects(self) -> None:
