@@ -292,11 +292,14 @@ def test_a_tick_reads_only_the_due_rows_of_a_large_table(
     )
     from django_sqltasks.worker import scheduler as module  # to count the rows it checks
 
-    checked = []
+    checked: list[str] = []
     check = module.schedule_of
-    monkeypatch.setattr(
-        module, "schedule_of", lambda row, zone: checked.append(1) or check(row, zone)
-    )
+
+    def counting(row: ScheduleRecord, zone: str) -> Any:
+        checked.append(row.name)
+        return check(row, zone)
+
+    monkeypatch.setattr(module, "schedule_of", counting)
     periodic = Scheduler(task_backends["default"])
     assert periodic.run_due(at(10, 0)) == []  # first sight of each: their next runs stored
     assert len(checked) == 1500
