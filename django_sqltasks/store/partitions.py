@@ -21,8 +21,10 @@ from ..sql import partitions as sql
 
 logger = logging.getLogger("django_sqltasks")
 
-DAYS_AHEAD = 7  # days of partitions made ahead: a worker may be down this long before
-# finished tasks land in the default partition (which pruning then deletes from)
+# Days of partitions made ahead: every worker may be down this long before finished tasks land
+# in the default partition (which pruning then deletes from). Each empty partition costs the
+# planning of a read by id a little: a few days, not weeks.
+DAYS_AHEAD = 3
 HISTORY_DAYS = 62  # days back given partitions of their own when a table is converted
 MIGRATE_MAX_ROWS = 100_000  # larger tables are converted by tasks_partition, online
 MOVE_BATCH = 10_000  # rows per statement moving history into the partitioned table
@@ -177,9 +179,7 @@ def build(
         days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
         for status in sql.HISTORY:
             for day in days:
-                statements += sql.add_day_statements(
-                    table, status, day, like=table + sql.STAGING
-                )
+                statements += sql.add_day_statements(table, status, day, like=table + sql.STAGING)
         _run(connection, cursor, statements, say, dry_run)
 
 
