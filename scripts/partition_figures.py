@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -20,7 +21,7 @@ from django.db import connection, transaction  # noqa: E402
 from django_sqltasks.sql import dialect_for  # noqa: E402
 
 
-def timed(sql: str, params: list[object]) -> tuple[float, float]:
+def timed(sql: str, params: list[Any]) -> tuple[float, float]:
     """Planning and execution time of ``sql``, in ms, rolled back."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
