@@ -12,6 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, connections
 from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
@@ -132,8 +133,14 @@ def test_prune_drops_old_days_whole_and_deletes_only_what_is_old_in_the_straddli
 
     pruned = prune(using="default", successful_days=5, failed_days=None, now=now)
 
-    assert pruned.successful == 3
-    assert {where_is(t) for t in (*old, before)} == {None}
+    # The day of the cutoff waits until it is whole past it; then it is dropped.
+    assert pruned.successful == 2 and where_is(before) == straddling
+    assert {where_is(t) for t in old} == {None}
+    with CaptureQueriesContext(connection) as queries:
+        exact = prune(using="default", successful_days=5, failed_days=None, now=now, exact=True)
+    assert exact.successful == 1 and where_is(before) is None
+    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+    assert len(deletes) == 1, deletes
     assert where_is(after) == straddling and where_is(recent) is not None
     assert where_is(kept_failed) == sql.day_partition(
         TABLE, "FAILED", kept_failed.finished_at.date()
@@ -173,7 +180,7 @@ def test_live_tasks_survive_the_pruning_of_every_day() -> None:
         task_row(TaskResultStatus.SUCCESSFUL, finished_ago=timedelta(days=days))
         task_row(TaskResultStatus.FAILED, finished_ago=timedelta(days=days))
 
-    pruned = prune(using="default", successful_days=0, failed_days=0)
+    pruned = prune(using="default", successful_days=0, failed_days=0, exact=True)
 
     assert pruned.total == 60 and pruned.partitions >= 60
     assert {where_is(t) for t in (deferred, running, parked)} == {f"{TABLE}_live"}

@@ -136,6 +136,18 @@ def drop_before(
     return dropped
 
 
+def straddled_day(using: str, status: str, cutoff: datetime) -> sql.DayPartition | None:
+    """The day partition of ``status`` that ``cutoff`` falls in, if the table is partitioned
+    and has one."""
+    if not partitioned(using):
+        return None
+    with connections[using].cursor() as cursor:
+        for partition in sql.day_partitions(cursor, _table(), status):
+            if partition.start <= cutoff < partition.end:
+                return partition
+    return None
+
+
 def _drop(connection: BaseDatabaseWrapper, cursor: CursorWrapper, name: str) -> bool:
     dialect = dialect_for(connection)
     for attempt in range(1, DROP_TRIES + 1):
