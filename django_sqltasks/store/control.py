@@ -2,7 +2,8 @@
 
 Each change is one guarded UPDATE or DELETE per task, conditioned on the status (and, where the
 errors list is rewritten, the attempt count) read just before, so a task that a worker claims or
-finishes in between is left alone rather than overwritten.
+finishes in between is left alone rather than overwritten. On PostgreSQL's partitioned table a
+task that finishes meanwhile has moved partition: the change is run again (``moved.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
+from functools import partial
 
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
@@ -17,6 +19,7 @@ from django.utils import timezone
 from ..compat import TaskResultDoesNotExist, TaskResultStatus
 from ..models import TaskRecord
 from ..sql import dialect_for
+from .moved import rerun_if_moved
 
 CANCELLED = "django_sqltasks.exceptions.TaskCancelled"
 
@@ -38,9 +41,10 @@ def retry(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
     now = database_now(using)  # due now by the clock the claim reads
     retried = []
     for record in tasks:
-        try:
+
+        def retry_one(record: TaskRecord = record) -> int:
             with transaction.atomic(using=using):
-                changed = (
+                return (
                     TaskRecord.objects.using(using)
                     .filter(pk=record.pk, status=TaskResultStatus.FAILED)
                     .update(
@@ -51,6 +55,9 @@ def retry(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
                         owner=None,
                     )
                 )
+
+        try:
+            changed = rerun_if_moved(using, retry_one)
         except IntegrityError:
             # A newer live task holds this task's dedupe key: that one will do the work.
             continue
@@ -67,28 +74,35 @@ def cancel(tasks: Iterable[TaskRecord], using: str, reason: str) -> list[TaskRec
     now = timezone.now()
     cancelled = []
     for record in tasks:
-        with transaction.atomic(using=using):
-            # Lock the row, if still READY, so a claim (SKIP LOCKED) passes it by meanwhile.
-            current = (
-                TaskRecord.objects.using(using)
-                .select_for_update(skip_locked=True)
-                .filter(pk=record.pk, status=TaskResultStatus.READY)
-                .only("errors", "attempts")
-                .first()
-            )
-            if current is None:
-                continue
-            errors = [*current.errors, {"exception_class_path": CANCELLED, "traceback": reason}]
-            changed = (
-                TaskRecord.objects.using(using)
-                .filter(pk=record.pk, status=TaskResultStatus.READY, attempts=current.attempts)
-                .update(status=TaskResultStatus.FAILED, errors=errors, finished_at=now)
-            )
-            if changed:  # wake its waiters (result.wait()) at commit
-                connection = connections[using]
-                with connection.cursor() as cursor:
-                    dialect_for(connection).announce_finished(cursor, [record.pk])
-        if changed:
+
+        def cancel_one(record: TaskRecord = record) -> int:
+            with transaction.atomic(using=using):
+                # Lock the row, if still READY, so a claim (SKIP LOCKED) passes it by meanwhile.
+                current = (
+                    TaskRecord.objects.using(using)
+                    .select_for_update(skip_locked=True)
+                    .filter(pk=record.pk, status=TaskResultStatus.READY)
+                    .only("errors", "attempts")
+                    .first()
+                )
+                if current is None:
+                    return 0
+                errors = [
+                    *current.errors,
+                    {"exception_class_path": CANCELLED, "traceback": reason},
+                ]
+                changed = (
+                    TaskRecord.objects.using(using)
+                    .filter(pk=record.pk, status=TaskResultStatus.READY, attempts=current.attempts)
+                    .update(status=TaskResultStatus.FAILED, errors=errors, finished_at=now)
+                )
+                if changed:  # wake its waiters (result.wait()) at commit
+                    connection = connections[using]
+                    with connection.cursor() as cursor:
+                        dialect_for(connection).announce_finished(cursor, [record.pk])
+                return changed
+
+        if rerun_if_moved(using, cancel_one):
             cancelled.append(record)
     return cancelled
 
@@ -101,11 +115,9 @@ def request_cancel(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
     """
     asked = []
     for record in tasks:
-        changed = (
-            TaskRecord.objects.using(using)
-            .filter(pk=record.pk, status=TaskResultStatus.RUNNING)
-            .update(cancel_requested=True)
-        )
+        rows = TaskRecord.objects.using(using).filter(pk=record.pk, status=TaskResultStatus.RUNNING)
+        # A task that finishes meanwhile moves partition: the rerun finds it no longer RUNNING.
+        changed = rerun_if_moved(using, partial(rows.update, cancel_requested=True))
         if changed:
             asked.append(record)
     return asked

@@ -21,8 +21,10 @@ from ..sql import partitions as sql
 
 logger = logging.getLogger("django_sqltasks")
 
-DAYS_AHEAD = 7  # days of partitions made ahead: a worker may be down this long before
-# finished tasks land in the default partition (which pruning then deletes from)
+# Days of partitions made ahead: every worker may be down this long before finished tasks land
+# in the default partition (which pruning then deletes from). Each empty partition costs the
+# planning of a read by id a little: a few days, not weeks.
+DAYS_AHEAD = 3
 HISTORY_DAYS = 62  # days back given partitions of their own when a table is converted
 MIGRATE_MAX_ROWS = 100_000  # larger tables are converted by tasks_partition, online
 MOVE_BATCH = 10_000  # rows per statement moving history into the partitioned table
@@ -132,6 +134,18 @@ def drop_before(
                 dropped.partitions.append(partition.name)
                 dropped.tasks += count
     return dropped
+
+
+def straddled_day(using: str, status: str, cutoff: datetime) -> sql.DayPartition | None:
+    """The day partition of ``status`` that ``cutoff`` falls in, if the table is partitioned
+    and has one."""
+    if not partitioned(using):
+        return None
+    with connections[using].cursor() as cursor:
+        for partition in sql.day_partitions(cursor, _table(), status):
+            if partition.start <= cutoff < partition.end:
+                return partition
+    return None
 
 
 def _drop(connection: BaseDatabaseWrapper, cursor: CursorWrapper, name: str) -> bool:

@@ -16,7 +16,7 @@ from django.utils import timezone
 from ..compat import TaskResultStatus
 from ..models import EventRecord, TaskRecord, WorkflowRecord
 from . import steps
-from .partitions import drop_before
+from .partitions import drop_before, straddled_day
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -50,10 +50,14 @@ def prune(
     batch_size: int = BATCH_SIZE,
     max_batches: int | None = None,
     now: datetime | None = None,
+    exact: bool = False,
 ) -> Pruned:
     """Delete tasks that finished more than the given days ago; ``None`` keeps that status.
 
     ``max_batches`` bounds the work of one call per status (the worker prunes a little at a time).
+    On PostgreSQL's partitioned table, the tasks of the day the cutoff falls in are kept until
+    that whole day is past it (at most a day longer), and then dropped with it, unless
+    ``exact``: then they are deleted now, in batches, as on the other databases.
     """
     now = now or timezone.now()
     tasks = TaskRecord.objects.using(using).order_by().scoped(backend, queue)
@@ -70,7 +74,12 @@ def prune(
             # Whole days first: a DROP of each partition past the cutoff, whatever its size.
             dropped = drop_before(using, status, cutoff, backend=backend, queue=queue)
             count, pruned.partitions = dropped.tasks, pruned.partitions + len(dropped.partitions)
-        old = tasks.filter(status=status, finished_at__lte=cutoff)
+        old = tasks.filter(status=status)
+        day = None if exact else straddled_day(using, status, cutoff)
+        if day is None:
+            old = old.filter(finished_at__lte=cutoff)
+        else:  # the default partition's tasks older than that day, if any
+            old = old.filter(finished_at__lt=day.start)
         count += _delete(old, dry_run, batch_size, max_batches)
         if status == TaskResultStatus.SUCCESSFUL:
             pruned.successful = count

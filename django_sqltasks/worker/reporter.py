@@ -14,12 +14,14 @@ import logging
 import threading
 import uuid
 from concurrent.futures import Executor, Future
+from functools import partial
 
 from django.db import DatabaseError
 from django.db.models import Q
 
 from ..core.progress import AttemptReport, live_writers
 from ..models import TaskRecord
+from ..store.moved import rerun_if_moved
 from .retries import is_transient, reset
 
 logger = logging.getLogger("django_sqltasks")
@@ -123,7 +125,9 @@ def store(database: str, worker_id: str, report: AttemptReport) -> bool:
         .filter(Q(owner=worker_id) | Q(owner__isnull=True))
     )
     try:
-        rows.update(progress=taken.to_json())
+        # A task that finishes meanwhile moves partition (PostgreSQL): run again, the write
+        # finds its row where it is now.
+        rerun_if_moved(database, partial(rows.update, progress=taken.to_json()))
     except BaseException:
         report.untake()
         raise

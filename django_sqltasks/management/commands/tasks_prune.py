@@ -66,6 +66,13 @@ class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
         )
+        parser.add_argument(
+            "--exact",
+            action="store_true",
+            help="PostgreSQL: also delete, in batches, the old tasks of the day the cutoff falls "
+            "in (by default they are kept until that whole day is past the cutoff, at most a "
+            "day longer, and then dropped with its partition).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         backend = sql_backend(options["backend"])
@@ -80,6 +87,7 @@ class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
             queue=queue,
             batch_size=options["batch_size"],
             dry_run=options["dry_run"],
+            exact=options["exact"],
         )
         if queue is not None and not pruned.total:
             tasks = TaskRecord.objects.using(backend.database).filter(backend_name=backend.alias)
