@@ -194,3 +194,19 @@ def test_newest_first_pages_read_the_primary_key(filters: dict[str, str]) -> Non
 def test_an_empty_result_has_no_estimate_to_read() -> None:
     bulk_tasks(10)  # analysed on PostgreSQL: its planner is asked
     assert estimated_rows(TaskRecord.objects.none()) == 0
+
+
+@pytest.mark.parametrize(("estimate", "windowed"), [(5_000, True), (5, False), (None, False)])
+def test_ids_are_read_newest_first_only_where_many_are_expected(
+    client_: Client, monkeypatch: pytest.MonkeyPatch, estimate: int | None, windowed: bool
+) -> None:
+    # Many expected matches (a search for a common error) are read among the last hour's ids
+    # first; few (a rare task) in one query, which windows would make read the table 5 times.
+    monkeypatch.setattr(admin_list, "estimated_rows", lambda queryset: estimate)
+    bulk_tasks(60, analyze=False)
+    with CaptureQueriesContext(connection) as queries:
+        client_.get(reverse(CHANGELIST))
+    ranged = [
+        q["sql"] for q in queries.captured_queries if "_taskrecord" in q["sql"] and ">=" in q["sql"]
+    ]
+    assert bool(ranged) is windowed, ranged

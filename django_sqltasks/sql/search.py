@@ -3,9 +3,7 @@ indexes are built on (``indexes.py``), so that the planner matches each filter t
 
 from __future__ import annotations
 
-from django.db.models import F, Func, JSONField
-
-from django.db.models import CharField
+from django.db.models import CharField, F, Func, JSONField
 
 from ..indexes import ARGUMENT_SCALARS_PATH, CLASS_NAME_PATTERN
 
