@@ -14,7 +14,7 @@ from django.urls import reverse
 from django_sqltasks.admin import lists as admin_list
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
-from django_sqltasks.sql.lists import estimated_rows
+from django_sqltasks.sql.lists import estimated_rows, ready_queue_names, ready_queues_statement
 from tests.factories import plan_uses, task_row
 
 pytestmark = pytest.mark.django_db
@@ -210,3 +210,19 @@ def test_ids_are_read_newest_first_only_where_many_are_expected(
         q["sql"] for q in queries.captured_queries if "_taskrecord" in q["sql"] and ">=" in q["sql"]
     ]
     assert bool(ranged) is windowed, ranged
+
+
+def test_waiting_queues_are_read_by_a_skip_scan_of_the_claim_index() -> None:
+    for queue in ("default", "other", "slow"):
+        for _ in range(3):
+            task_row(queue_name=queue)
+    task_row(TaskResultStatus.SUCCESSFUL, queue_name="finished-only")
+    assert ready_queue_names(TaskRecord.objects.all(), "default") == ["default", "other", "slow"]
+    sql, params = ready_queues_statement(TaskRecord.objects.all(), "default")
+    explain = {"postgresql": "EXPLAIN", "sqlite": "EXPLAIN QUERY PLAN", "mysql": "EXPLAIN"}
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: ask what it would use
+        cursor.execute(f"{explain[connection.vendor]} {sql}", params)
+        plan = "\n".join(" ".join(str(value) for value in row) for row in cursor.fetchall())
+    assert plan_uses(plan, "sqltasks_ready_idx"), plan
