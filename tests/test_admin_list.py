@@ -14,7 +14,7 @@ from django.urls import reverse
 from django_sqltasks.admin import lists as admin_list
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
-from django_sqltasks.sql.lists import estimated_rows
+from django_sqltasks.sql.lists import estimated_rows, ready_queue_names, ready_queues_statement
 from tests.factories import plan_uses, task_row
 
 pytestmark = pytest.mark.django_db
@@ -194,3 +194,35 @@ def test_newest_first_pages_read_the_primary_key(filters: dict[str, str]) -> Non
 def test_an_empty_result_has_no_estimate_to_read() -> None:
     bulk_tasks(10)  # analysed on PostgreSQL: its planner is asked
     assert estimated_rows(TaskRecord.objects.none()) == 0
+
+
+@pytest.mark.parametrize(("estimate", "windowed"), [(5_000, True), (5, False), (None, False)])
+def test_ids_are_read_newest_first_only_where_many_are_expected(
+    client_: Client, monkeypatch: pytest.MonkeyPatch, estimate: int | None, windowed: bool
+) -> None:
+    # Many expected matches (a search for a common error) are read among the last hour's ids
+    # first; few (a rare task) in one query, which windows would make read the table 5 times.
+    monkeypatch.setattr(admin_list, "estimated_rows", lambda queryset: estimate)
+    bulk_tasks(60, analyze=False)
+    with CaptureQueriesContext(connection) as queries:
+        client_.get(reverse(CHANGELIST))
+    ranged = [
+        q["sql"] for q in queries.captured_queries if "_taskrecord" in q["sql"] and ">=" in q["sql"]
+    ]
+    assert bool(ranged) is windowed, ranged
+
+
+def test_waiting_queues_are_read_by_a_skip_scan_of_the_claim_index() -> None:
+    for queue in ("default", "other", "slow"):
+        for _ in range(3):
+            task_row(queue_name=queue)
+    task_row(TaskResultStatus.SUCCESSFUL, queue_name="finished-only")
+    assert ready_queue_names(TaskRecord.objects.all(), "default") == ["default", "other", "slow"]
+    sql, params = ready_queues_statement(TaskRecord.objects.all(), "default")
+    explain = {"postgresql": "EXPLAIN", "sqlite": "EXPLAIN QUERY PLAN", "mysql": "EXPLAIN"}
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: ask what it would use
+        cursor.execute(f"{explain[connection.vendor]} {sql}", params)
+        plan = "\n".join(" ".join(str(value) for value in row) for row in cursor.fetchall())
+    assert plan_uses(plan, "sqltasks_ready_idx"), plan

@@ -40,12 +40,15 @@ class EstimatedCountPaginator(Paginator):
     Where the database estimates ``ESTIMATE_ABOVE`` rows or more (PostgreSQL's planner, whose
     statistics say so well for a status, a queue or a task; MariaDB's table statistics for the
     whole table), that estimate is shown as "about N" and no row is counted. Otherwise a
-    bounded count reads at most ``EXACT_COUNT_BELOW`` matching rows, the newest first
-    (``newest_ids``' windows): fewer are counted exactly; that many are shown as "more than N",
-    as a smaller estimate cannot be trusted (a search's, or a table's never analysed).
+    bounded count reads at most ``EXACT_COUNT_BELOW`` matching rows: fewer are counted
+    exactly; that many are shown as "more than N", as a smaller estimate cannot be trusted (a
+    search's, or a table's never analysed).
 
-    A page reads its rows' ids first, the same way, then those rows; and a list has at most
-    ``MAX_PAGES`` pages: an operator narrows a long list with a filter or a search instead.
+    A page reads its rows' ids first, then those rows; and a list has at most ``MAX_PAGES``
+    pages: an operator narrows a long list with a filter or a search instead. Where the planner
+    expects ``EXACT_COUNT_BELOW`` matches or more, the count and the ids are read among the
+    newest ids first (``newest_ids``); a result it expects to be small is read in one query, as
+    reading it window by window would read the table several times over.
     """
 
     estimated = False  # the count is the database's estimate: "about N"
@@ -56,18 +59,30 @@ class EstimatedCountPaginator(Paginator):
         queryset = self.object_list
         if not isinstance(queryset, QuerySet):
             return super().count
-        estimate = estimated_rows(queryset)
+        estimate = self.estimate
         if estimate is not None and estimate >= ESTIMATE_ABOVE:
             self.estimated = True
             return estimate
         now = timezone.now()
-        for window in ID_WINDOWS:
+        bounded = 0
+        for window in self.windows:
             rows = queryset if window is None else queryset.filter(pk__gte=id_floor(now - window))
             bounded = rows.order_by()[:EXACT_COUNT_BELOW].count()
             if bounded >= EXACT_COUNT_BELOW:
                 self.capped = True
                 return bounded
         return bounded
+
+    @cached_property
+    def estimate(self) -> int | None:
+        """The database's estimate of the rows of the list (None: it has none)."""
+        return estimated_rows(self.object_list)  # type: ignore[arg-type]
+
+    @cached_property
+    def windows(self) -> tuple[timedelta | None, ...]:
+        """How far back the count and the ids are read, in turn (None: the whole table)."""
+        many = self.estimate is not None and self.estimate >= EXACT_COUNT_BELOW
+        return ID_WINDOWS if many else (None,)
 
     @property
     def count_label(self) -> str:
@@ -96,11 +111,16 @@ class EstimatedCountPaginator(Paginator):
             return super().page(number)
         bottom = (number - 1) * self.per_page
         top = bottom + self.per_page
-        ids = newest_ids(queryset, bottom, top)
+        ids = newest_ids(queryset, bottom, top, self.windows)
         return Page(queryset.filter(pk__in=ids), number, self)
 
 
-def newest_ids(queryset: QuerySet[Any], bottom: int, top: int) -> list[Any]:
+def newest_ids(
+    queryset: QuerySet[Any],
+    bottom: int,
+    top: int,
+    windows: tuple[timedelta | None, ...] = ID_WINDOWS,
+) -> list[Any]:
     """The ids of rows ``bottom`` to ``top`` of ``queryset``, newest first, read among the
     newest ids first and further back only while too few match.
 
@@ -110,7 +130,7 @@ def newest_ids(queryset: QuerySet[Any], bottom: int, top: int) -> list[Any]:
     ``top`` of them; ids are UUIDv7, so a window of time is a range of the primary key.
     """
     now = timezone.now()
-    for window in ID_WINDOWS:
+    for window in windows:
         rows = queryset if window is None else queryset.filter(pk__gte=id_floor(now - window))
         ids = list(rows.values_list("pk", flat=True)[bottom:top])
         if window is None or len(ids) == top - bottom:

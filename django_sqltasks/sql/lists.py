@@ -46,8 +46,15 @@ def estimated_rows(queryset: QuerySet[Any]) -> int | None:
 def ready_queue_names(queryset: QuerySet[Any], backend_name: str) -> list[str]:
     """The queues of ``backend_name`` holding READY tasks of no limit: one probe of
     ``sqltasks_ready_idx`` per queue (a recursive skip scan), however many tasks wait."""
-    connection = connections[queryset.db]
-    qn = connection.ops.quote_name
+    sql, params = ready_queues_statement(queryset, backend_name)
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def ready_queues_statement(queryset: QuerySet[Any], backend_name: str) -> tuple[str, list[Any]]:
+    """The skip scan of ``ready_queue_names``, as SQL and its parameters."""
+    qn = connections[queryset.db].ops.quote_name
     table = qn(queryset.model._meta.db_table)
     waiting = "status = 'READY' AND limit_key IS NULL AND backend_name = %s"
     sql = (
@@ -58,6 +65,4 @@ def ready_queue_names(queryset: QuerySet[Any], backend_name: str) -> list[str]:
         f"AND queue_name > queues.name ORDER BY queue_name LIMIT 1) FROM queues "
         f"WHERE queues.name IS NOT NULL) SELECT name FROM queues WHERE name IS NOT NULL"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [backend_name, backend_name])
-        return [row[0] for row in cursor.fetchall()]
+    return sql, [backend_name, backend_name]
