@@ -17,7 +17,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F
+from django.db.models import F, UUIDField, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..compat import TaskResultStatus
@@ -126,8 +127,6 @@ class AttemptSteps(StepRecords):
                     "task's own."
                 )
             events = EventRecord.objects.using(self.database).filter(pk=event.pk)
-            if event.task_id is None:
-                events.update(task_id=self.task_id)
             if event.sent_at is not None:
                 fields = {"state": DONE, "result": event.payload, "finished_at": now}
                 if record is None:
@@ -166,14 +165,23 @@ class AttemptSteps(StepRecords):
         return await sync_to_async(self.wait_for_event)(name, key, timeout)
 
     def _rendezvous(self, name: str, key: str) -> EventRecord:
-        """The row of event (name, key), made with this task as its waiter if it had none;
-        locked until the caller's transaction ends."""
-        events = EventRecord.objects.using(self.database)
-        try:
-            with transaction.atomic(using=self.database):
-                return events.create(name=name, key=key, task_id=self.task_id)
-        except IntegrityError:  # sent already, or awaited: its sender or waiter committed
-            return events.select_for_update().get(name=name, key=key)
+        """The row of event (name, key), with this task as its waiter if it had none; locked
+        until the caller's transaction ends. The first statement writes (an UPDATE, as the
+        send's): a lock taken by a read first, then raised to write, would deadlock with a send
+        on MySQL, and a SQLite transaction that reads first cannot write once another has."""
+        events = EventRecord.objects.using(self.database).filter(name=name, key=key)
+        waiter = Coalesce(F("task_id"), Value(self.task_id, output_field=UUIDField()))
+        for _ in range(2):
+            if events.update(task_id=waiter):
+                return events.get()
+            try:
+                with transaction.atomic(using=self.database):
+                    return EventRecord.objects.using(self.database).create(
+                        name=name, key=key, task_id=self.task_id
+                    )
+            except IntegrityError:  # sent, or awaited, since the UPDATE: take it in turn
+                continue
+        return events.get()  # not reached in practice: the row came and went twice meanwhile
 
     def _park(self, new: list[StepRecord], until: datetime, reason: str) -> None:
         """Write ``new`` records and put the task back to READY until ``until``, in one
