@@ -97,8 +97,7 @@ class AttemptSteps(StepRecords):
                 return record.result
             if record.state == TIMED_OUT:
                 raise EventTimeout(name, key, record.wake_at)
-        now = self._now()
-        met = self._retrying(lambda: self._meet(name, key, occurrence, record, timeout, now))
+        met = self._retrying(lambda: self._meet(name, key, occurrence, record, timeout))
         if met.kind == DONE:
             return met.payload
         if met.kind == TIMED_OUT:
@@ -114,7 +113,6 @@ class AttemptSteps(StepRecords):
         occurrence: int,
         record: StepRecord | None,
         timeout: float | None,
-        now: datetime,
     ) -> Met:
         """In one transaction, meet the event at its row: take its payload if it was sent,
         time the wait out if its timeout passed, else park the task until it comes."""
@@ -128,11 +126,13 @@ class AttemptSteps(StepRecords):
                 )
             events = EventRecord.objects.using(self.database).filter(pk=event.pk)
             if event.sent_at is not None:
-                fields = {"state": DONE, "result": event.payload, "finished_at": now}
+                done = timezone.now()  # shown in the admin only: no database clock needed
+                fields = {"state": DONE, "result": event.payload, "finished_at": done}
                 if record is None:
-                    fields.update(event_key=key, started_at=now)
+                    fields.update(event_key=key, started_at=done)
                 stored = self._write(record, EVENT, name, occurrence, fields)
                 return Met(DONE, payload=stored.result)
+            now = self._now()
             if record is not None and record.wake_at is not None and now >= record.wake_at:
                 # Its timeout passed: the event, if it comes, goes to whoever waits next.
                 events.update(task_id=None)
