@@ -111,6 +111,7 @@ def sleeps_nan(context: Any) -> str:
 
 @task(takes_context=True)
 def waiter(context: Any, log: str, name: str, key: str, timeout: float | None = None) -> Any:
+    events.note("started", key=key)
     context.step("before", _effect, log, "before")
     try:
         payload = context.wait_for_event(name, key, timeout=timeout)
@@ -151,6 +152,12 @@ def waits_for_key(context: Any, key: str) -> Any:
 @task
 def plain(value: int) -> int:
     return value
+
+
+@task
+def noted(key: str) -> None:
+    """Tell the test it started: the baseline of the wake-up latency."""
+    events.note("started", key=key)
 
 
 @task(takes_context=True)

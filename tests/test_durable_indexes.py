@@ -11,7 +11,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_sqltasks.models import EventRecord, StepRecord
+from django_sqltasks.models import EventRecord, StepRecord, TaskRecord
+from django_sqltasks.sql.rows import parked_at
+from tests.factories import insert_rows
+from tests.test_indexes import add_ready, claim_reads
+from tests.test_indexes import analyze as indexes_analyze
 
 pytestmark = pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits on MySQL
 
@@ -74,3 +78,21 @@ def test_pruning_unclaimed_events_reads_their_index(filled: uuid.UUID) -> None:
     old = timezone.now() - timedelta(days=20)
     plan = EventRecord.objects.filter(task_id__isnull=True, sent_at__lte=old).explain()
     assert "sqltasks_event_unclaimed_idx" in plan, plan
+
+
+def test_ten_thousand_waiting_tasks_cost_the_claim_nothing() -> None:
+    """Tasks stopped at a sleep or a wait are READY rows due later (or in the year 9999):
+    beside 10,000 of them, a claim of due tasks reads about what it reads without them."""
+    add_ready(*[("default", 0, -i) for i in range(1, 101)])
+    indexes_analyze()
+    alone = claim_reads(["default"])
+    now = timezone.now()
+    insert_rows(
+        TaskRecord(task_path="tests.tasks_durable.waiter", backend_name="default"),
+        10_000,
+        lambda i: {"available_at": parked_at() if i % 2 else now + timedelta(hours=1, seconds=i)},
+    )
+    indexes_analyze()
+    beside = claim_reads(["default"])
+    print(f"\n[{connection.vendor}] a claim's reads: {alone} alone, {beside} beside 10,000 waiting")
+    assert beside <= 2 * alone + 20, (alone, beside)

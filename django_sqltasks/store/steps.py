@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, IntegrityError, connections, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from ..core.durable import MAX_STEPS_PER_TASK, step_key
@@ -178,16 +178,19 @@ class StepRecords:
     ) -> StepRecord:
         """Insert or update the record of (kind, name, occurrence) with ``fields``, counting a
         run; a record found DONE (written by another run) is kept as it is, and returned."""
-        mine = StepRecord.objects.using(self.database).filter(
-            task_id=self.task_id, kind=kind, name=name, occurrence=occurrence
-        )
+
+        def mine() -> QuerySet[StepRecord]:  # built when needed: most steps need it not
+            return StepRecord.objects.using(self.database).filter(
+                task_id=self.task_id, kind=kind, name=name, occurrence=occurrence
+            )
+
         if record is not None and record.state != DONE:
-            if mine.exclude(state=DONE).update(attempts=F("attempts") + 1, **fields):
+            if mine().exclude(state=DONE).update(attempts=F("attempts") + 1, **fields):
                 record = _with(record, fields)
                 self._remember(record)
                 return record
             # DONE by another run meanwhile, or gone with the transaction that wrote it.
-            record = mine.first()
+            record = mine().first()
         if record is None:
             try:
                 record = self._insert(
@@ -199,7 +202,7 @@ class StepRecords:
                     **fields,
                 )
             except IntegrityError:  # recorded by another run of the task meanwhile
-                record = mine.get()
+                record = mine().get()
         self._remember(record)
         return record
 

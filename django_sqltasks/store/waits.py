@@ -17,7 +17,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F
+from django.db.models import F, UUIDField, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..compat import TaskResultStatus
@@ -96,8 +97,7 @@ class AttemptSteps(StepRecords):
                 return record.result
             if record.state == TIMED_OUT:
                 raise EventTimeout(name, key, record.wake_at)
-        now = self._now()
-        met = self._retrying(lambda: self._meet(name, key, occurrence, record, timeout, now))
+        met = self._retrying(lambda: self._meet(name, key, occurrence, record, timeout))
         if met.kind == DONE:
             return met.payload
         if met.kind == TIMED_OUT:
@@ -113,7 +113,6 @@ class AttemptSteps(StepRecords):
         occurrence: int,
         record: StepRecord | None,
         timeout: float | None,
-        now: datetime,
     ) -> Met:
         """In one transaction, meet the event at its row: take its payload if it was sent,
         time the wait out if its timeout passed, else park the task until it comes."""
@@ -126,14 +125,14 @@ class AttemptSteps(StepRecords):
                     "task's own."
                 )
             events = EventRecord.objects.using(self.database).filter(pk=event.pk)
-            if event.task_id is None:
-                events.update(task_id=self.task_id)
             if event.sent_at is not None:
-                fields = {"state": DONE, "result": event.payload, "finished_at": now}
+                done = timezone.now()  # shown in the admin only: no database clock needed
+                fields = {"state": DONE, "result": event.payload, "finished_at": done}
                 if record is None:
-                    fields.update(event_key=key, started_at=now)
+                    fields.update(event_key=key, started_at=done)
                 stored = self._write(record, EVENT, name, occurrence, fields)
                 return Met(DONE, payload=stored.result)
+            now = self._now()
             if record is not None and record.wake_at is not None and now >= record.wake_at:
                 # Its timeout passed: the event, if it comes, goes to whoever waits next.
                 events.update(task_id=None)
@@ -166,14 +165,23 @@ class AttemptSteps(StepRecords):
         return await sync_to_async(self.wait_for_event)(name, key, timeout)
 
     def _rendezvous(self, name: str, key: str) -> EventRecord:
-        """The row of event (name, key), made with this task as its waiter if it had none;
-        locked until the caller's transaction ends."""
-        events = EventRecord.objects.using(self.database)
-        try:
-            with transaction.atomic(using=self.database):
-                return events.create(name=name, key=key, task_id=self.task_id)
-        except IntegrityError:  # sent already, or awaited: its sender or waiter committed
-            return events.select_for_update().get(name=name, key=key)
+        """The row of event (name, key), with this task as its waiter if it had none; locked
+        until the caller's transaction ends. The first statement writes (an UPDATE, as the
+        send's): a lock taken by a read first, then raised to write, would deadlock with a send
+        on MySQL, and a SQLite transaction that reads first cannot write once another has."""
+        events = EventRecord.objects.using(self.database).filter(name=name, key=key)
+        waiter = Coalesce(F("task_id"), Value(self.task_id, output_field=UUIDField()))
+        for _ in range(2):
+            if events.update(task_id=waiter):
+                return events.get()
+            try:
+                with transaction.atomic(using=self.database):
+                    return EventRecord.objects.using(self.database).create(
+                        name=name, key=key, task_id=self.task_id
+                    )
+            except IntegrityError:  # sent, or awaited, since the UPDATE: take it in turn
+                continue
+        return events.get()  # not reached in practice: the row came and went twice meanwhile
 
     def _park(self, new: list[StepRecord], until: datetime, reason: str) -> None:
         """Write ``new`` records and put the task back to READY until ``until``, in one
