@@ -4,7 +4,8 @@
 # (scripts/dist_check.py: templates, migrations, py.typed, every file of the package), install the
 # wheel, not the checkout, into a fresh virtual environment, and run the example project against
 # it on SQLite and on PostgreSQL: migrate, the demo (enqueue, a worker, outcomes), a worker
-# process, tasks_status, the admin's pages and the example's own tests.
+# process, tasks_status, the admin's pages, the example's own tests, and runserver with the
+# embedded worker.
 #
 #   scripts/wheel_check.sh                  SQLite, then PostgreSQL at $PG_URL
 #   PG_URL= scripts/wheel_check.sh          SQLite only
@@ -76,6 +77,30 @@ for page in ("queueoverview", "taskrecord", "workerrecord", "schedulerecord", "t
 print("admin pages: 200")
 EOF
     "$py" manage.py test shop -v 1
+    # The embedded worker: runserver runs the task it is sent, and stops its worker on Ctrl-C.
+    port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    # A background job of a script starts with SIGINT ignored, which Python keeps: restore
+    # Python's handler, so that the Ctrl-C below reaches runserver as a KeyboardInterrupt.
+    EMBEDDED_WORKER=1 "$py" -c "import runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv = ['manage.py', 'runserver', '--noreload', '127.0.0.1:$port']
+runpy.run_path('manage.py', run_name='__main__')" >"$work/runserver.log" 2>&1 &
+    server=$!
+    "$py" manage.py shell -c "from shop.tasks import send_order_confirmation as t
+r = t.enqueue(order_id=11, email='e@example.com')
+r.wait(timeout=60)
+assert str(r.status) == 'SUCCESSFUL', r.status
+print('runserver with EMBEDDED_WORKER=1 ran task', r.id)" || { kill "$server"; cat "$work/runserver.log"; exit 1; }
+    kill -INT "$server"
+    for _ in $(seq 120); do kill -0 "$server" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$server" 2>/dev/null; then
+        kill "$server"
+        cat "$work/runserver.log"
+        echo "runserver did not stop within 60 s of Ctrl-C" >&2
+        exit 1
+    fi
+    wait "$server" || true
+    grep -q "Worker stopped" "$work/runserver.log" || { cat "$work/runserver.log"; exit 1; }
 }
 
 step "The example project on SQLite"

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, Protocol
 
+from django.conf import settings as django_settings
+
 from ..compat import InvalidTaskBackend, task_backends
 from .options import BackendOptions, OptionError
 
@@ -70,8 +72,17 @@ def is_sql_backend(backend: object) -> bool:
 
 
 def sql_backends() -> dict[str, SQLBackend]:
-    """The configured django-sqltasks backends, by alias (others are left out)."""
-    return {b.alias: b for b in task_backends.all() if is_sql_backend(b)}  # type: ignore[misc]
+    """The configured django-sqltasks backends, by alias (others are left out, and so are
+    those whose BACKEND fails to load: check error E020 reports them)."""
+    found: dict[str, SQLBackend] = {}
+    for alias in django_settings.TASKS:
+        try:
+            backend = task_backends[alias]
+        except InvalidTaskBackend:
+            continue
+        if is_sql_backend(backend):
+            found[alias] = backend  # type: ignore[assignment]
+    return found
 
 
 def sql_backend(alias: str) -> SQLBackend:
