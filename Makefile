@@ -3,6 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/sqltasks
 MYSQL_URL ?= mysql://root@127.0.0.1:3306/sqltasks
+# make wheel-check drops and creates this database; PG_WHEEL_URL= checks SQLite only.
+PG_WHEEL_URL ?= postgres://postgres@127.0.0.1:5432/sqltasks_wheel
 # pytest-xdist: two pytest processes per core, each on a test database of its own (SQLite: a file
 # each; PostgreSQL, MariaDB: test_sqltasks_gw0, ...). PYTEST_XDIST= runs them in one process.
 # Two per core because the worker-process tests spend most of their time waiting for their
@@ -20,10 +22,13 @@ PYTEST_SELECT = $(PYTEST_XDIST) $(if $(MARKERS),-m "$(MARKERS)") $(PYTEST_ARGS)
 # The inner loop: no worker process, load or browser test (scripts/mutations.sh runs the same).
 FAST_MARKERS := not worker_process and not load
 
-.PHONY: example test test-load test-fast mutations venv test-postgres test-mariadb test-all test-django52 django-contract lint format migrations-check bench bench-smoke docs clean
+.PHONY: example wheel-check test test-load test-fast mutations venv test-postgres test-mariadb test-all test-django52 django-contract lint format migrations-check bench bench-smoke docs clean
 
 example: venv  ## Run the example project end to end on SQLite: migrate, enqueue, work, show results
 	$(PY) example_project/manage.py demo
+
+wheel-check:  ## Build the sdist and wheel, check them, run the example on the installed wheel (SQLite, PostgreSQL at PG_URL)
+	PG_URL=$(PG_WHEEL_URL) VENV=$(VENV) scripts/wheel_check.sh
 
 test: venv  ## Run the test suite (SQLite unless DATABASE_URL says otherwise)
 	$(PY) -m pytest $(PYTEST_SELECT)
@@ -78,9 +83,10 @@ bench:  ## The full side-by-side benchmark (about 30 minutes; see docs/benchmark
 	WITH_BENCH=1 VENV=$(VENV) scripts/venv.sh
 	$(PY) -m benchmarks run --probes 10 --http-requests 1000
 
-bench-smoke:  ## A few hundred tasks through our PostgreSQL and SQLite rows and one peer; the bare-SQL floor's latency
+bench-smoke:  ## A few hundred tasks through our PostgreSQL and SQLite rows and one peer; the bare-SQL floor's latency; the scale profile at 2,000 tasks
 	WITH_BENCH=1 VENV=$(VENV) scripts/venv.sh
 	$(PY) -m benchmarks run --smoke
+	$(PY) -m benchmarks scale --smoke --database sqlite
 
 docs:
 	WITH_DOCS=1 VENV=$(VENV) scripts/venv.sh

@@ -126,6 +126,52 @@ CAVEATS = """\
   `--interval` is 1 s, which is what its users get unless they change it.
 """
 
+SCALE = """\
+## The `scale` profile: a month of history
+
+`python -m benchmarks scale` is a profile of its own, for this project only (no peer has an admin
+or a table to compare): it asks whether every page an operator opens, the claim, the prune and the
+enqueue stay fast once the task table holds a month of history. It needs only this package, Django
+and the database's driver, and runs on whatever schema the checkout's migrations build (a plain or
+a partitioned table).
+
+```sh
+python -m benchmarks scale -n 1000000 --database postgresql   # or mariadb, sqlite
+python -m benchmarks scale -n 100000 --url mysql://root@127.0.0.1:3306/scratch --keep
+python -m benchmarks scale --smoke --database sqlite   # 2,000 tasks (CI, make bench-smoke)
+```
+
+1. Creates the database if it is missing (`--url`, default a database `sqltasks_scale` on
+   localhost, or a file in the temporary directory for SQLite), migrates it and empties the task
+   table.
+2. Times the claim against the empty table: 1,100 due tasks, 10 warm-up claims of 10, then the
+   median of 100 claims of 10 (the dialect's claim statement, as a worker runs it).
+3. Fills N finished tasks spread evenly over the last 30 days, in SQL (one `INSERT ... SELECT` per
+   chunk over PostgreSQL's `generate_series`, MariaDB's sequence engine `seq_1_to_N` or SQLite's
+   recursive CTE): UUIDv7 ids of their enqueue time, eight task paths, three queues, an e-mail
+   address and an order number in their arguments, a subject on one in four, one in 33 `FAILED`
+   with one of three error classes, and tags where the table has a `tags` column. A column the fill
+   does not know gets its field's default. Then `VACUUM ANALYZE` (`ANALYZE` elsewhere).
+4. Times every admin page of the app, server-side through Django's test client (the median of 3
+   requests after one warm-up): each model's list (tasks, queue overview, workers, limits, queue
+   limit overrides, schedules, and any page a later version registers), the task list under one
+   choice of each of its filters, pages 40 and 500, searches for a task's id, for the e-mail in its
+   arguments, for an error class and for a tag (each says whether it found the row), and a
+   task's page.
+5. Times the claim again, beside the history.
+6. Times 2,000 sync `enqueue()` calls (one autocommit `INSERT` each, as a view makes them) with
+   the table as migrated, then with its search indexes dropped (every non-unique index but the
+   claim's, the rescue's, pruning's and the subject's), then recreates them. Without such an index
+   it says it cannot measure the difference.
+7. Prunes the oldest day (`prune()` with 29 days for both statuses: what `tasks_prune` and the
+   workers' retention run) and reports its time, the table's size before and after (with its
+   indexes and any partitions; MariaDB's after `ANALYZE TABLE`; SQLite's is the file's used
+   pages), and on PostgreSQL the WAL it wrote (`pg_current_wal_lsn()` before and after).
+8. Prints the table with the date, the commit, the machine and its load average, writes the JSON
+   to `benchmarks/results/scale/`, and drops the database (`--keep` keeps it; `--reuse` then skips
+   the fill when it already holds N tasks).
+"""
+
 # (system, settings besides INSTALLED_APPS and the database, worker command)
 SETTINGS_ROWS = [
     (
@@ -253,6 +299,7 @@ def write(docs_dir: Path, page: Path) -> None:
         ),
         CAVEATS.format(cores=first["machine"]["cores"]),
         _settings_table(),
+        SCALE,
         "## Results\n\nThe figures below come from `python -m benchmarks run --probes 10 "
         f"--http-requests 1000 --repeat {first['repeat']}` (all systems and scenarios, 5,000 "
         f"tasks, {first['repeat']} interleaved repeats: about {7 * first['repeat']} minutes on "

@@ -10,33 +10,80 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports each on first use
+    from .admin.subject import SubjectTasksMixin
     from .backend import SQLTaskBackend
+    from .core.error_text import error_summary
     from .core.progress import SQLTaskContext
-    from .core.workflows import chain, get_workflow, group, signature, workflow_of
+    from .core.subject import Subject
+    from .core.workflows import (
+        Signature,
+        WorkflowResult,
+        chain,
+        get_workflow,
+        group,
+        signature,
+        workflow_of,
+    )
+    from .embedded import EmbeddedWorker, embed_in_asgi, embed_in_wsgi
     from .exceptions import Snooze
-    from .store.subjects import cancel_tasks_on_delete
-    from .task import with_subject
+    from .ops.metrics import Metrics
+    from .store.query import Cancelled, TaskQuery
+    from .store.subjects import cancel_ready_tasks, cancel_tasks_on_delete
+    from .task import MissingTask, SQLTask, SQLTaskResult, with_subject
 
 __version__ = "0.1.0"
 
+# Every name the documentation shows, and the module it lives in. Exceptions are imported from
+# django_sqltasks.exceptions, models from django_sqltasks.models, test helpers from
+# django_sqltasks.testing and the worker from django_sqltasks.worker (docs/tasks.md, "Imports").
 _LAZY = {
     "SQLTaskBackend": ".backend",
+    "SQLTask": ".task",
+    "SQLTaskResult": ".task",
+    "MissingTask": ".task",
+    "with_subject": ".task",
     "Snooze": ".exceptions",
     "SQLTaskContext": ".core.progress",
+    "Subject": ".core.subject",
+    "error_summary": ".core.error_text",
+    "Signature": ".core.workflows",
+    "WorkflowResult": ".core.workflows",
     "chain": ".core.workflows",
     "group": ".core.workflows",
     "signature": ".core.workflows",
     "get_workflow": ".core.workflows",
     "workflow_of": ".core.workflows",
-    "with_subject": ".task",
     "cancel_tasks_on_delete": ".store.subjects",
+    "cancel_ready_tasks": ".store.subjects",
+    "Metrics": ".ops.metrics",
+    "SubjectTasksMixin": ".admin.subject",
+    "EmbeddedWorker": ".embedded",
+    "embed_in_asgi": ".embedded",
+    "embed_in_wsgi": ".embedded",
+    "TaskQuery": ".store.query",
+    "Cancelled": ".store.query",
 }
 __all__ = [
+    "Cancelled",
+    "EmbeddedWorker",
+    "Metrics",
+    "MissingTask",
+    "SQLTask",
     "SQLTaskBackend",
     "SQLTaskContext",
+    "SQLTaskResult",
+    "Signature",
     "Snooze",
+    "Subject",
+    "SubjectTasksMixin",
+    "TaskQuery",
+    "WorkflowResult",
+    "cancel_ready_tasks",
     "cancel_tasks_on_delete",
     "chain",
+    "embed_in_asgi",
+    "embed_in_wsgi",
+    "error_summary",
     "get_workflow",
     "group",
     "signature",

@@ -9,4 +9,8 @@ class SQLTasksConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # In ready(), as Django advises for checks: apps.py is imported before the apps are ready.
+        from .core import tasks_check
         from .ops import checks  # noqa: F401  (registers the database checks)
+
+        tasks_check.replace_djangos_check()

@@ -21,7 +21,7 @@ from .core import tracing
 from .core.config_checks import check_backend
 from .core.limits import parse_override
 from .core.options import BackendOptions, OptionError
-from .core.policy import check_priority_and_queue, validate_options
+from .core.policy import check_priority_and_queue, check_queue_known, validate_options
 from .core.subject import subject_of_task
 from .core.workflow_plan import Node
 from .core.workflows import WorkflowResult
@@ -72,6 +72,7 @@ class SQLTaskBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         check_priority_and_queue(task)  # before Django's checks, which take True for 1
+        check_queue_known(task, self.alias, self.queues)
         super().validate_task(task)
         validate_options(task, self.alias)
 

@@ -85,6 +85,10 @@ class UnknownQueue(ValueError):
     """A queue name is not one of the backend's QUEUES; the message lists the known ones."""
 
 
+class InvalidTaskQuery(ValueError):
+    """A filter of a ``TaskQuery`` is unknown or breaks its rule; the message names the filter."""
+
+
 class WorkflowStepSkipped(Exception):
     """A workflow step never ran: a step before it failed; the message names that step."""
 

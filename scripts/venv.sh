@@ -4,8 +4,9 @@
 #   scripts/venv.sh                 .venv on Python >= 3.12 with Django 6 (the default)
 #   VENV=.venv-52 DJANGO=5.2 scripts/venv.sh     Django 5.2 with the django-tasks backport
 #   WITH_MYSQL=1 scripts/venv.sh    also mysqlclient (needs the MariaDB/MySQL client headers)
-#   WITH_BENCH=1 scripts/venv.sh    also the benchmark's peers (Django 6 only)
+#   WITH_BENCH=1 scripts/venv.sh    also the benchmark's peers (the bench group; Django 6 only)
 #   WITH_DOCS=1 scripts/venv.sh     also mkdocs, to build the documentation
+#   WITH_RELEASE=1 scripts/venv.sh  also build and twine (scripts/wheel_check.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,7 +44,7 @@ else
     extras="postgres"
 fi
 [ "${WITH_MYSQL:-0}" = "1" ] && extras="$extras,mysql"
-[ "${WITH_BENCH:-0}" = "1" ] && extras="$extras,mysql,bench"
+[ "${WITH_BENCH:-0}" = "1" ] && extras="$extras,mysql"
 extras="$extras,metrics"
 
 # "uv --version", not "command -v uv": a pyenv shim is on PATH even where the active Python
@@ -54,9 +55,9 @@ if uv --version >/dev/null 2>&1; then
 else
     # No uv on PATH: bootstrap it inside the environment once, never into the interpreter
     # running this script (that printed pip's warning about root on every run). The
-    # environment gets no pip of its own (ensurepip took 2 of a fresh clone's 7 s here): the
-    # interpreter's pip installs uv into it (pip >= 22.3's --python); an older pip, or none,
-    # falls back to a pip inside the environment.
+    # environment is made without pip (ensurepip took 2 of a fresh clone's 7 s here; uv adds
+    # it below): the interpreter's pip installs uv into it (pip >= 22.3's --python); an older
+    # pip, or none, falls back to a pip inside the environment.
     [ -x "$VENV/bin/python" ] || "$python" -m venv --without-pip "$VENV"
     if [ ! -x "$VENV/bin/uv" ]; then
         "$python" -m pip --python "$VENV/bin/python" install --quiet --disable-pip-version-check uv 2>/dev/null || {
@@ -68,8 +69,13 @@ else
 fi
 groups="--group test --group lint"
 [ "${WITH_DOCS:-0}" = "1" ] && groups="$groups --group docs"
+[ "${WITH_BENCH:-0}" = "1" ] && groups="$groups --group bench"
+[ "${WITH_RELEASE:-0}" = "1" ] && groups="$groups --group release"
+# pip too, so `.venv/bin/pip install X` works as in any virtual environment (and `make
+# django-contract`, which downloads Django's source with pip download); uv installs it from its
+# cache in about a second, where ensurepip took two.
 # shellcheck disable=SC2086
-$uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[$extras]" $groups
+$uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[$extras]" pip $groups
 if [ "$DJANGO" = "5.2" ]; then
     $uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" "django>=5.2,<6.0"
 fi

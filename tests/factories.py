@@ -99,3 +99,28 @@ def insert_rows(template: TaskRecord, count: int, vary: Any) -> None:
     with connection.cursor() as cursor:
         for start in range(0, count, 1000):
             cursor.executemany(sql, rows[start : start + 1000])
+
+
+def plan_uses(plan: str, index: str) -> bool:
+    """Whether ``plan`` reads ``index``, or, on PostgreSQL's partitioned task table, that
+    index in any partition (each leaf's copy has a name of its own; the primary key is each
+    leaf's unique index on id)."""
+    if index in plan:
+        return True
+    if connection.vendor != "postgresql":
+        return False
+    table = TaskRecord._meta.db_table
+    with connection.cursor() as cursor:
+        if index == f"{table}_pkey":
+            cursor.execute(
+                "SELECT relname FROM pg_class WHERE relkind = 'i' AND relname LIKE %s",
+                [f"{table}%\\_id"],
+            )
+        else:
+            cursor.execute(
+                "WITH RECURSIVE parts(oid) AS (SELECT to_regclass(%s)::oid UNION ALL "
+                "SELECT i.inhrelid FROM pg_inherits i JOIN parts ON i.inhparent = parts.oid) "
+                "SELECT c.relname FROM parts JOIN pg_class c ON c.oid = parts.oid",
+                [index],
+            )
+        return any(name in plan for (name,) in cursor.fetchall())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import signal
@@ -130,6 +131,10 @@ TICK = "tests.tasks.tick"
     [
         ({"x": {"task": TICK}}, "needs exactly one of 'cron' and 'every'"),
         ({"x": {"task": TICK, "cron": "nope"}}, "is not a valid cron expression"),
+        (
+            {"x": {"task": TICK, "cron": "* * * * * *"}},
+            "['cron'] is not a valid cron expression: it must have five fields",
+        ),
         ({"x": {"task": "tick", "every": 5}}, "'task'] must be the dotted path"),
         ({"x": {"task": TICK, "every": 5, "when": 1}}, "unknown key(s) when"),
         ("daily", "must be a dict of name -> schedule"),
@@ -268,14 +273,28 @@ def test_a_wall_time_skipped_by_daylight_saving_fires_once_at_the_change(setting
     ]  # fmt: skip
 
 
-def test_a_wall_time_repeated_by_daylight_saving_fires_once(settings: Any) -> None:
+def test_a_wall_time_repeated_by_daylight_saving_fires_once_unless_every_hour(
+    settings: Any,
+) -> None:
     """Paris, 26 October 2025: at 01:00 UTC the clocks go from 03:00 back to 02:00."""
     fired = walk("30 2 * * *", utc(10, 25, 20), utc(10, 26, 6), settings)
     assert fired == [utc(10, 26, 0, 30)]  # 02:30 CEST, the first of the two
+    # Every hour: the repeated hour fires as any other, so the runs keep their pace.
     half_hourly = walk("*/30 * * * *", utc(10, 25, 23), utc(10, 26, 3), settings)
     assert [f.strftime("%H:%M") for f in half_hourly] == [
-        "23:30", "00:00", "00:30", "02:00", "02:30", "03:00"
+        "23:30", "00:00", "00:30", "01:00", "01:30", "02:00", "02:30", "03:00"
     ]  # fmt: skip
+
+
+def test_a_frequent_cron_has_no_gap_at_the_autumn_change(settings: Any) -> None:
+    """*/5 in Paris went 65 minutes without a run across the repeated hour."""
+    fired = walk("*/5 * * * *", utc(10, 25, 23, 30), utc(10, 26, 2, 30), settings)
+    gaps = {later - earlier for earlier, later in itertools.pairwise(fired)}
+    assert gaps == {timedelta(minutes=5)}, sorted(gaps)
+    assert (fired[0], fired[-1]) == (utc(10, 25, 23, 35), utc(10, 26, 2, 30))
+    every = Schedule(name="p", task_path=TICK, cron="*/5 * * * *", time_zone="Europe/Paris")
+    assert every.next_slot(utc(10, 26, 0, 55)) == utc(10, 26, 1, 0)  # 02:00 CET, the repeat
+    assert every.latest_slot(utc(10, 26, 1, 7)) == utc(10, 26, 1, 5)
 
 
 def test_next_slot_across_daylight_saving_changes() -> None:

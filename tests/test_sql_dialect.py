@@ -117,6 +117,32 @@ def test_complete_writes_only_tasks_still_held(dialect: Dialect) -> None:
 
 
 @pytest.mark.django_db
+def test_an_outcome_of_an_earlier_claim_under_the_same_worker_id_matches_nothing(
+    dialect: Dialect,
+) -> None:
+    """Two processes under one worker id: the task went back to the queue and was claimed
+    again (attempt 3); the first process's late outcome (attempt 2) must not end the second's
+    claim, whatever the owner says."""
+    held = task_row(TaskResultStatus.RUNNING, owner=WORKER, attempts=3).id
+    fenced = task_row(TaskResultStatus.RUNNING, owner=WORKER, attempts=3).id
+    now = timezone.now()
+
+    def outcome(task_id: uuid.UUID, attempt: int | None) -> Outcome:
+        return Outcome(
+            id=task_id, status="SUCCESSFUL", finished_at=now, return_value="1", attempt=attempt
+        )
+
+    with connection.cursor() as cursor:
+        assert dialect.complete(cursor, WORKER, [outcome(held, 2), outcome(fenced, 2)]) == set()
+        assert dialect.salvage(cursor, WORKER, outcome(held, 2), "stale") == set()
+        assert TaskRecord.objects.filter(status="RUNNING").count() == 2
+        assert dialect.complete(cursor, WORKER, [outcome(held, 3), outcome(fenced, 2)]) == {held}
+        assert dialect.salvage(cursor, WORKER, outcome(fenced, 3), "current") == {fenced}
+    assert TaskRecord.objects.get(id=held).status == "SUCCESSFUL"
+    assert TaskRecord.objects.get(id=fenced).status == "FAILED"
+
+
+@pytest.mark.django_db
 def test_salvage_replaces_the_outcome_with_an_error_saying_why(dialect: Dialect) -> None:
     held = task_row(TaskResultStatus.RUNNING, owner=WORKER).id
     outcome = Outcome(id=held, status="SUCCESSFUL", finished_at=timezone.now(), return_value="1")
@@ -332,7 +358,7 @@ def test_the_database_clock_and_the_worker_table(dialect: Dialect) -> None:
     with connection.cursor() as cursor:
         assert dialect.heartbeat(cursor, "alive")
         assert not dialect.heartbeat(cursor, "nobody")
-        assert dialect.live_worker(cursor, "alive", lease_timeout=30) == (11, "here")
+        assert dialect.live_worker(cursor, "alive", lease_timeout=30) == (11, "here", "")
         assert dialect.live_worker(cursor, "silent", lease_timeout=30) is None
         assert dialect.forget_dead_workers(cursor, lease_timeout=30) == 1
     assert set(WorkerRecord.objects.values_list("id", flat=True)) == {"alive"}

@@ -494,3 +494,62 @@ def test_a_workflow_step_skipped_after_a_failure_announces_it(run_worker: Any) -
                 break
     assert callback in told
     assert TaskRecord.objects.get(pk=callback).status == "FAILED"
+
+
+def _kill_other_sessions(spare: int | None) -> int:
+    """Kill every session of the test database but this thread's and ``spare`` (a real
+    connection dropped, as by a restart or a failover); return how many were killed."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                "current_database() AND pid <> pg_backend_pid() AND pid <> %s",
+                [spare or 0],
+            )
+            return len(cursor.fetchall())
+        cursor.execute(
+            "SELECT id FROM information_schema.processlist WHERE db = DATABASE() "
+            "AND id <> CONNECTION_ID() AND id <> %s",
+            [spare or 0],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+        for session in ids:
+            cursor.execute(f"KILL {int(session)}")
+        return len(ids)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("how", "when"), [("sync", "waiting"), ("sync", "before"), ("async", "waiting")]
+)
+def test_a_wait_outlasts_its_connection_being_killed(
+    how: str, when: str, registered: Registered
+) -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no connection to lose: a file")
+    result = tasks.add.enqueue(1, 2)
+    connected, go = threading.Event(), threading.Event()
+
+    def wait() -> Any:
+        if when == "before":
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT 1")  # connected: the kill drops this connection
+            connected.set()
+            assert go.wait(30)
+        return result.wait(timeout=60)
+
+    async def await_() -> Any:
+        return await result.await_result(timeout=60)
+
+    waiting = InThread(wait if how == "sync" else lambda: asyncio.run(await_()))
+    if when == "before":
+        assert connected.wait(30)
+    else:
+        registered.wait()  # the wait read its row: its connection is open
+    watcher = watcher_of(backend())
+    spare = watcher.backend_pid if isinstance(watcher, finished.ListeningWatcher) else None
+    assert _kill_other_sessions(spare) >= 1
+    assert backend().cancel(result.id)  # the task ends while the waiter's connection is gone
+    go.set()
+    assert waiting.join().status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class_path == CANCELLED

@@ -3,6 +3,9 @@ start with a clear message and exit status 78 (EX_CONFIG), and never takes the f
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +15,8 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker.lease import EXIT_ID_IN_USE
 from tests import tasks_processes as tasks
-from tests.conftest import WorkerProcess
+from tests.conftest import ROOT, WorkerProcess, worker_env
+from tests.events import ENV as EVENTS_ENV
 from tests.events import EventLog, Gate
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
@@ -108,3 +112,78 @@ def test_a_child_that_finds_its_id_taken_stops_its_supervisor(
     assert WorkerRecord.objects.filter(id="late-2").exists()
     assert single.proc.poll() is None
     single.stop()
+
+
+class Namespaced:
+    """A worker in a PID namespace of its own (``unshare -p -f --mount-proc``): a container of
+    this host, with this host name. It is killed with its ``unshare``."""
+
+    def __init__(self, events: EventLog, log: Path, *args: str) -> None:
+        env = worker_env(**ENV, **{EVENTS_ENV: events.path})
+        argv = [sys.executable, "-m", "django", "tasks_worker", *args]
+        self.log = log
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(
+                ["unshare", "-p", "-f", "--mount-proc", "--kill-child", *argv],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()  # --kill-child: the worker goes with it
+            self.proc.wait()
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _unshare_problem() -> str | None:
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    probe = subprocess.run(
+        ["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True, check=False
+    )
+    if probe.returncode:
+        return f"unshare -p cannot make a PID namespace here (root needed): {probe.stderr!r}"
+    return None
+
+
+def test_a_second_worker_of_one_id_in_another_pid_namespace_is_refused(
+    events: EventLog, gate: Gate, tmp_path: Path
+) -> None:
+    """Two containers of one host name given one --worker-id: the second cannot see the
+    first's pid, which was reason enough to take its id over (and its tasks ran twice, each
+    side's outcomes stored over the other's claims). It is refused: the first's row says it
+    runs in another PID namespace, where a pid proves nothing."""
+    problem = _unshare_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    marker = tmp_path / "ran"
+    results = [tasks.record_at_gate.enqueue(str(marker), gate.path) for _ in range(4)]
+    first = Namespaced(events, tmp_path / "first.log", "-c", "4", "--worker-id", "twin")
+    second = None
+    try:
+        events.wait("note", what="start", count=4)
+        second = Namespaced(events, tmp_path / "second.log", "-c", "4", "--worker-id", "twin")
+        assert second.wait(timeout=60) == EXIT_ID_IN_USE, second.output
+        assert "--worker-id: 'twin' is in use by a live worker" in second.output
+        assert "in another PID namespace" in second.output
+        gate.open()
+        for result in results:
+            events.wait("task_finished", id=str(result.id), status=TaskResultStatus.SUCCESSFUL)
+        assert len(_starts(marker)) == 4  # each ran once
+        for record in TaskRecord.objects.filter(id__in=[r.id for r in results]):
+            assert record.errors == [] and record.rescues == 0 and record.attempts == 1
+    finally:
+        gate.open()
+        first.stop()
+        if second is not None:
+            second.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -285,9 +286,14 @@ def _lease(worker_id: str = WORKER, timeout: float = 30) -> Lease:
 def test_a_lease_refuses_the_id_of_a_live_worker() -> None:
     _lease().register()
     # The row of a live process of this host (this test's parent), or of another host.
-    WorkerRecord.objects.filter(id=WORKER).update(pid=os.getppid())
-    with pytest.raises(WorkerIdInUse, match=r"--worker-id: .* is in use by a live worker"):
+    WorkerRecord.objects.filter(id=WORKER).update(
+        pid=os.getppid(), heartbeat_at=timezone.now() - timedelta(seconds=12)
+    )
+    with pytest.raises(WorkerIdInUse, match=r"--worker-id: .* is in use by a live worker") as e:
         _lease().register()
+    # Why a restart under the same id is refused, and for how long: the rest of the lease.
+    assert "this worker's previous run" in str(e.value)
+    assert re.search(r"runs out in about 1[78]s \(LEASE_TIMEOUT\)", str(e.value)), str(e.value)
     WorkerRecord.objects.filter(id=WORKER).update(hostname="another-host", pid=os.getpid())
     with pytest.raises(WorkerIdInUse):
         _lease().register()

@@ -18,7 +18,7 @@ from ..exceptions import UnknownQueue
 from ..models import QueueLimitOverride
 from ..store.flow import check_queue
 from ..store.queue_limits import OVERRIDE, QueueLimitState, states
-from .lists import NulSafeAdmin
+from .lists import NulSafeAdmin, WritesLocked
 
 if TYPE_CHECKING:
     OverrideAdminBase = admin.ModelAdmin[QueueLimitOverride]
@@ -95,7 +95,7 @@ class QueueLimitForm(OverrideFormBase):
 
 
 @admin.register(QueueLimitOverride)
-class QueueLimitOverrideAdmin(NulSafeAdmin, OverrideAdminBase):
+class QueueLimitOverrideAdmin(WritesLocked, NulSafeAdmin, OverrideAdminBase):
     """The overrides, each with the limits in force; above them, every limited queue's."""
 
     form = QueueLimitForm

@@ -27,7 +27,7 @@ from ..models import ScheduleRecord
 from ..store.control import database_now
 from ..store.schedules import TIMING, backend_time_zone, schedule_of
 from .display import moment_html
-from .lists import NulSafeAdmin, SQLBackendFilter
+from .lists import NulSafeAdmin, SQLBackendFilter, WritesLocked
 from .schedule_form import DEFINITION, EDITABLE, ScheduleForm
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _zone_of(obj: ScheduleRecord) -> str:
 
 
 @admin.register(ScheduleRecord)
-class ScheduleRecordAdmin(NulSafeAdmin, ScheduleAdminBase):
+class ScheduleRecordAdmin(WritesLocked, NulSafeAdmin, ScheduleAdminBase):
     """Periodic tasks: made here, or from settings (where only ``enabled`` is edited here)."""
 
     form = ScheduleForm

@@ -70,3 +70,13 @@ def summary(error: Mapping[str, Any]) -> str:
     message = first_line(class_path, str(error.get("traceback") or ""))
     short = short_class(class_path) or "Error"
     return f"{short}: {message}" if message else short
+
+
+def error_summary(error: Any) -> str:
+    """Return ``"ValueError: boom"`` for one of a result's ``errors`` (a ``TaskError``)."""
+    return summary(
+        {
+            "exception_class_path": getattr(error, "exception_class_path", ""),
+            "traceback": getattr(error, "traceback", ""),
+        }
+    )

@@ -85,6 +85,16 @@ def check_priority_and_queue(task: Task) -> None:
         raise InvalidTask(f"Queue name {queue_name!r} {problem}.")
 
 
+def check_queue_known(task: Task, alias: str, queues: set[str]) -> None:
+    """Refuse a queue outside the backend's ``QUEUES`` (when it lists any), naming the backend
+    and its queues: Django's own error (its first sentence, kept) names neither."""
+    if queues and task.queue_name not in queues:
+        raise InvalidTask(
+            f"Queue {task.queue_name!r} is not valid for backend. TASKS[{alias!r}]['QUEUES'] "
+            f"lists {', '.join(map(repr, sorted(queues)))}: add it there, or use one of those."
+        )
+
+
 def validate_options(task: Task, alias: str) -> None:
     """Raise ``InvalidTask`` naming the option and the rule when a task cannot be enqueued
     through backend ``alias``: an extra field is wrong, a name is too long for its column, or

@@ -9,6 +9,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.core.management.base import CommandError
 
 from ..compat import InvalidTaskBackend
@@ -34,10 +35,6 @@ def _whole_number(value: str, least: int, most: int | None = None) -> int:
 
 def positive_int(value: str) -> int:
     return _whole_number(value, 1)
-
-
-def non_negative_int(value: str) -> int:
-    return _whole_number(value, 0)
 
 
 def whole_number(least: int, most: int) -> Callable[[str], int]:
@@ -184,7 +181,17 @@ def sql_backend(alias: str) -> Any:
     try:
         return settings.sql_backend(alias)
     except InvalidTaskBackend as e:
-        raise CommandError(f"--backend: {e}") from e
+        raise backend_error(alias, e) from e
+
+
+def backend_error(alias: str, error: BaseException) -> CommandError:
+    """The error of a backend that cannot be used: blamed on ``--backend`` when the alias is
+    not in ``TASKS``, and on the ``TASKS`` entry when it is (its ``BACKEND`` fails to load, or
+    is of another kind), whether or not the user passed ``--backend``."""
+    if alias in django_settings.TASKS:
+        return CommandError(f"TASKS[{alias!r}]: {error}")
+    known = ", ".join(map(repr, django_settings.TASKS)) or "none"
+    return CommandError(f"--backend: {alias!r} is not in TASKS (its aliases: {known}).")
 
 
 def refuse_unknown_queues(backend: Any, names: Iterable[str]) -> None:

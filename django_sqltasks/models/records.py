@@ -36,6 +36,10 @@ class WorkerRecord(models.Model):
     concurrency = models.PositiveIntegerField(_("concurrency"), default=1)
     started_at = models.DateTimeField(_("started at"), default=timezone.now)
     heartbeat_at = models.DateTimeField(_("last heartbeat"), default=timezone.now, db_index=True)
+    # Who the process is beyond host and pid (boot id, PID namespace, start time, a random
+    # token; worker/identity.py), so that a worker starting with this id can tell whether the
+    # holder is surely dead. Blank: a row of an earlier version.
+    process = models.CharField(_("process"), max_length=200, blank=True, default="")
 
     class Meta:
         verbose_name = _("worker")
@@ -50,10 +54,11 @@ class ScheduleRecord(models.Model):
     """A periodic task: what to enqueue and when, and the last slot it was enqueued for.
 
     Rows come from the admin or from ``OPTIONS["PERIODIC"]`` (synced at each worker's start;
-    see ``store/schedules.py``). Every worker reads the enabled rows at each scheduler tick;
-    advancing ``last_slot`` with a guarded UPDATE is the election of the one worker that
-    enqueues a slot. ``revision`` grows with each change of the definition, so an election
-    made on a definition read before a change fails, and the next tick reads the new one.
+    see ``store/schedules.py``). Every worker reads the due rows (by ``next_run_at``) at each
+    scheduler tick; advancing ``last_slot`` with a guarded UPDATE is the election of the one
+    worker that enqueues a slot. ``revision`` grows with each change of the definition, so an
+    election made on a definition read before a change fails, and the next tick reads the new
+    one.
     """
 
     ADMIN = "admin"
@@ -96,6 +101,15 @@ class ScheduleRecord(models.Model):
         ordering = ["backend_name", "name"]
         constraints = [
             models.UniqueConstraint(fields=["backend_name", "name"], name="sqltasks_schedule_name")
+        ]
+        indexes = [
+            # Serves the scheduler's tick (worker/scheduler.py: Scheduler.read): the enabled
+            # rows whose next run is unknown (by id) or has come (by next run, then id), read
+            # in batches, so that a tick reads its due rows and not the whole table.
+            models.Index(
+                fields=["backend_name", "enabled", "next_run_at", "id"],
+                name="sqltasks_schedule_due_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -17,7 +17,9 @@ from .vendor import driver_error
 
 # The task table's autovacuum and row statistics, and the oldest transaction of another session
 # of this database that holds a snapshot or an xid: what keeps vacuum from removing dead rows
-# (other databases' sessions do not hold back this table's cleanup). %s: the table's name.
+# (other databases' sessions do not hold back this table's cleanup). %s: the table's live
+# partition (where the claims and outcomes leave their dead rows) when it is partitioned, then
+# the table's name.
 TABLE_HEALTH_SQL = """
 SELECT current_setting('autovacuum')::boolean,
     (SELECT o.option_value::boolean FROM pg_options_to_table(c.reloptions) AS o
@@ -25,7 +27,7 @@ SELECT current_setting('autovacuum')::boolean,
     s.n_live_tup, s.n_dead_tup,
     a.pid, EXTRACT(EPOCH FROM clock_timestamp() - a.xact_start)::float8, a.state,
     a.application_name
-FROM (SELECT to_regclass(%s) AS oid) AS r
+FROM (SELECT COALESCE(to_regclass(%s), to_regclass(%s)) AS oid) AS r
 LEFT JOIN pg_class AS c ON c.oid = r.oid
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = r.oid
 LEFT JOIN LATERAL (
@@ -43,14 +45,18 @@ def read_postgresql(cursor: CursorWrapper, table: str) -> TableHealth:
     oldest transaction that holds back its cleanup."""
     # Statistics are read once per transaction and cached: read them afresh.
     cursor.execute("SELECT pg_stat_clear_snapshot()")
-    cursor.execute(TABLE_HEALTH_SQL, [table])
+    live = table[:-1] + '_live"' if table.endswith('"') else f"{table}_live"
+    cursor.execute(TABLE_HEALTH_SQL, [live, table])
     server_on, table_on, live, dead, pid, seconds, state, application = cursor.fetchone()
     off_by = (("autovacuum",) if not server_on else ()) + (
         ("autovacuum_enabled",) if table_on is False else ()
     )
+    # pg_stat_user_tables has a row for every table, so no row means no table (not migrated
+    # yet): its autovacuum and rows are not known, and nothing warns of them.
+    exists = live is not None
     return TableHealth(
-        autovacuum=not off_by,
-        autovacuum_off_by=off_by,
+        autovacuum=not off_by if exists else None,
+        autovacuum_off_by=off_by if exists else (),
         live_rows=live,
         dead_rows=dead,
         oldest_transaction_seconds=seconds,

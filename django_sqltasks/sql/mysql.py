@@ -350,15 +350,21 @@ class MySQLDialect(Dialect):
         ids = [self._encode_id(o.id) for o in outcomes]
         marks = ", ".join(["%s"] * len(ids))
         # The owner guard keeps a late result from overwriting a task that was rescued and
-        # claimed again (or finished) meanwhile. Without RETURNING, lock the rows still ours
+        # claimed again (or finished) meanwhile; the attempt guard, one claimed again by
+        # another process under the same worker id. Without RETURNING, lock the rows still ours
         # first to learn which they are; the transaction holds those locks for two statements.
+        claims = {o.id: o.attempt for o in outcomes}
         with transaction.atomic(using=self.connection.alias):
             cursor.execute(
-                f"SELECT id FROM {self.tasks} WHERE id IN ({marks}) AND status = 'RUNNING' "
-                "AND owner = %s FOR UPDATE",
+                f"SELECT id, attempts FROM {self.tasks} WHERE id IN ({marks}) "
+                "AND status = 'RUNNING' AND owner = %s FOR UPDATE",
                 [*ids, worker_id],
             )
-            held = {self._decode_id(values[0]) for values in cursor.fetchall()}
+            held = set()
+            for values in cursor.fetchall():
+                task_id = self._decode_id(values[0])
+                if claims[task_id] is None or claims[task_id] == values[1]:
+                    held.add(task_id)
             if held:
                 cursor.execute(
                     f"""
@@ -369,6 +375,7 @@ class MySQLDialect(Dialect):
                         t.available_at = COALESCE(v.available_at, {later}t.available_at),
                         t.attempts = t.attempts - v.snoozed, t.snoozes = t.snoozes + v.snoozed
                     WHERE t.status = 'RUNNING' AND t.owner = %s
+                        AND (v.attempt IS NULL OR t.attempts = v.attempt)
                     """,
                     [*params, worker_id],
                 )

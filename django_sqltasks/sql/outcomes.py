@@ -61,6 +61,7 @@ class OutcomeStatements(Vendor):
             self._encode_datetime(available_at),
             outcome.snoozed,
             delay,
+            outcome.attempt,
         ]
 
     def complete(
@@ -84,10 +85,14 @@ class OutcomeStatements(Vendor):
                 }
             ]
         )
+        # Guarded as an outcome is: by the owner, and by the claim's attempt if known.
+        same_claim, attempt = (
+            ("", []) if outcome.attempt is None else (" AND attempts = %s", [outcome.attempt])
+        )
         cursor.execute(
             f"UPDATE {self.tasks} SET status = 'FAILED', finished_at = %s, owner = NULL, "
             f"return_value = NULL, errors = {self._json_placeholder} "
-            "WHERE id = %s AND status = 'RUNNING' AND owner = %s",
+            f"WHERE id = %s AND status = 'RUNNING' AND owner = %s{same_claim}",
             [
                 self._encode_datetime(
                     outcome.finished_at or outcome.available_at or dj_timezone.now()
@@ -95,6 +100,7 @@ class OutcomeStatements(Vendor):
                 error,
                 self._encode_id(outcome.id),
                 worker_id,
+                *attempt,
             ],
         )
         if not cursor.rowcount:

@@ -303,7 +303,7 @@ class PostgreSQLDialect(Dialect):
             ), claimed AS (
                 UPDATE {self.tasks} AS t
                 SET {CLAIM_SET}
-                FROM picked WHERE t.id = picked.id
+                FROM picked WHERE t.id = picked.id AND t.status = 'READY'
                 RETURNING {RETURNING}
             )
             SELECT json_agg(json_build_array({COLUMNS}))::text{commit}
@@ -360,7 +360,8 @@ class PostgreSQLDialect(Dialect):
         error = self._append_error("t.errors", "v.error_class", "v.error_traceback")
         # The outcomes travel as one JSON document (cheaper to encode than seven arrays). The
         # owner guard keeps a late result from overwriting a task that was rescued and claimed
-        # again (or finished) meanwhile.
+        # again (or finished) meanwhile; the attempt guard, one claimed again by another
+        # process under the same worker id.
         # Finished tasks are announced in the same statement, one NOTIFY per IDS_PER_NOTIFY
         # of them, for the processes waiting on them (``result.wait()``); the cross join with
         # ``told`` (always one row) makes it run.
@@ -380,9 +381,10 @@ class PostgreSQLDialect(Dialect):
                 FROM jsonb_to_recordset(%s::jsonb) AS v(
                     id uuid, status text, finished_at timestamptz, return_value text,
                     error_class text, error_traceback text, available_at timestamptz, snoozed int,
-                    delay float8
+                    delay float8, attempt int
                 )
                 WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
+                    AND (v.attempt IS NULL OR t.attempts = v.attempt)
                 RETURNING t.id, t.status
             ), told AS ({ANNOUNCE_OUTCOMES})
             SELECT done.id FROM done, told
@@ -475,6 +477,7 @@ def _outcomes_document(outcomes: Sequence[Outcome]) -> str:
                 "available_at": o.available_at,
                 "snoozed": o.snoozed,
                 "delay": o.delay,
+                "attempt": o.attempt,
             }
             for o in outcomes
         ]

@@ -47,6 +47,7 @@ OUTCOME_COLUMNS = (
     "available_at",
     "snoozed",
     "delay",
+    "attempt",
 )
 # The columns an insert writes, in order.
 INSERT_COLUMNS = (
@@ -218,6 +219,11 @@ class Outcome:
     # The workflow of a task that is one of its steps: its final outcome moves it on, in the
     # transaction that stores it. Not a column of the outcome's write.
     workflow_id: uuid.UUID | None = None
+    # The attempt number of the claim this outcome ends: it is stored only while the row is
+    # still that claim, so that a stale writer's outcome (a process that lost its claim, its
+    # task claimed again under the same worker id) matches nothing. None: the owner alone
+    # guards it (a supervisor ending a killed process's tasks).
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from django.db import DatabaseError, OperationalError
+from django.db import DatabaseError, OperationalError, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
@@ -37,6 +38,25 @@ class SQLiteDialect(Dialect):
     wakeup = "files"
     single_writer = True
     _explain_prefix = "EXPLAIN QUERY PLAN"
+
+    @contextlib.contextmanager
+    def write_transaction(self) -> Iterator[None]:
+        # A deferred transaction that has read cannot take the write lock once another
+        # connection has written since: SQLite fails it at once ("database is locked"), busy
+        # timeout or not. BEGIN IMMEDIATE takes the lock first, waiting up to the timeout.
+        connection = self._current_connection()
+        if connection.in_atomic_block:  # a savepoint: the outer transaction began already
+            with transaction.atomic(using=connection.alias):
+                yield
+            return
+        mode = connection.transaction_mode  # type: ignore[attr-defined]
+        connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(transaction.atomic(using=connection.alias))  # BEGIN here
+            finally:
+                connection.transaction_mode = mode  # type: ignore[attr-defined]
+            yield
 
     def is_transient(self, error: BaseException) -> bool:
         # Another connection holds the write lock past the busy timeout: "database is
@@ -132,7 +152,8 @@ class SQLiteDialect(Dialect):
         params = [value for o in outcomes for value in self._outcome_params(o)]
         error = self._append_error(f"{self.tasks}.errors", "v.error_class", "v.error_traceback")
         # The owner guard keeps a late result from overwriting a task that was rescued and
-        # claimed again (or finished) meanwhile.
+        # claimed again (or finished) meanwhile; the attempt guard, one claimed again by
+        # another process under the same worker id.
         cursor.execute(
             f"""
             WITH v({", ".join(OUTCOME_COLUMNS)}) AS (VALUES {rows})
@@ -147,6 +168,7 @@ class SQLiteDialect(Dialect):
             FROM v
             WHERE {self.tasks}.id = v.id AND {self.tasks}.status = 'RUNNING'
                 AND {self.tasks}.owner = %s
+                AND (v.attempt IS NULL OR {self.tasks}.attempts = v.attempt)
             RETURNING {self.tasks}.id
             """,
             [*params, worker_id],

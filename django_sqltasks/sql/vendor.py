@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
 import orjson
 from django.conf import settings
-from django.db import InterfaceError, connections
+from django.db import InterfaceError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone as dj_timezone
@@ -119,6 +120,11 @@ class Vendor:
     def _current_connection(self) -> BaseDatabaseWrapper:
         """This dialect's connection for the calling thread (a dialect is shared by all)."""
         return connections[self.connection.alias]
+
+    def write_transaction(self) -> AbstractContextManager[Any]:
+        """A transaction that reads, then writes: where the database lets a writer in only
+        after the transaction's reads (SQLite), it takes the write lock at its start."""
+        return transaction.atomic(using=self.connection.alias)
 
     def announce_finished(self, cursor: CursorWrapper, task_ids: Sequence[uuid.UUID]) -> None:
         """Tell the processes waiting on ``task_ids`` (``result.wait()``) that they finished,

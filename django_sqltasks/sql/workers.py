@@ -21,30 +21,32 @@ class WorkerStatements(Vendor):
 
     def live_worker(
         self, cursor: CursorWrapper, worker_id: str, lease_timeout: float
-    ) -> tuple[int, str] | None:
-        """The pid and host of ``worker_id`` if it heartbeat within ``lease_timeout`` seconds."""
+    ) -> tuple[int, str, str] | None:
+        """The pid, host and process identity of ``worker_id`` if it heartbeat within
+        ``lease_timeout`` seconds."""
         since, params = self._ago_sql(lease_timeout)
         cursor.execute(
-            f"SELECT pid, hostname FROM {self.workers} WHERE id = %s AND heartbeat_at >= {since}",
+            f"SELECT pid, hostname, process FROM {self.workers} "
+            f"WHERE id = %s AND heartbeat_at >= {since}",
             [worker_id, *params],
         )
         row = cursor.fetchone()
-        return None if row is None else (row[0], row[1])
+        return None if row is None else (row[0], row[1], row[2])
 
     def live_workers_like(
         self, cursor: CursorWrapper, prefix: str, lease_timeout: float
-    ) -> list[tuple[str, int, str]]:
-        """The id, pid and host of workers whose id starts with ``prefix`` and that heartbeat
-        within ``lease_timeout`` seconds."""
+    ) -> list[tuple[str, int, str, str]]:
+        """The id, pid, host and process identity of workers whose id starts with ``prefix``
+        and that heartbeat within ``lease_timeout`` seconds."""
         since, params = self._ago_sql(lease_timeout)
         # "!" escapes: a backslash would need escaping itself in MySQL's string literals.
         escaped = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_")
         cursor.execute(
-            f"SELECT id, pid, hostname FROM {self.workers} "
+            f"SELECT id, pid, hostname, process FROM {self.workers} "
             f"WHERE id LIKE %s ESCAPE '!' AND heartbeat_at >= {since}",
             [escaped + "%", *params],
         )
-        return [(row[0], row[1], row[2]) for row in cursor.fetchall()]
+        return [(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
 
     def forget_dead_workers(self, cursor: CursorWrapper, lease_timeout: float) -> int:
         """Delete the rows of workers silent for over ``lease_timeout`` seconds."""

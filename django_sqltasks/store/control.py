@@ -15,7 +15,7 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from ..compat import TaskResultDoesNotExist, TaskResultStatus
-from ..models import FINISHED_STATUSES, TaskRecord
+from ..models import TaskRecord
 from ..sql import dialect_for
 
 CANCELLED = "django_sqltasks.exceptions.TaskCancelled"
@@ -91,20 +91,6 @@ def cancel(tasks: Iterable[TaskRecord], using: str, reason: str) -> list[TaskRec
         if changed:
             cancelled.append(record)
     return cancelled
-
-
-def delete_finished(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
-    """Delete the tasks that are SUCCESSFUL or FAILED; return the ones deleted."""
-    deleted = []
-    for record in tasks:
-        count, _ = (
-            TaskRecord.objects.using(using)
-            .filter(pk=record.pk, status__in=FINISHED_STATUSES)
-            .delete()
-        )
-        if count:
-            deleted.append(record)
-    return deleted
 
 
 def request_cancel(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:

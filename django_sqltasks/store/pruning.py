@@ -1,5 +1,6 @@
-"""Delete old finished tasks (and workflows) in small batches, so no statement holds locks for
-long."""
+"""Prune old finished tasks (and workflows): on PostgreSQL, drop the days of history past their
+retention (store/partitions.py); then delete what is left in small batches, so no statement
+holds locks for long."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from ..compat import TaskResultStatus
 from ..models import TaskRecord, WorkflowRecord
+from .partitions import drop_before
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -29,6 +31,7 @@ class Pruned:
     successful: int = 0
     failed: int = 0
     workflows: int = 0  # finished workflows (not counted in ``total``, which counts tasks)
+    partitions: int = 0  # day partitions dropped whole (PostgreSQL); their tasks are counted
 
     @property
     def total(self) -> int:
@@ -54,22 +57,40 @@ def prune(
     now = now or timezone.now()
     tasks = TaskRecord.objects.using(using).order_by().scoped(backend, queue)
     pruned = Pruned()
-    if successful_days is not None:
-        old = tasks.succeeded().filter(finished_at__lte=now - timedelta(days=successful_days))
-        pruned.successful = _delete(old, dry_run, batch_size, max_batches)
-    if failed_days is not None:
-        old = tasks.failed().filter(finished_at__lte=now - timedelta(days=failed_days))
-        pruned.failed = _delete(old, dry_run, batch_size, max_batches)
+    for status, days in (
+        (TaskResultStatus.SUCCESSFUL, successful_days),
+        (TaskResultStatus.FAILED, failed_days),
+    ):
+        if days is None:
+            continue
+        cutoff = now - timedelta(days=days)
+        count = 0
+        if not dry_run:
+            # Whole days first: a DROP of each partition past the cutoff, whatever its size.
+            dropped = drop_before(using, status, cutoff, backend=backend, queue=queue)
+            count, pruned.partitions = dropped.tasks, pruned.partitions + len(dropped.partitions)
+        old = tasks.filter(status=status, finished_at__lte=cutoff)
+        count += _delete(old, dry_run, batch_size, max_batches)
+        if status == TaskResultStatus.SUCCESSFUL:
+            pruned.successful = count
+        else:
+            pruned.failed = count
     if queue is None:  # a workflow's steps may be in several queues
         pruned.workflows = _prune_workflows(
             using, backend, successful_days, failed_days, now, dry_run, batch_size, max_batches
         )
     if pruned.total and not dry_run:
         logger.info(
-            "Pruned finished tasks successful=%d failed=%d",
+            "Pruned finished tasks successful=%d failed=%d partitions=%d",
             pruned.successful,
             pruned.failed,
-            extra={"action": "prune", "successful": pruned.successful, "failed": pruned.failed},
+            pruned.partitions,
+            extra={
+                "action": "prune",
+                "successful": pruned.successful,
+                "failed": pruned.failed,
+                "partitions": pruned.partitions,
+            },
         )
     return pruned
 
@@ -168,6 +189,7 @@ class Retention:
             failed_days=self.failed_days,
             max_batches=RETENTION_BATCHES,
         )
+        # Counting the tasks of dropped days too: at worst one more run, which finds nothing.
         behind = pruned.successful >= RETENTION_BATCHES * BATCH_SIZE or (
             pruned.failed >= RETENTION_BATCHES * BATCH_SIZE
         )

@@ -17,6 +17,7 @@ from django.utils import timezone
 from ..models import TaskRecord, WorkerRecord
 from ..sql import Dialect, dialect_for
 from . import events
+from .identity import describe_holder, holder_is_gone, this_process
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -27,22 +28,6 @@ EXIT_ID_IN_USE = 78  # EX_CONFIG (sysexits.h): a configuration error
 
 class WorkerIdInUse(RuntimeError):
     """A live worker (its heartbeat fresh by the database's clock) holds this worker id."""
-
-
-def gone_from_this_host(pid: int | None, hostname: str) -> bool:
-    """Whether the worker that wrote a row (``pid`` on ``hostname``) is surely dead: it ran on
-    this host, and its process is gone (or is this one). Host names are taken to be unique."""
-    if hostname != socket.gethostname()[:255] or pid is None:
-        return False
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's process: alive
-        return False
-    return False
 
 
 class Lease:
@@ -74,20 +59,35 @@ class Lease:
         """Insert this worker's row; refuse an id held by a live worker."""
         with self._cursor() as (dialect, cursor):
             live = dialect.live_worker(cursor, self.worker_id, self.timeout)
-        if live is not None and not gone_from_this_host(*live):
+        if live is not None and not holder_is_gone(*live):
             raise WorkerIdInUse(
                 f"--worker-id: {self.worker_id!r} is in use by a live worker (pid "
-                f"{live[0]} on {live[1]!r}, heartbeat within the last {self.timeout:g}s); "
-                "give each worker its own id."
+                f"{live[0]} on {live[1]!r}{describe_holder(live[2])}, heartbeat within the "
+                f"last {self.timeout:g}s). If that is this worker's previous run (restarted on "
+                "another host, or where another process now has its pid), its lease runs out in "
+                f"about {self._lease_left():.0f}s (LEASE_TIMEOUT), and the id is free then: start "
+                "again after that. Otherwise give each worker its own id."
             )
         # A previous worker of this id is dead: its lease ran out, or (a service manager
-        # restarting it) its process is gone from this host. Drop its row, so that the rescue
-        # takes its tasks now, before this worker takes its name.
+        # restarting it) its process is gone from this host's PID namespace. Drop its row, so
+        # that the rescue takes its tasks now, before this worker takes its name.
         if WorkerRecord.objects.using(self.database).filter(id=self.worker_id).delete()[0]:
             self.rescue()
         self._create()
         self.rescue()
         events.emit("registered", worker_id=self.worker_id)
+
+    def _lease_left(self) -> float:
+        """Seconds until this id's current holder's lease runs out, if it beats no more."""
+        beat = (
+            WorkerRecord.objects.using(self.database)
+            .filter(id=self.worker_id)
+            .values_list("heartbeat_at", flat=True)
+            .first()
+        )
+        if beat is None:
+            return 0.0
+        return max(0.0, self.timeout - (timezone.now() - beat).total_seconds())
 
     def heartbeat(self) -> None:
         """Renew the lease, then rescue tasks of workers whose lease ran out."""
@@ -151,6 +151,7 @@ class Lease:
             queue_names=self.queue_names or ["*"],
             hostname=socket.gethostname()[:255],
             pid=os.getpid(),
+            process=this_process().text(),
             concurrency=self.concurrency,
             started_at=now,
             heartbeat_at=now,

@@ -1,7 +1,7 @@
 """The worker's upkeep, each on a thread of its own so a busy event loop cannot starve it: the
 heartbeat (lease renewal, rescue of dead workers' tasks, cancel requests, pruning, a look at the
-task table's health) and the periodic scheduler. Their queries run on the worker's database
-thread."""
+task table's health) and the periodic scheduler. The heartbeat's queries run on the worker's
+database thread; the scheduler's on a connection of its own (see ``_schedule_loop``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any, TypeVar
 
+from django.db import connections
 from django.utils import timezone
 
 from ..ops import health
+from ..sql import dialect_for
+from ..store.partitions import add_days
 from ..store.pruning import Retention
 from ..store.workflows import reconcile
 from . import events
@@ -35,6 +38,10 @@ T = TypeVar("T")
 # (about 1 ms), two on MariaDB's information_schema, none on SQLite. A minute: the age past
 # which an old transaction is warned of (SQLTASKS_OLD_TRANSACTION_SECONDS' default).
 HEALTH_INTERVAL = 60.0
+# Seconds between two looks at the partitions of finished tasks ahead (PostgreSQL): a
+# catalog read, and a few DDL statements once a day. Days are made DAYS_AHEAD ahead, so an
+# hour late is never late.
+PARTITIONS_INTERVAL = 3600.0
 
 
 class Maintenance:
@@ -78,6 +85,11 @@ class Maintenance:
         # (monotonic), and the warnings already logged.
         self._next_health = 0.0
         self._table_watch = health.Watch(self.database)
+        # One writer at a time (SQLite): the scheduler's statements go through the database
+        # thread too, instead of a connection of its own.
+        self._single_writer: bool = dialect_for(connections[self.database]).single_writer
+        # Owned by the heartbeat thread: when the days of partitions ahead are next looked at.
+        self._next_partitions = 0.0
         self._reporter = reporter  # running tasks' progress, written at each heartbeat
 
     def start(self) -> None:
@@ -142,11 +154,17 @@ class Maintenance:
             found = self._guarded("Reading the task table's health", self._table_warnings)
             if found is not None:
                 self._table_watch.update(found)  # logs each warning once, when it appears
+        if time.monotonic() >= self._next_partitions:
+            self._next_partitions = time.monotonic() + PARTITIONS_INTERVAL
+            self._guarded("Adding partitions of finished tasks", self._add_partitions)
         if self.retention is not None and self.retention.due():
             self._guarded("Pruning", self.retention.run)
 
     def _sweep_workflows(self) -> int:
         return reconcile(self.database, self.backend.alias)
+
+    def _add_partitions(self) -> int:
+        return add_days(self.database)
 
     def _table_warnings(self) -> list[health.HealthWarning]:
         return health.warnings(health.read(self.database), self.database)
@@ -175,27 +193,45 @@ class Maintenance:
 
     def _schedule_loop(self) -> None:
         """Enqueue periodic tasks at their slots: a thread that ticks at the next slot, and at
-        least once a HEARTBEAT_INTERVAL, reading the schedule table each time (so a schedule
-        added, changed or disabled in the admin holds from the next tick)."""
+        least once a HEARTBEAT_INTERVAL, reading the schedule table's due rows each time (so a
+        schedule added, changed or disabled in the admin holds from the next tick).
+
+        Its statements run on a connection of its own, so that no table of schedules, however
+        large, holds up the heartbeat, the rescue or the claims of the database thread; on a
+        database that takes one writer at a time (SQLite) they go through the database thread,
+        one batch of rows at a time, so that a heartbeat waits for one batch at most.
+        """
         scheduler = Scheduler(self.backend)
-        while self._scheduling.is_set():
-            # Slots go by the database's clock; the wait between them by this process's.
-            now = self._guarded("Reading the database's clock", scheduler.database_now)
-            fired = None
-            if now is None:
-                now = timezone.now()
-            else:
-                fired = self._guarded("Periodic tasks", partial(scheduler.run_due, now))
-            events.emit("scheduler_tick", worker_id=self.lease.worker_id, fired=fired)
-            try:
-                upcoming = scheduler.next_wakeup(now)
-            except Exception:
-                logger.exception("Computing the next periodic slot failed; trying again later")
+        run = self._guarded if self._single_writer else self._guarded_here
+        try:
+            while self._scheduling.is_set():
+                # Slots go by the database's clock; the wait between them by this process's.
+                now = run("Reading the database's clock", scheduler.database_now)
+                fired = None
                 upcoming = None
-            delay = self.interval
-            if upcoming is not None:
-                delay = min(delay, (upcoming - now).total_seconds())
-            # A little past the slot, so that it is the latest one when computed.
-            if self._stopped.wait(max(0.0, delay) + 0.005):
-                return
-        events.emit("scheduling_stopped", worker_id=self.lease.worker_id)
+                if now is None:
+                    now = timezone.now()
+                else:
+                    fired = scheduler.run_due(now, call=partial(run, "Periodic tasks"))
+                    upcoming = run(
+                        "Reading the next periodic slot", partial(scheduler.next_wakeup, now)
+                    )
+                events.emit("scheduler_tick", worker_id=self.lease.worker_id, fired=fired)
+                delay = self.interval
+                if upcoming is not None:
+                    delay = min(delay, (upcoming - now).total_seconds())
+                # A little past the slot, so that it is the latest one when computed.
+                if self._stopped.wait(max(0.0, delay) + 0.005):
+                    return
+            events.emit("scheduling_stopped", worker_id=self.lease.worker_id)
+        finally:
+            if not self._single_writer:
+                connections.close_all()  # this thread's own
+
+    def _guarded_here(self, what: str, fn: Callable[[], T]) -> T | None:
+        """``_guarded``, on this thread's own connection."""
+        try:
+            return run_with_retries(self.database, fn, self._stopped)
+        except Exception:
+            logger.exception("%s failed worker_id=%s", what, self.lease.worker_id)
+            return None

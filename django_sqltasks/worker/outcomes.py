@@ -64,6 +64,7 @@ def _ended(
 ) -> Ended:
     """``outcome`` of ``row``'s task; a final one names the row's workflow, if it is a step of
     one, so that storing it moves the workflow on (``write_outcomes``)."""
+    _of_claim(row, outcome)
     if outcome.status != TaskResultStatus.READY:
         outcome.workflow_id = row.workflow_id
     return Ended(outcome, attempt, error, value)
@@ -105,12 +106,19 @@ def after_error(attempt: Attempt, exc: BaseException, max_snoozes: int) -> Ended
     row = attempt.row
     if isinstance(exc, Snooze):
         if row.snoozes < max_snoozes:
-            return Ended(_snooze(row.id, exc.seconds), attempt, exc)
+            return Ended(_of_claim(row, _snooze(row.id, exc.seconds)), attempt, exc)
         exc = snooze_limit_reached(exc, row.snoozes, max_snoozes)
     delay = retry_delay(attempt.policy, row.attempts, exc)
     if delay is not None:
-        return Ended(_retry(row.id, exc, delay), attempt, exc)
+        return Ended(_of_claim(row, _retry(row.id, exc, delay)), attempt, exc)
     return _ended(row, failure(row.id, exc), attempt, exc)
+
+
+def _of_claim(row: ClaimedRow, outcome: Outcome) -> Outcome:
+    """``outcome``, to be stored only over the claim of ``row`` (its attempt number), not over
+    a later claim of the same task under the same worker id."""
+    outcome.attempt = row.attempts
+    return outcome
 
 
 def failure(task_id: uuid.UUID, exc: BaseException) -> Outcome:

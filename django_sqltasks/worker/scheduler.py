@@ -1,14 +1,19 @@
-"""The worker's periodic tasks: at each tick, read the enabled schedules of a backend from the
+"""The worker's periodic tasks: at each tick, read the due schedules of a backend from the
 table (settings' PERIODIC synced into it at the first tick, ``store/schedules.py``) and enqueue
-their due slots, one worker per slot."""
+their due slots, one worker per slot. Each row stores its next run, so a tick reads what is due,
+not the whole table: a table of 300,000 schedules costs a tick what its due rows cost."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections, transaction
+from django.db.models import Q
 from django.utils import timezone as django_timezone
 
 from ..core.resolve import resolve_task
@@ -22,8 +27,23 @@ logger = logging.getLogger("django_sqltasks")
 
 # Characters of an error kept in a row's last_error.
 MAX_ERROR_LENGTH = 2000
-# Checked rows remembered by a scheduler (a table of schedules is far smaller).
-MAX_PARSED = 1000
+# Checked rows remembered by a scheduler: a tick reads only the due rows, and the checks of a
+# cron expression are remembered by expression (core/schedules.py), so a miss costs little.
+MAX_PARSED = 10_000
+# Rows a tick reads and fires in one call: where the scheduler shares the worker's database
+# thread (SQLite), a heartbeat waits for one batch at most.
+BATCH = 200
+
+T = TypeVar("T")
+# Where a batch of due rows starts: after this (pk,) of the unseen, (next_run_at, pk) of the
+# others; () for the first batch.
+Key = tuple[Any, ...]
+# Runs one database step of a tick, and returns its value, or None if it failed (logged).
+Call = Callable[[Callable[[], Any]], Any]
+
+
+def _here(fn: Callable[[], T]) -> T:
+    return fn()
 
 
 @dataclass(frozen=True)
@@ -33,22 +53,30 @@ class Due:
     pk: int
     revision: int
     last_slot: datetime | None
+    next_run_at: datetime | None
     schedule: Schedule
+
+    @property
+    def name(self) -> str:
+        return self.schedule.name
 
 
 class Scheduler:
-    """Enqueue the due slots of a backend's schedules (on the worker's database thread)."""
+    """Enqueue the due slots of a backend's schedules.
+
+    A tick reads only the rows due by their ``next_run_at`` (an index serves the read), in
+    batches of ``BATCH``, each a call of its own: where the scheduler shares the worker's
+    database thread (SQLite), a heartbeat waits for one batch at most, whatever the size of
+    the table.
+    """
 
     def __init__(self, backend: SQLBackend) -> None:
         self.backend = backend
         self.synced = False
-        # The schedules read at the last tick, by name (next_wakeup reads them).
-        self.schedules: dict[str, Schedule] = {}
         # The broken rows already logged, by (pk, revision): logged again once changed.
         self._broken: set[tuple[int, int]] = set()
         # Rows already checked, by what they hold (a row edited by SQL, its revision left as
-        # it was, is checked again): a tick re-reads every row, and checking a cron
-        # expression costs more than reading it.
+        # it was, is checked again): checking a cron expression costs more than reading it.
         self._parsed: dict[tuple[str, str, str], Schedule] = {}
 
     def sync(self) -> None:
@@ -64,19 +92,15 @@ class Scheduler:
             )
 
     def next_wakeup(self, now: datetime) -> datetime | None:
-        """When the next slot of any schedule comes; a schedule that fails is logged and left
-        out, so one broken schedule never holds up the others."""
-        upcoming = []
-        for schedule in self.schedules.values():
-            try:
-                upcoming.append(schedule.next_slot(now))
-            except Exception:
-                logger.exception(
-                    "Periodic task %s: its next slot cannot be computed; the other schedules go on",
-                    schedule.name,
-                    extra={"action": "periodic_failed", "schedule": schedule.name},
-                )
-        return min(upcoming, default=None)
+        """When the next slot of any schedule comes, as the rows store it (None: no schedule
+        has one after ``now``; a row due but not fired yet is read again at the next tick)."""
+        return (
+            self._enabled()
+            .filter(next_run_at__gt=now)
+            .order_by("next_run_at")
+            .values_list("next_run_at", flat=True)
+            .first()
+        )
 
     def database_now(self) -> datetime:
         """The current time by the database's clock: every worker computes the same slots,
@@ -87,15 +111,74 @@ class Scheduler:
             now = dialect_for(connection).db_now(cursor)
         return now if now.tzinfo is not None else django_timezone.make_aware(now)
 
-    def read(self) -> list[Due]:
-        """The enabled schedules of the table; a row that breaks a rule is logged (once per
-        revision) and left out."""
+    def run_due(self, now: datetime | None = None, call: Call | None = None) -> list[str]:
+        """Enqueue every schedule whose latest slot has not fired yet; return their names.
+
+        ``call`` runs each database step (the sync, the clock, one batch) where the worker
+        wants it, and returns None if it failed (logged); by default, here.
+        """
+        run: Call = call or _here
+        if not self.synced:
+            run(self.sync)
+            if not self.synced:
+                return []  # logged; the next tick tries again
+        if now is None:
+            now = run(self.database_now)
+            if now is None:
+                return []
+        fired: list[str] = []
+        for unseen in (True, False):
+            after: Key | None = ()
+            while after is not None:
+                batch = run(partial(self.run_batch, now, unseen, after))
+                if batch is None:
+                    break  # logged; the next tick reads these rows again
+                names, after = batch
+                fired += names
+        return sorted(fired)
+
+    def run_batch(self, now: datetime, unseen: bool, after: Key) -> tuple[list[str], Key | None]:
+        """Fire the next ``BATCH`` due rows after the key ``after`` (``unseen``: the rows with
+        no next run stored, new or changed; else those whose next run has come); return the
+        names fired and the key to go on from (None: no more)."""
+        due, following = self.read(now, unseen, after)
+        fired = []
+        for item in due:
+            try:
+                if self._fire(item, now):
+                    fired.append(item.schedule.name)
+            except Exception:  # one broken schedule must never stop the others
+                logger.exception(
+                    "Periodic task %s could not be enqueued; the other schedules go on",
+                    item.name,
+                    extra={"action": "periodic_failed", "schedule": item.name},
+                )
+        return fired, following
+
+    def read(
+        self, now: datetime, unseen: bool = False, after: Key = ()
+    ) -> tuple[list[Due], Key | None]:
+        """One batch of due rows (see ``run_batch``), and the key to read on from (None: this
+        was the last batch); a row that breaks a rule is logged (once per revision) and left
+        out."""
+        rows = self._enabled()
+        if unseen:
+            rows = rows.filter(next_run_at__isnull=True).order_by("pk")
+            if after:
+                rows = rows.filter(pk__gt=after[0])
+        else:
+            rows = rows.filter(next_run_at__lte=now).order_by("next_run_at", "pk")
+            if after:
+                moment, pk = after
+                rows = rows.filter(Q(next_run_at__gt=moment) | Q(next_run_at=moment, pk__gt=pk))
+        read = list(rows[:BATCH])
+        following: Key | None = None
+        if len(read) == BATCH:
+            last = read[-1]
+            following = (last.pk,) if unseen else (last.next_run_at, last.pk)
         zone = backend_time_zone(self.backend)
-        rows = ScheduleRecord.objects.using(self.backend.database).filter(
-            backend_name=self.backend.alias, enabled=True
-        )
         due = []
-        for row in rows.order_by("name"):
+        for row in read:
             try:
                 schedule = self._schedule_of(row, zone)
             except Exception as e:
@@ -108,8 +191,13 @@ class Scheduler:
                         extra={"action": "periodic_failed", "schedule": row.name},
                     )
                 continue
-            due.append(Due(row.pk, row.revision, row.last_slot, schedule))
-        return due
+            due.append(Due(row.pk, row.revision, row.last_slot, row.next_run_at, schedule))
+        return due, following
+
+    def _enabled(self) -> Any:
+        return ScheduleRecord.objects.using(self.backend.database).filter(
+            backend_name=self.backend.alias, enabled=True
+        )
 
     def _schedule_of(self, row: ScheduleRecord, zone: str) -> Schedule:
         key = (row.name, zone, repr(entry_of(row)))
@@ -121,31 +209,9 @@ class Scheduler:
             self._parsed[key] = schedule
         return schedule
 
-    def run_due(self, now: datetime | None = None) -> list[str]:
-        """Enqueue every schedule whose latest slot has not fired yet; return their names."""
-        if not self.synced:
-            self.sync()
-        now = now or self.database_now()
-        due = self.read()
-        self.schedules = {d.schedule.name: d.schedule for d in due}
-        fired = []
-        for item in due:
-            try:
-                if self._fire(item, now):
-                    fired.append(item.schedule.name)
-            except Exception:  # one broken schedule must never stop the others
-                logger.exception(
-                    "Periodic task %s could not be enqueued; the other schedules go on",
-                    item.schedule.name,
-                    extra={"action": "periodic_failed", "schedule": item.schedule.name},
-                )
-        return fired
-
     def _fire(self, item: Due, now: datetime) -> bool:
         schedule = item.schedule
         slot = schedule.latest_slot(now)
-        if item.last_slot is not None and item.last_slot >= slot:
-            return False  # fired already, as read at this tick: no election to hold
         database = self.backend.database
         # Guarded by the revision read (a change since makes the next tick read it again) and
         # by enabled (a disable committed since holds at once).
@@ -153,6 +219,12 @@ class Scheduler:
             pk=item.pk, revision=item.revision, enabled=True
         )
         following = schedule.next_slot(now)
+        if item.last_slot is not None and item.last_slot >= slot:
+            # Fired already, as read at this tick: no election to hold. A next run stored
+            # behind it (a row of an earlier version) is moved on, or every tick reads it.
+            if item.next_run_at is None or item.next_run_at <= now:
+                row.update(next_run_at=following)
+            return False
         if item.last_slot is None:
             # First sight: the schedule starts at its latest slot without firing it.
             row.filter(last_slot__isnull=True).update(last_slot=slot, next_run_at=following)

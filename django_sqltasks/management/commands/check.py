@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from django.core.management.commands import check
 
+from ..pipes import QuietWhenPipeCloses
 from ..startup import OneLineWhenUnreachable
 
 
-class Command(OneLineWhenUnreachable, check.Command):
+class Command(QuietWhenPipeCloses, OneLineWhenUnreachable, check.Command):
     """Django's system check command."""

@@ -12,6 +12,7 @@ from ...ops.stranded import DEFAULT_SAMPLE, Problem, check_live_tasks
 from ...sql.installation import is_missing_table, not_migrated
 from ..arguments import backend_alias, queue_names, refuse_unknown_queues, whole_number
 from ..help import HelpFormatter, package_version, terminal_safe
+from ..pipes import QuietWhenPipeCloses
 from ..startup import OneLineWhenUnreachable
 
 COLUMNS = ("backend", "task", "ready", "running", "example id", "problem")
@@ -26,7 +27,7 @@ Run it with the code about to be deployed, against the production database: it e
 status 1 when live tasks would fail under that code."""
 
 
-class Command(OneLineWhenUnreachable):
+class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
     help = (
         "Check READY and RUNNING tasks against this code: task paths that no longer import, "
         "and stored arguments that no longer bind to the task's signature. Exit 1 if any."

@@ -11,6 +11,7 @@ from ...models import TaskRecord
 from ...store.pruning import BATCH_SIZE, DEFAULT_FAILED_DAYS, DEFAULT_SUCCESSFUL_DAYS, prune
 from ..arguments import backend_alias, days, positive_int, refuse_unknown_queues, sql_backend, text
 from ..help import package_version
+from ..pipes import QuietWhenPipeCloses
 from ..startup import OneLineWhenUnreachable
 
 
@@ -18,7 +19,7 @@ def queue_name(value: str) -> str:
     return text(value, "a queue name")
 
 
-class Command(OneLineWhenUnreachable):
+class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
     help = "Delete finished tasks older than a number of days, in small batches."
 
     def get_version(self) -> str:

@@ -7,20 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...compat import DEFAULT_TASK_BACKEND_ALIAS
 from ...core.limits import parse_override, rate_text
 from ...exceptions import UnknownQueue
 from ..arguments import backend_alias, sql_backend, text
 from ..help import package_version
+from ..pipes import QuietWhenPipeCloses
 
 
 def queue_name(value: str) -> str:
     return text(value, "a queue name")
 
 
-class Command(BaseCommand):
+class Command(QuietWhenPipeCloses):
     help = (
         "Pause a queue (its tasks stay READY and no worker claims them; running ones finish), "
         "resume it, or list the paused queues; set, show or clear a queue's limits at run time."

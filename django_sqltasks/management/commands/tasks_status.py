@@ -13,6 +13,7 @@ from ...core.settings import sql_backends
 from ...ops import health, overview
 from ...sql.installation import is_missing_table, not_migrated
 from ..help import package_version, terminal_safe
+from ..pipes import QuietWhenPipeCloses
 from ..startup import OneLineWhenUnreachable
 
 QUEUE_COLUMNS = (
@@ -31,7 +32,7 @@ QUEUE_COLUMNS = (
 WORKER_COLUMNS = ("worker", "host", "pid", "queues", "running", "last heartbeat")
 
 
-class Command(OneLineWhenUnreachable):
+class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
     help = "Show each queue's counts and backlog age, and the live workers."
 
     def get_version(self) -> str:

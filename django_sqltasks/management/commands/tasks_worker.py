@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...compat import InvalidTaskBackend, task_backends
 from ...ops import metrics
@@ -17,14 +17,16 @@ from ...worker.lease import EXIT_ID_IN_USE, WorkerIdInUse
 from ...worker.processes.health_file import toucher
 from .. import logs, startup
 from ..arguments import (
+    backend_error,
     level_number,
     refuse_unknown_queues,
 )
 from ..help import package_version
+from ..pipes import QuietWhenPipeCloses
 from ..worker_options import MAX_SUPERVISOR_ID_LENGTH, add_worker_arguments
 
 
-class Command(BaseCommand):
+class Command(QuietWhenPipeCloses):
     help = "Run tasks enqueued through a django_sqltasks backend."
     # Only the checks a worker needs run, in handle(): its backend's and its database's.
     requires_system_checks: list[str] = []
@@ -41,7 +43,7 @@ class Command(BaseCommand):
         try:
             backend = task_backends[options["backend"]]
         except InvalidTaskBackend as e:
-            raise CommandError(f"--backend: {e}") from e
+            raise backend_error(options["backend"], e) from e
         self._check_backend(backend)
         queues = self._queues(backend, options["queues"], options["exclude_queues"])
         if options["processes"] is not None:

@@ -20,7 +20,8 @@ from django.db.backends.utils import CursorWrapper
 
 from ...models import WorkerRecord
 from ...sql import Dialect, dialect_for
-from ..lease import WorkerIdInUse, gone_from_this_host
+from ..identity import describe_holder, holder_is_gone
+from ..lease import WorkerIdInUse
 from ..outcomes import failure
 from ..retries import run_with_retries
 
@@ -131,18 +132,21 @@ class Ledger:
         if live:
             raise WorkerIdInUse(
                 f"--worker-id: {worker_id!r} is in use: live worker(s) "
-                + ", ".join(f"{name} (pid {pid} on {host!r})" for name, pid, host in live)
+                + ", ".join(
+                    f"{name} (pid {pid} on {host!r}{describe_holder(process)})"
+                    for name, pid, host, process in live
+                )
                 + f" heartbeat within the last {self.lease_timeout:g}s; give each supervisor "
                 "its own id."
             )
 
-    def live_ids(self, worker_id: str) -> list[tuple[str, int, str]]:
-        """The live workers (id, pid, host) named ``worker_id`` or ``worker_id``-N: those
-        this supervisor's processes would clash with."""
+    def live_ids(self, worker_id: str) -> list[tuple[str, int, str, str]]:
+        """The live workers (id, pid, host, process identity) named ``worker_id`` or
+        ``worker_id``-N: those this supervisor's processes would clash with."""
         with self._cursor() as (dialect, cursor):
             rows = [
-                (name, pid, host)
-                for name, pid, host in dialect.live_workers_like(
+                (name, pid, host, process)
+                for name, pid, host, process in dialect.live_workers_like(
                     cursor, f"{worker_id}-", self.lease_timeout
                 )
                 if name[len(worker_id) + 1 :].isdigit()
@@ -152,7 +156,7 @@ class Ledger:
             rows.append((worker_id, *own))
         # Processes of this host that are gone (a supervisor killed with its children, then
         # restarted) are no clash: each new process takes its name and rescues its tasks.
-        return [row for row in rows if not gone_from_this_host(row[1], row[2])]
+        return [row for row in rows if not holder_is_gone(row[1], row[2], row[3])]
 
     def _unregister(self, worker_id: str, pid: int) -> None:
         """Delete the row of ``worker_id`` if process ``pid`` of this host wrote it."""

@@ -15,8 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from django.utils import timezone
 
-from django_sqltasks import chain, signature
-from django_sqltasks.core import error_text
+from django_sqltasks import chain, error_summary, signature
 from django_sqltasks.worker import Worker
 from shop.tasks import (
     charge_card,
@@ -141,9 +140,7 @@ class Command(BaseCommand):
             if result.status == TaskResultStatus.SUCCESSFUL:
                 outcome = repr(result.return_value)
             elif result.errors:
-                last = result.errors[-1]
-                stored = {"exception_class_path": last.exception_class_path}
-                outcome = error_text.summary({**stored, "traceback": last.traceback})
+                outcome = error_summary(result.errors[-1])
             else:
                 outcome = "-"
             rows.append((item.label, str(result.status), str(result.attempts), outcome))

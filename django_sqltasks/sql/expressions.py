@@ -1,0 +1,45 @@
+"""ORM expressions whose SQL differs by database: used in QuerySet updates that change many rows
+in one statement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Expression, F, Func, JSONField, Value
+from django.db.models.sql.compiler import SQLCompiler
+
+
+class AppendError(Func):
+    """The ``errors`` JSON array of each row with ``entry`` added at its end: one UPDATE for a
+    batch of rows, whatever errors each already holds."""
+
+    output_field = JSONField()
+
+    def __init__(self, entry: dict[str, Any]) -> None:
+        self.entry = entry
+        super().__init__(F("errors"), Value(orjson.dumps([entry]).decode()))
+
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> Any:
+        return self.as_sql(
+            compiler, connection, template="(%(expressions)s::jsonb)", arg_joiner=" || "
+        )
+
+    def as_mysql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> Any:
+        # Two arrays merge into one with the second's items after the first's.
+        return self.as_sql(compiler, connection, function="JSON_MERGE_PRESERVE")
+
+    def as_sqlite(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> Any:
+        column, _ = self.get_source_expressions()
+        item: Expression = Value(orjson.dumps(self.entry).decode())
+        sql_column, column_params = compiler.compile(column)
+        sql_item, item_params = compiler.compile(item)
+        return (
+            f"json_insert({sql_column}, '$[#]', json({sql_item}))",
+            [*column_params, *item_params],
+        )

@@ -1,0 +1,138 @@
+"""The embedded worker: a normal worker (lease, heartbeat, claim) on a thread of the web
+server's process, started and stopped with it: by an ASGI server's lifespan, and in
+``runserver``'s process."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from django_sqltasks import EmbeddedWorker, embed_in_asgi
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.models import TaskRecord, WorkerRecord
+from tests import tasks
+from tests.conftest import ROOT, worker_env
+from tests.events import ENV as EVENTS_ENV
+from tests.events import EventLog
+
+
+async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """A web application that answers every request with 204."""
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+class Lifespan:
+    """An ASGI server's side of the lifespan protocol, run against an application."""
+
+    def __init__(self, application: Any) -> None:
+        self.application = application
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+
+    async def send(self, message_type: str) -> dict[str, Any]:
+        if self.task is None:
+            scope = {"type": "lifespan", "asgi": {"version": "3.0"}}
+            self.task = asyncio.create_task(
+                self.application(scope, self.inbox.get, self.outbox.put)
+            )
+        await self.inbox.put({"type": message_type})
+        return await asyncio.wait_for(self.outbox.get(), timeout=60)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_asgi_lifespan_runs_a_worker_from_startup_to_shutdown(events: EventLog) -> None:
+    application = embed_in_asgi(http_app, concurrency=2)
+    server = Lifespan(application)
+    assert (await server.send("lifespan.startup"))["type"] == "lifespan.startup.complete"
+    worker_id = application.worker.worker.worker_id
+    await asyncio.to_thread(events.wait, "worker_started", worker_id=worker_id)
+    # A normal worker: its row, its lease.
+    assert await WorkerRecord.objects.filter(id=worker_id).aexists()
+
+    result = await sync_to_async(tasks.add.enqueue)(2, 3)
+    await asyncio.to_thread(
+        events.wait, "task_finished", id=str(result.id), status=TaskResultStatus.SUCCESSFUL
+    )
+    await result.arefresh()
+    assert result.return_value == 5
+    record = await TaskRecord.objects.aget(id=result.id)
+    assert record.worker_ids == [worker_id]
+
+    # Requests go to the application while the worker runs.
+    sent: list[dict[str, Any]] = []
+
+    async def collect(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await application({"type": "http"}, asyncio.Queue().get, collect)
+    assert sent[0]["status"] == 204
+
+    assert (await server.send("lifespan.shutdown"))["type"] == "lifespan.shutdown.complete"
+    assert not application.worker.running
+    # A clean stop: the worker unregistered, as tasks_worker does on SIGTERM.
+    assert not await WorkerRecord.objects.filter(id=worker_id).aexists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_gives_running_tasks_the_shutdown_timeout_then_puts_them_back(
+    events: EventLog, tmp_path: Path
+) -> None:
+    embedded = EmbeddedWorker(concurrency=1, shutdown_timeout=0.2)
+    embedded.start()
+    marker = str(tmp_path / "started")
+    result = tasks.async_touch_then_sleep.enqueue(marker, 60)
+    events.wait("note", what="start", path=marker)
+    worker_id = embedded.worker.worker_id
+    assert embedded.stop()
+    record = TaskRecord.objects.get(id=result.id)
+    assert record.status == TaskResultStatus.READY  # put back for another worker
+    assert not WorkerRecord.objects.filter(id=worker_id).exists()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.worker_process
+@pytest.mark.django_db(transaction=True)
+def test_runserver_runs_tasks_in_its_process_and_stops_its_worker_on_ctrl_c(
+    events: EventLog,
+) -> None:
+    env = worker_env(DJANGO_SETTINGS_MODULE="tests.settings_embedded", **{EVENTS_ENV: events.path})
+    server = subprocess.Popen(
+        [sys.executable, "-m", "django", "runserver", "--noreload", f"127.0.0.1:{free_port()}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        [started] = events.wait("worker_started")
+        assert started.pid == server.pid  # in runserver's own process
+        result = tasks.add.enqueue(4, 5)
+        events.wait("task_finished", id=str(result.id), status=TaskResultStatus.SUCCESSFUL)
+        result.refresh()
+        assert result.return_value == 9
+        assert TaskRecord.objects.get(id=result.id).worker_ids == [started["worker_id"]]
+        server.send_signal(signal.SIGINT)
+        output, _ = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert "Traceback" not in output, output
+    assert "Worker stopped worker_id=" in output, output
+    assert not WorkerRecord.objects.filter(id=started["worker_id"]).exists()

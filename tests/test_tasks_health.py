@@ -1,0 +1,162 @@
+"""``manage.py tasks_health``: a probe's exit status for each condition, its JSON, its speed."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.utils import timezone
+
+from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.models import PausedQueue, TaskRecord, WorkerRecord
+from django_sqltasks.ops.probe import Exit, due_queries
+from tests.factories import task_row
+from tests.test_command_worker import closed_port, manage, url_for_port
+from tests.test_indexes import analyze, explain, fill
+
+pytestmark = pytest.mark.django_db
+
+
+def health(*args: str) -> tuple[int, str]:
+    """Run the command; return its exit status and what it printed."""
+    out = StringIO()
+    try:
+        call_command("tasks_health", *args, stdout=out)
+    except CommandError as e:
+        return e.returncode, out.getvalue()
+    return 0, out.getvalue()
+
+
+def worker(queues: list[str], silent_for: timedelta = timedelta(0), name: str = "w1") -> None:
+    WorkerRecord.objects.create(
+        id=name,
+        backend_name="default",
+        queue_names=queues,
+        heartbeat_at=timezone.now() - silent_for,
+    )
+
+
+def test_a_live_worker_on_every_queue_and_nothing_late_is_healthy() -> None:
+    worker(["*"])
+    task_row(available_at=timezone.now() - timedelta(seconds=30))
+    task_row(TaskResultStatus.FAILED, finished_ago=timedelta(days=3))  # history: not read
+    code, out = health()
+    assert code == 0, out
+    assert out.splitlines()[-1] == "OK"
+    assert "default: served, oldest due 30s" in out or "oldest due 29s" in out
+
+
+def test_no_live_worker() -> None:
+    worker(["*"], silent_for=timedelta(minutes=5))  # its row is left, its heartbeat old
+    code, out = health()
+    assert code == Exit.NO_LIVE_WORKER == 4
+    assert "No live worker of backend 'default'" in out
+
+
+def test_a_queue_no_live_worker_serves() -> None:
+    worker(["default", "other"])
+    worker(["slow"], silent_for=timedelta(minutes=5), name="gone")
+    code, out = health()
+    assert code == Exit.QUEUE_UNSERVED == 5
+    assert "Queue 'slow' of backend 'default' is served by no live worker." in out
+    assert "'other'" not in out.split("QUEUE_UNSERVED")[-1]
+    assert health("-Q", "default,other")[0] == 0
+
+
+def test_a_queue_outside_queues_with_ready_tasks_is_checked() -> None:
+    """A task enqueued under older settings names a queue QUEUES no longer lists."""
+    worker(["default", "other", "slow"])
+    task_row(queue_name="retired", available_at=timezone.now() - timedelta(seconds=5))
+    code, out = health("--json")
+    assert code == Exit.QUEUE_UNSERVED
+    report = json.loads(out)
+    assert [p["queue"] for p in report["problems"]] == ["retired"]
+
+
+def test_the_oldest_due_task_against_max_age() -> None:
+    worker(["*"])
+    now = timezone.now()
+    task_row(queue_name="other", available_at=now - timedelta(minutes=10))
+    task_row(queue_name="other", available_at=now + timedelta(hours=2))  # not due: no age
+    task_row(
+        queue_name="slow", available_at=now - timedelta(minutes=20), limit_key="tests.tasks.add"
+    )  # under a limit: read through the other ready index
+    code, out = health()
+    assert code == Exit.BACKLOG_TOO_OLD == 6
+    assert "The oldest due task of queue 'other'" in out
+    assert "queue 'slow'" in out and "over the 300s allowed (--max-age)" in out
+    assert health("--max-age", "1500")[0] == 0
+    assert health("--max-age", "900")[0] == Exit.BACKLOG_TOO_OLD
+    PausedQueue.objects.create(backend_name="default", queue_name="other")
+    PausedQueue.objects.create(backend_name="default", queue_name="slow")
+    assert health()[0] == 0  # paused: waiting on purpose
+
+
+def test_the_lowest_status_wins_and_json_lists_every_problem() -> None:
+    worker(["default"], silent_for=timedelta(hours=1))
+    task_row(available_at=timezone.now() - timedelta(hours=1))
+    code, out = health("--json")
+    assert code == Exit.NO_LIVE_WORKER
+    report = json.loads(out)
+    assert report["healthy"] is False and report["exit"] == 4
+    assert [p["code"] for p in report["problems"]] == ["no_live_worker", "backlog_too_old"]
+    (backend,) = report["backends"]
+    assert backend["backend"] == "default" and backend["live_workers"] == []
+    queues = {q["queue"]: q for q in backend["queues"]}
+    assert set(queues) == {"default", "other", "slow"}
+    assert queues["default"]["oldest_due_seconds"] > 3500
+    assert queues["other"] == {
+        "queue": "other",
+        "served": False,
+        "paused": False,
+        "oldest_due_seconds": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--backend", "nope"], "--backend: 'nope' is not a django_sqltasks backend"),
+        (["--backend", "immediate"], "'immediate' is not a django_sqltasks backend"),
+        (["-Q", "emails"], "--queue: 'emails' is not a queue of backend 'default'"),
+        (["--max-age", "0"], "must be a positive, finite number"),
+        (["--max-age", "soon"], "must be a number of seconds, not 'soon'"),
+    ],
+)
+def test_bad_options_name_the_option_and_the_rule(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError) as caught:
+        call_command("tasks_health", *args)
+    assert message in str(caught.value)
+
+
+@pytest.mark.django_db  # the probe reaches no database: no row to share
+def test_an_unreachable_database_exits_3_in_one_line() -> None:
+    if connection.vendor == "sqlite":
+        env = {"SQLTASKS_TEST_DB_NAME": "/nonexistent-directory/tasks.sqlite3"}
+    else:
+        env = {"DATABASE_URL": url_for_port(closed_port())}
+    done = manage("tasks_health", env=env)
+    assert done.returncode == Exit.DATABASE_UNREACHABLE == 3, done.stderr
+    assert "DATABASE_UNREACHABLE: Cannot connect to database 'default'" in done.stdout
+    assert "Traceback" not in done.stderr
+    done = manage("tasks_health", "--json", env=env)
+    assert done.returncode == 3
+    assert json.loads(done.stdout)["problems"][0]["code"] == "database_unreachable"
+
+
+@pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits on MySQL
+def test_the_probe_reads_the_ready_indexes_not_the_history() -> None:
+    fill(ready=200, finished=10_000)
+    analyze()
+    unlimited, limited = due_queries("default", "default", timezone.now())
+    for query, index in (
+        (unlimited, "sqltasks_ready_"),  # either of the two ready indexes of this predicate
+        (limited, "sqltasks_ready_limited_idx"),
+    ):
+        plan = explain(*query.query.sql_with_params())
+        assert index in plan, plan
+    assert TaskRecord.objects.count() == 10_200
