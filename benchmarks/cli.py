@@ -40,6 +40,7 @@ from benchmarks.systems.base import (
     Endpoints,
     Service,
     System,
+    postgres_database,
 )
 
 RAW_DIR = REPO_ROOT / "benchmarks" / "results" / "raw"
@@ -123,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--smoke", action="store_true", help="few tasks, 3 systems, 1 repeat (CI)")
     sub.add_parser("report", help="rebuild tables, charts and docs/benchmarks.md from the JSON")
     sub.add_parser("setup", help="install the peers and tools into the current environment")
+    trips = sub.add_parser(
+        "roundtrips",
+        help="count the round trips of each path, enqueue to outcome, on PostgreSQL "
+        "(scripts/round_trips.py on the benchmark's server; empties its task table)",
+    )
+    trips.add_argument("--calls", type=_positive, default=20, help="calls of each path (20)")
     summ = sub.add_parser("summarize", help="summarize a raw JSONL log, e.g. of an interrupted run")
     summ.add_argument("raw", type=Path)
     summ.add_argument("--out", type=Path, default=DOCS_DIR)
@@ -355,12 +362,26 @@ def summarize_raw(raw: Path, out: Path) -> int:
     return 0
 
 
+def round_trips(calls: int) -> int:
+    """Print the round trips of each path (scripts/round_trips.py), on the PostgreSQL database
+    django-sqltasks' rows use (``BENCH_PG_DATABASE``, or its own)."""
+    endpoints = Endpoints.from_env()
+    database = postgres_database(endpoints, "bench_sqltasks")
+    services.create_database(endpoints, "postgresql", database["NAME"])
+    url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
+    script = REPO_ROOT / "scripts" / "round_trips.py"
+    env = dict(os.environ, DATABASE_URL=url)
+    return subprocess.run([sys.executable, str(script), "--calls", str(calls)], env=env).returncode
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "setup":
         return setup()
     if args.command == "summarize":
         return summarize_raw(args.raw, args.out)
+    if args.command == "roundtrips":
+        return round_trips(args.calls)
     if args.command == "report":
         for path in sorted(DOCS_DIR.glob("*.json")):
             summary = json.loads(path.read_text())

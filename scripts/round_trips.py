@@ -151,7 +151,7 @@ def short(text: str) -> str:
     return " ".join(words[:4])
 
 
-def count_calls(trace: Trace, calls: int, call: Callable[[], None]) -> tuple[float, Counter[str]]:
+def count_calls(trace: Trace, calls: int, call: Callable[[], object]) -> tuple[float, Counter[str]]:
     per_call: list[int] = []
     labels: Counter[str] = Counter()
     for _ in range(calls):
@@ -256,21 +256,21 @@ def main() -> None:
             sock.recv(64)
             first_line = time.monotonic()
             time.sleep(0.3)  # the outcome is written
-            trips = trace.since(mark)
+            seen = trace.since(mark)
             if os.environ.get("ROUND_TRIPS_DEBUG"):
-                for at, number, text in trips:
+                for at, number, text in seen:
                     print(f"{(at - first_line) * 1000:8.2f} ms #{number} {short(text)}")
             if n == 0:
                 continue  # the worker's first task: its connections were opened for it
-            labels = [short(t[2]) for t in trips]
+            names = [short(t[2]) for t in seen]
             claim.append(
-                sum(1 for at, _, x in trips if at < first_line and short(x).startswith("claim"))
+                sum(1 for at, _, x in seen if at < first_line and short(x).startswith("claim"))
             )
             start.append(
-                sum(1 for at, _, x in trips if at < first_line and not short(x).startswith("claim"))
+                sum(1 for at, _, x in seen if at < first_line and not short(x).startswith("claim"))
             )
-            outcome.append(labels.count("outcomes"))
-            later = [short(x) for at, _, x in trips if at >= first_line]
+            outcome.append(names.count("outcomes"))
+            later = [short(x) for at, _, x in seen if at >= first_line]
             other.update(x for x in later if x != "outcomes")
     finally:
         enqueuer.stdin.close()

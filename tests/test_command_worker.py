@@ -6,6 +6,7 @@ import contextlib
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -309,3 +310,24 @@ def test_metrics_listen_on_metrics_host_only(
     except AssertionError:
         raise AssertionError(worker.output) from None
     assert not answers(not_listening, port)
+
+
+def test_a_single_worker_process_does_not_load_the_supervisor() -> None:
+    """Start-up: the command's module leaves the supervisor's (and the pipe's) modules out
+    until --processes (or --supervisor) asks for them."""
+    code = (
+        "import sys, django; django.setup()\n"
+        "import django_sqltasks.management.commands.tasks_worker\n"
+        "print(sorted(m for m in sys.modules if m.startswith('django_sqltasks.worker.processes')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=worker_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    loaded = done.stdout.strip()
+    assert "supervisor" not in loaded and ".pipe" not in loaded, loaded

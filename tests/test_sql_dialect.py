@@ -540,3 +540,21 @@ def test_a_claimed_row_decoded_in_one_pass_matches_one_checked_column_by_column(
         assert row.enqueued_at.isoformat() == "2026-01-02T03:04:05.123456+00:00"
     else:
         assert row.corrupt is not None and row.corrupt.startswith(problem)
+
+
+def test_the_rows_of_one_claim_each_get_their_own_times_and_their_id_as_text(
+    dialect: Dialect,
+) -> None:
+    """Decoding reuses a time already decoded for the same text (the rows of one claim share
+    its clock); a row whose times differ still gets its own, and the text id is the UUID's."""
+    retried = list(SOUND_ROW)
+    retried[0] = "0196f5a2-1c3e-7b4d-8e9f-a0b1c2d3e4f6"
+    retried[9] = "2026-01-01T00:00:00+00:00"  # started on an earlier attempt
+    first = list(SOUND_ROW)
+    first[10] = first[9]  # a first attempt: both times are the claim's
+    rows = [dialect._claimed_row(values) for values in (SOUND_ROW, retried, first, SOUND_ROW)]
+    for row, values in zip(rows, (SOUND_ROW, retried, first, SOUND_ROW), strict=True):
+        assert row.started_at.isoformat() == values[9]
+        assert row.last_attempted_at.isoformat() == values[10]
+        assert row.text_id == str(row.id) == values[0]
+    assert rows[2].last_attempted_at is rows[2].started_at is rows[3].started_at  # decoded once

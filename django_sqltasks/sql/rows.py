@@ -223,6 +223,9 @@ class ClaimedRow(TaskCall):
     # Why the stored row cannot be run (JSON that does not parse or has the wrong shape).
     corrupt: str | None = None
     trace_parent: str | None = None  # the enqueue span's W3C traceparent, if it was traced
+    # The id as the claim returned it, where that is its canonical text (PostgreSQL's): the
+    # RUNNING TaskResult's id without formatting the UUID again. "" where it is not.
+    text_id: str = ""
 
 
 @dataclass(slots=True)

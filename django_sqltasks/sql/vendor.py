@@ -43,6 +43,12 @@ def uuid_from_text(text: str) -> uuid.UUID:
     return value
 
 
+def _text_id(value: Any) -> str:
+    """A claimed id's text where it is the canonical form (PostgreSQL's uuid as text, 36
+    characters), else "" (SQLite's and MySQL's are 32 hex digits)."""
+    return value if type(value) is str and len(value) == 36 else ""
+
+
 class Vendor:
     """One database vendor's facts, clock and values, on one Django connection (shared by every
     thread: ``_current_connection`` gives the calling thread's)."""
@@ -57,6 +63,8 @@ class Vendor:
         self.workers = qn(workers)
         self.paused = qn(paused)
         self.use_tz = settings.USE_TZ
+        # The text of the last claimed row's started_at and its decoded value.
+        self._claim_clock: tuple[Any, datetime | None] = (None, None)
 
     # Facts ------------------------------------------------------------------------------
 
@@ -242,9 +250,10 @@ class Vendor:
             workflow_id,
             trace_parent,
         ) = values  # fmt: skip  (RETURNED_COLUMNS, in order)
-        args = json_loads(args)
-        kwargs = json_loads(kwargs)
-        errors = json_loads(errors)
+        # Empty ones (most) without the decoder: a fresh list or dict each, as it would give.
+        args = [] if args == "[]" else json_loads(args)
+        kwargs = {} if kwargs == "{}" else json_loads(kwargs)
+        errors = [] if errors == "[]" else json_loads(errors)
         worker_ids = json_loads(worker_ids)
         if (
             type(args) is not list
@@ -255,12 +264,20 @@ class Vendor:
             return None
         decode = self._decode_datetime
         enqueued = decode(enqueued_at)
-        started = decode(started_at)
-        attempted = decode(last_attempted_at)
+        # The rows of one claim share its clock, and a first attempt's two times are one:
+        # decode each text once (a tuple, replaced whole: threads may share this dialect).
+        memo_text, memo_value = self._claim_clock
+        if started_at == memo_text:
+            started = memo_value
+        else:
+            started = decode(started_at)
+            self._claim_clock = (started_at, started)
+        attempted = started if last_attempted_at == started_at else decode(last_attempted_at)
         if enqueued is None or started is None or attempted is None:
             return None
         return ClaimedRow(
             id=id_ if type(id_) is uuid.UUID else uuid_from_text(id_),
+            text_id=_text_id(id_),
             task_path=task_path,
             backend_name=backend_name,
             queue_name=queue_name,
@@ -309,6 +326,7 @@ class Vendor:
             workflow_id=None if workflow_id is None else self._decode_id(workflow_id),
             corrupt="; ".join(problems) or None,
             trace_parent=v["trace_parent"],
+            text_id=_text_id(v["id"]),
         )
 
     def _decode_claimed_datetime(self, value: Any, *, problems: list[str]) -> datetime | None:

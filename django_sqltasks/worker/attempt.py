@@ -139,7 +139,7 @@ def running_result(row: ClaimedRow, task: Task) -> TaskResult:
     if not _DIRECT_RESULT:
         result: TaskResult = TaskResult(
             task=task,
-            id=str(row.id),
+            id=row.text_id or str(row.id),
             status=TaskResultStatus.RUNNING,
             enqueued_at=row.enqueued_at,
             started_at=row.started_at,
@@ -160,7 +160,7 @@ def running_result(row: ClaimedRow, task: Task) -> TaskResult:
     # walks the arguments, and each keyword costs), while its fields are the ones set here.
     result = _new_object(TaskResult)
     _set_field(result, "task", task)
-    _set_field(result, "id", str(row.id))
+    _set_field(result, "id", row.text_id or str(row.id))
     _set_field(result, "status", TaskResultStatus.RUNNING)
     _set_field(result, "enqueued_at", row.enqueued_at)
     _set_field(result, "started_at", row.started_at)

@@ -227,7 +227,10 @@ class Completer:
     def _write(self, batch: Batch) -> None:
         """Settle every outcome of ``batch``, waiting for the database while it is away."""
         rounds = answered = 0
-        while unsettled := [e.outcome for e in batch.ended if e.outcome.id not in batch.settled]:
+        settled = batch.settled
+        while unsettled := [
+            e.outcome for e in batch.ended if not settled or e.outcome.id not in settled
+        ]:
             try:
                 self._store(batch, unsettled, judging=answered >= JUDGE_AFTER)
             except DatabaseAway as e:
@@ -344,10 +347,12 @@ class Completer:
     def _send_finished(self, batch: Batch) -> None:
         """Update each finished task's result as stored, and send ``task_finished`` for it."""
         receivers = Receivers(task_finished, self._sender)
+        written, salvaged = batch.written, batch.salvaged
         for ended in batch.ended:
             task_id = ended.outcome.id
-            if task_id in batch.written:  # not: a task that another worker holds now
-                report(ended, batch.salvaged.get(task_id, ended.outcome), receivers)
+            if task_id in written:  # not: a task that another worker holds now
+                stored = salvaged.get(task_id, ended.outcome) if salvaged else ended.outcome
+                report(ended, stored, receivers)
 
 
 def _due_in(outcome: Outcome) -> float:

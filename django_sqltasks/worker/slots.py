@@ -56,7 +56,7 @@ class Slots:
             held = self._held
             ids = [row.id for row in rows]
             again: list[ClaimedRow] = []
-            if not held.isdisjoint(ids):
+            if held and not held.isdisjoint(ids):
                 again = [row for row in rows if row.id in held]
                 rows = [row for row in rows if row.id not in held]
                 ids = [row.id for row in rows]
