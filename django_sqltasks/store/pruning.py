@@ -16,6 +16,7 @@ from django.utils import timezone
 from ..compat import TaskResultStatus
 from ..models import EventRecord, TaskRecord, WorkflowRecord
 from . import steps
+from .moved import rerun_if_moved
 from .partitions import drop_before, straddled_day
 
 logger = logging.getLogger("django_sqltasks")
@@ -149,7 +150,8 @@ def _delete(tasks: QuerySet[Any], dry_run: bool, batch_size: int, max_batches: i
         if not ids:
             break
         # Keep the status and age conditions: a task retried meanwhile is READY and must stay.
-        count, _ = tasks.filter(pk__in=ids).delete()
+        # A task retried meanwhile moved partition (PostgreSQL): delete again without it.
+        count, _ = rerun_if_moved(tasks.db, tasks.filter(pk__in=ids).delete)
         if tasks.model is TaskRecord:
             steps.forget(tasks.db, ids)
         deleted += count

@@ -28,6 +28,7 @@ from ..sql import dialect_for
 from ..sql.estimates import estimated_rows
 from ..sql.expressions import AppendError
 from . import control
+from .moved import rerun_if_moved
 
 BATCH_SIZE = 1000  # rows per batch: each is its own transaction, holding its locks briefly
 MAX_BATCH_SIZE = 10_000
@@ -216,7 +217,8 @@ class TaskQuery:
             return len(control.retry([TaskRecord(pk=pk) for pk in ids], using=self.database))
 
     def _delete_batch(self, tasks: TaskRecordQuerySet, ids: list[Any]) -> int:
-        count, _ = tasks.filter(pk__in=ids).delete()
+        # A task retried meanwhile moved partition (PostgreSQL): delete again without it.
+        count, _ = rerun_if_moved(self.database, tasks.filter(pk__in=ids).delete)
         return count
 
 
