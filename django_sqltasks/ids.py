@@ -6,6 +6,7 @@ import os
 import threading
 import time
 import uuid
+from datetime import datetime
 
 RANDOM_POOL = 4096  # bytes drawn from os.urandom at once: the random bits of 512 ids
 _VERSION_7 = 0x7 << 12  # in the second 16 bits of the high half
@@ -55,3 +56,9 @@ def new_task_id() -> uuid.UUID:
     _set_field(task_id, "int", value)
     _set_field(task_id, "is_safe", uuid.SafeUUID.unknown)
     return task_id
+
+
+def first_id_at(moment: datetime) -> uuid.UUID:
+    """Return the smallest task id of ``moment``'s millisecond: every task enqueued before
+    ``moment`` has a smaller id."""
+    return uuid.UUID(int=(int(moment.timestamp() * 1000) << 80) | _VERSION_7 << 64)

@@ -4,6 +4,7 @@ drops whole days and never a live task; statements meeting a task as it moves ar
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import date, timedelta
 from typing import Any
@@ -11,12 +12,12 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import connection, connections
-from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import TaskRecord
+from django_sqltasks.ids import first_id_at
+from django_sqltasks.models import StepRecord, TaskRecord
 from django_sqltasks.sql import dialect_for
 from django_sqltasks.sql import partitions as sql
 from django_sqltasks.store import control, partitions
@@ -301,11 +302,9 @@ def test_tasks_partition_converts_a_plain_table_with_its_tasks() -> None:
     tasks, is converted by the command; every task is kept, in its partition."""
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE {sql.q(TABLE)} CASCADE")
-    state = MigrationExecutor(connection).loader.project_state(
-        ("django_sqltasks", "0019_fair_queues")
-    )
+    # The plain table a CreateModel of today's model makes (every column of later migrations).
     with connection.schema_editor() as editor:
-        editor.create_model(state.apps.get_model("django_sqltasks", "TaskRecord"))
+        editor.create_model(TaskRecord)
     ready = task_row(dedupe_key="k")
     finished = task_row(TaskResultStatus.SUCCESSFUL, finished_ago=timedelta(days=3))
     failed = task_row(TaskResultStatus.FAILED, finished_ago=timedelta(days=100))
@@ -321,3 +320,26 @@ def test_tasks_partition_converts_a_plain_table_with_its_tasks() -> None:
         assert not sql.exists(cursor, TABLE + sql.OLD)
         assert {i.name for i in sql.indexes_of(cursor, f"{TABLE}_live")} >= {"sqltasks_dedupe_live"}
     assert partitions.conversion_state(connection) == "partitioned"
+
+
+def test_the_steps_of_a_dropped_days_tasks_go_with_them() -> None:
+    """A dropped day takes its tasks without their ids: the steps of those tasks go too, and
+    the steps of a task enqueued as long ago that still lives (asleep) stay."""
+    add_old_days(10)
+    now = timezone.now()
+    gone = task_row(
+        TaskResultStatus.SUCCESSFUL,
+        finished_ago=timedelta(days=7),
+        id=first_id_at(now - timedelta(days=8)),
+    )
+    asleep = task_row(
+        id=uuid.UUID(int=first_id_at(now - timedelta(days=9)).int + 1),
+        available_at=now + timedelta(days=3),
+    )
+    for task in (gone, asleep):
+        StepRecord.objects.create(task_id=task.pk, kind="step", name="charge", state="done")
+
+    pruned = prune(using="default", successful_days=5, failed_days=None, now=now)
+
+    assert pruned.partitions >= 1 and where_is(gone) is None
+    assert list(StepRecord.objects.values_list("task_id", flat=True)) == [asleep.pk]

@@ -14,7 +14,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..compat import TaskResultStatus
-from ..models import EventRecord, TaskRecord, WorkflowRecord
+from ..ids import first_id_at
+from ..models import EventRecord, StepRecord, TaskRecord, WorkflowRecord
 from . import steps
 from .moved import rerun_if_moved
 from .partitions import drop_before, straddled_day
@@ -63,6 +64,7 @@ def prune(
     now = now or timezone.now()
     tasks = TaskRecord.objects.using(using).order_by().scoped(backend, queue)
     pruned = Pruned()
+    dropped_before: datetime | None = None  # the latest cutoff a dropped partition ended by
     for status, days in (
         (TaskResultStatus.SUCCESSFUL, successful_days),
         (TaskResultStatus.FAILED, failed_days),
@@ -75,6 +77,8 @@ def prune(
             # Whole days first: a DROP of each partition past the cutoff, whatever its size.
             dropped = drop_before(using, status, cutoff, backend=backend, queue=queue)
             count, pruned.partitions = dropped.tasks, pruned.partitions + len(dropped.partitions)
+            if dropped.partitions:
+                dropped_before = max(dropped_before or cutoff, cutoff)
         old = tasks.filter(status=status)
         day = None if exact else straddled_day(using, status, cutoff)
         if day is None:
@@ -86,6 +90,10 @@ def prune(
             pruned.successful = count
         else:
             pruned.failed = count
+    if dropped_before is not None:
+        # A dropped day's tasks went without their ids: the steps of tasks enqueued before
+        # the cutoff whose task is gone go now (their ids are older than the cutoff's).
+        _forget_steps_before(using, dropped_before, batch_size)
     if queue is None:  # a workflow's steps may be in several queues
         pruned.workflows = _prune_workflows(
             using, backend, successful_days, failed_days, now, dry_run, batch_size, max_batches
@@ -136,6 +144,25 @@ def _prune_workflows(
             old = workflows.filter(status=status, finished_at__lte=cutoff)
             deleted += _delete(old, dry_run, batch_size, max_batches)
     return deleted
+
+
+def _forget_steps_before(using: str, cutoff: datetime, batch_size: int) -> None:
+    """Delete the steps (and events) of tasks enqueued before ``cutoff`` that no longer exist,
+    reading the step table's index by task id (UUIDv7: in enqueue order) a batch at a time."""
+    candidates = (
+        StepRecord.objects.using(using)
+        .filter(task_id__lt=first_id_at(cutoff))
+        .order_by("task_id")
+        .values_list("task_id", flat=True)
+    )
+    after = None
+    while True:
+        batch = candidates if after is None else candidates.filter(task_id__gt=after)
+        ids = list(dict.fromkeys(batch[:batch_size]))
+        if not ids:
+            return
+        steps.forget(using, ids)
+        after = ids[-1]
 
 
 def _delete(tasks: QuerySet[Any], dry_run: bool, batch_size: int, max_batches: int | None) -> int:
