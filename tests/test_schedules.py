@@ -318,6 +318,7 @@ def test_more_due_rows_than_a_batch_fire_once_each(monkeypatch: pytest.MonkeyPat
     from django_sqltasks.worker import scheduler as module  # a small batch, to cross several
 
     monkeypatch.setattr(module, "BATCH", 7)
+    monkeypatch.setattr(module, "UNSEEN_BATCH", 11)
     for i in range(30):
         admin_made(f"m{i:02}", every=60, last_slot=at(9, 0))
     broken = admin_made("broken", cron="61 * * * *", last_slot=at(9, 0))
