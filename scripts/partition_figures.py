@@ -43,7 +43,10 @@ def main() -> None:
         row = cursor.fetchone()
         cursor.execute(f"SELECT id FROM {table} WHERE status = 'READY' LIMIT 1")
         any_id = row[0] if row else cursor.fetchone()[0]
-        cursor.execute(f"SELECT pg_total_relation_size('{table}')")
+        cursor.execute(
+            "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%s) WHERE isleaf",
+            [table],
+        )
         size = cursor.fetchone()[0]
     claim_sql, claim_params = dialect_for(connection).claim_sql(
         backend_name="default", queue_names=None, worker_id="figures", limit=10
