@@ -156,7 +156,9 @@ class PostgreSQLIndex(models.Index):
         where = f" WHERE {self.where}" if self.where else ""
         opclass = " jsonb_path_ops" if self.using == "gin" else ""
         return (
-            f"CREATE INDEX {qn(self.name)} ON {qn(model._meta.db_table)} USING {self.using} "
+            # IF NOT EXISTS: an index built beforehand (CONCURRENTLY, on a busy table) is kept.
+            f"CREATE INDEX IF NOT EXISTS {qn(self.name)} ON {qn(model._meta.db_table)} "
+            f"USING {self.using} "
             f"(({self.expression}){opclass}){where}"
         )
 

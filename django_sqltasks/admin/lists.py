@@ -29,7 +29,7 @@ from ..sql.lists import estimated_rows, ready_queue_names
 
 EXACT_COUNT_BELOW = 1000  # rows: results smaller than this are counted exactly
 ESTIMATE_ABOVE = 10_000  # rows: a larger estimate is shown without counting any row
-# How far back a page's ids are read first, then further: see newest_ids.
+# How far back a page is read first, then further: see newest.
 ID_WINDOWS = (timedelta(hours=1), timedelta(days=1), timedelta(days=7), timedelta(days=31), None)
 MAX_PAGES = 20  # pages of a list: past them, a filter or a search narrows it
 
@@ -45,14 +45,16 @@ class EstimatedCountPaginator(Paginator):
     search's, or a table's never analysed).
 
     A page reads its rows' ids first, then those rows; and a list has at most ``MAX_PAGES``
-    pages: an operator narrows a long list with a filter or a search instead. Where the planner
-    expects ``EXACT_COUNT_BELOW`` matches or more, the count and the ids are read among the
-    newest ids first (``newest_ids``); a result it expects to be small is read in one query, as
-    reading it window by window would read the table several times over.
+    pages: an operator narrows a long list with a filter or a search instead. A result the
+    bounded count read whole is paged from the ids it read; a larger one is read among the
+    newest ids first (``newest``), where such matches are dense enough to fill a page soon.
     """
 
     estimated = False  # the count is the database's estimate: "about N"
     capped = False  # the count stopped at EXACT_COUNT_BELOW: "more than N"
+    # Every matching id, when the bounded count read them all (fewer than EXACT_COUNT_BELOW):
+    # a page then takes its ids from these, and reads only its own rows.
+    all_ids: list[Any] | None = None
 
     @cached_property
     def count(self) -> int:
@@ -63,15 +65,14 @@ class EstimatedCountPaginator(Paginator):
         if estimate is not None and estimate >= ESTIMATE_ABOVE:
             self.estimated = True
             return estimate
-        now = timezone.now()
-        bounded = 0
-        for window in self.windows:
-            rows = queryset if window is None else queryset.filter(pk__gte=id_floor(now - window))
-            bounded = rows.order_by()[:EXACT_COUNT_BELOW].count()
-            if bounded >= EXACT_COUNT_BELOW:
-                self.capped = True
-                return bounded
-        return bounded
+        # In no order, so that the database reads the matches the cheapest way (a search's
+        # index, a bitmap), not the primary key's order row by row.
+        ids = list(queryset.order_by().values_list("pk", flat=True)[:EXACT_COUNT_BELOW])
+        if len(ids) >= EXACT_COUNT_BELOW:
+            self.capped = True
+        else:
+            self.all_ids = ids
+        return len(ids)
 
     @cached_property
     def estimate(self) -> int | None:
@@ -80,9 +81,9 @@ class EstimatedCountPaginator(Paginator):
 
     @cached_property
     def windows(self) -> tuple[timedelta | None, ...]:
-        """How far back the count and the ids are read, in turn (None: the whole table)."""
-        many = self.estimate is not None and self.estimate >= EXACT_COUNT_BELOW
-        return ID_WINDOWS if many else (None,)
+        """How far back a page is read, in turn (None: the whole table): by windows of the
+        newest ids where the matches are many, which ``count`` found."""
+        return ID_WINDOWS if self.count >= EXACT_COUNT_BELOW and self.capped else (None,)
 
     @property
     def count_label(self) -> str:
@@ -95,6 +96,8 @@ class EstimatedCountPaginator(Paginator):
 
     @cached_property
     def num_pages(self) -> int:
+        if self.capped:  # more than counted: as many pages as a list shows
+            return MAX_PAGES
         return min(super().num_pages, MAX_PAGES)
 
     def validate_number(self, number: Any) -> int:
@@ -111,17 +114,24 @@ class EstimatedCountPaginator(Paginator):
             return super().page(number)
         bottom = (number - 1) * self.per_page
         top = bottom + self.per_page
-        ids = newest_ids(queryset, bottom, top, self.windows)
+        whole = self.count < EXACT_COUNT_BELOW and self.all_ids is not None
+        if whole and connections[queryset.db].vendor != "mysql":
+            # Newest first is the ids' order (MariaDB's UUID type orders otherwise: read there).
+            ids = sorted(self.all_ids, reverse=True)[bottom:top]
+            return Page(list(queryset.filter(pk__in=ids)), number, self)
+        if bottom == 0:  # the first page: its rows at once, newest first
+            return Page(newest(queryset, 0, top, self.windows), number, self)
+        ids = newest(queryset.values_list("pk", flat=True), bottom, top, self.windows)
         return Page(queryset.filter(pk__in=ids), number, self)
 
 
-def newest_ids(
+def newest(
     queryset: QuerySet[Any],
     bottom: int,
     top: int,
     windows: tuple[timedelta | None, ...] = ID_WINDOWS,
 ) -> list[Any]:
-    """The ids of rows ``bottom`` to ``top`` of ``queryset``, newest first, read among the
+    """Rows (or ids) ``bottom`` to ``top`` of ``queryset``, newest first, read among the
     newest ids first and further back only while too few match.
 
     The rows a search or a filter selects may be many and spread over the whole table (every
@@ -132,9 +142,9 @@ def newest_ids(
     now = timezone.now()
     for window in windows:
         rows = queryset if window is None else queryset.filter(pk__gte=id_floor(now - window))
-        ids = list(rows.values_list("pk", flat=True)[bottom:top])
-        if window is None or len(ids) == top - bottom:
-            return ids
+        found = list(rows[bottom:top])
+        if window is None or len(found) == top - bottom:
+            return found
     raise AssertionError("unreachable: the last window is the whole table")
 
 
