@@ -37,7 +37,7 @@ test-load: venv  ## The load tests, in one process (each starts several workers 
 	$(PY) -m pytest -m load $(PYTEST_ARGS)
 
 test-fast: venv  ## The tests of one process: no worker process, load or browser test
-	$(PY) -m pytest $(PYTEST_XDIST) -m "$(FAST_MARKERS)" --ignore=tests/browser $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_XDIST) -m "$(FAST_MARKERS)" --ignore=tests/admin/browser $(PYTEST_ARGS)
 
 mutations: venv  ## Break three behaviours on purpose, one at a time: test-fast must catch each
 	scripts/mutations.sh

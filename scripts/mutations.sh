@@ -79,7 +79,7 @@ for name in "$@"; do
     # From the scratch tree: its django_sqltasks comes first on sys.path, and worker processes
     # run from it too (tests/conftest.py ROOT).
     (cd "$scratch/tree" && SQLTASKS_SQLITE_PATH="$scratch/$name.sqlite3" "$python" -m pytest \
-        -n "${XDIST:-auto}" -p no:randomly -q -rf -m "$fast_markers" --ignore=tests/browser \
+        -n "${XDIST:-auto}" -p no:randomly -q -rf -m "$fast_markers" --ignore=tests/admin/browser \
         ${PYTEST_ARGS:-} >"$log" 2>&1) && status=0 || status=$?
     if [ "$status" -eq 0 ]; then
         survived+=("$name")

@@ -1,4 +1,4 @@
-"""Atomic tasks that real worker processes run (tests/test_atomic_process.py)."""
+"""Atomic tasks that real worker processes run (tests/worker/test_atomic.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tasks of the tests of waiting for results (tests/test_wait.py)."""
+"""Tasks of the tests of waiting for results (tests/store/test_waiting.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
-from tests.browser.test_admin_browser import log_in
+from tests.admin.browser.test_admin_browser import log_in
 from tests.factories import task_row
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,7 +16,7 @@ from django_sqltasks.exceptions import InvalidWorkflow, PayloadTooLarge
 from django_sqltasks.models import WorkflowRecord
 from django_sqltasks.worker import Worker
 
-from . import tasks_workflows as wf
+from tests import tasks_workflows as wf
 
 pytestmark = pytest.mark.django_db
 

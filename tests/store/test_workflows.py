@@ -23,8 +23,8 @@ from django_sqltasks.sql.rows import PARKED
 from django_sqltasks.store.workflows import SKIPPED
 from django_sqltasks.worker import Worker
 
-from . import tasks
-from . import tasks_workflows as wf
+from tests import tasks
+from tests import tasks_workflows as wf
 
 pytestmark = pytest.mark.django_db
 

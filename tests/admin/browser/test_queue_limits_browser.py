@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from django_sqltasks.models import QueueLimitOverride
-from tests.browser.test_admin_browser import log_in
+from tests.admin.browser.test_admin_browser import log_in
 from tests.conftest import set_backend_options
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,7 +15,7 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import PausedQueue, TaskRecord, WorkerRecord
 from django_sqltasks.ops.probe import Exit, due_queries
 from tests.factories import task_row
-from tests.test_command_worker import closed_port, manage, url_for_port
+from tests.management.test_tasks_worker import closed_port, manage, url_for_port
 from tests.test_indexes import analyze, explain, fill
 
 pytestmark = pytest.mark.django_db

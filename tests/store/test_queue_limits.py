@@ -24,7 +24,7 @@ from tests import tasks_limits, tasks_queue_limits
 from tests.conftest import WorkerProcess, set_backend_options
 from tests.events import EventLog, Gate
 from tests.tasks_limits import intervals, most_at_once
-from tests.test_limits import claim, finish, limited_claim, main_claim, make_due
+from tests.worker.test_limited import claim, finish, limited_claim, main_claim, make_due
 
 pytestmark = pytest.mark.django_db
 

@@ -21,7 +21,7 @@ from tests.conftest import WorkerProcess, expire_lease
 from tests.events import EventLog, Gate
 from tests.factories import plan_uses
 from tests.test_indexes import analyze, explain
-from tests.test_limits import finish, make_due
+from tests.worker.test_limited import finish, make_due
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from django_sqltasks.sql import dialect_for
 from django_sqltasks.worker import attempt as attempts
 from django_sqltasks.worker.atomic import run_atomic
 from tests import tasks_workflows as wf
-from tests.test_worker_parts import WORKER, Completing
+from tests.worker.test_parts import WORKER, Completing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,0 +1,32 @@
+"""The tests are laid out like the code: a module's tests sit under the folder of its layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+PACKAGE = TESTS.parent / "django_sqltasks"
+# Test files at the top that test the package as a whole rather than one module of it.
+WHOLE_PACKAGE = {
+    "test_conformance.py": "the Django Tasks backend contract, point by point",
+    "test_contract.py": "Django's Tasks API as Django's own tests use it",
+    "test_public_api.py": "the names the package exports (__init__.py)",
+    "test_security.py": "what no module of the package may do",
+    "test_layout.py": "this file",
+}
+
+
+def test_every_test_file_sits_under_the_layer_it_tests() -> None:
+    misplaced = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        folder = path.parent.relative_to(TESTS)
+        if folder == Path("."):
+            module = path.name.removeprefix("test_")
+            if path.name not in WHOLE_PACKAGE and not (PACKAGE / module).exists():
+                misplaced.append(f"{path.name}: no django_sqltasks/{module} at the top")
+        elif folder.parts[-1] == "browser":  # the admin's pages in a real browser
+            if not (PACKAGE / folder.parent).is_dir():
+                misplaced.append(f"{folder}: no django_sqltasks/{folder.parent}")
+        elif not (PACKAGE / folder).is_dir():
+            misplaced.append(f"{folder / path.name}: no django_sqltasks/{folder}")
+    assert misplaced == []
