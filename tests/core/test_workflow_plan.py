@@ -15,7 +15,6 @@ from django_sqltasks.core.workflows import MAX_WORKFLOW_TASKS
 from django_sqltasks.exceptions import InvalidWorkflow, PayloadTooLarge
 from django_sqltasks.models import WorkflowRecord
 from django_sqltasks.worker import Worker
-
 from tests import tasks_workflows as wf
 
 pytestmark = pytest.mark.django_db

@@ -22,7 +22,6 @@ from django_sqltasks.models import TaskRecord, WorkflowRecord
 from django_sqltasks.sql.rows import PARKED
 from django_sqltasks.store.workflows import SKIPPED
 from django_sqltasks.worker import Worker
-
 from tests import tasks
 from tests import tasks_workflows as wf
 
