@@ -142,7 +142,7 @@ def test_the_command_refuses_an_unknown_queue_and_backend() -> None:
         run_command("pause", "emails")
     with pytest.raises(
         CommandError,
-        match=r"TASKS\[.immediate.\]: .immediate. is not a django_sqltasks SQLTaskBackend",
+        match=r"--backend: .immediate. is not a django_sqltasks SQLTaskBackend",
     ):
         run_command("--backend", "immediate", "list")
     assert not PausedQueue.objects.exists()
