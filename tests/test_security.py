@@ -175,6 +175,24 @@ STRUCTURAL = {
     "earliest",
     "priorities",
     "order",
+    # A PostgreSQL-only index's condition (indexes.py): fixed text the model's Meta gives, as
+    # Django's own Index(condition=...) is.
+    "self.where",
+    # json_insert() of an error into a column (sql/expressions.py): the column and the item as
+    # the compiler compiled them, their values in the parameters beside.
+    "sql_column",
+    "sql_item",
+    # The queues' skip scan (sql/lists.py): the table's quoted name and fixed conditions whose
+    # backend name is a placeholder.
+    "table",
+    "waiting",
+    # An outcome's guard by the claim's attempt (sql/outcomes.py): "" or " AND attempts = %s".
+    "same_claim",
+    # A step's record (sql/steps.py): the steps table's quoted name, its constant column list
+    # and one placeholder per column.
+    "self.steps",
+    "', '.join(STEP_COLUMNS)",
+    "values",
 }
 
 

@@ -140,7 +140,10 @@ def test_the_command_pauses_resumes_and_lists() -> None:
 def test_the_command_refuses_an_unknown_queue_and_backend() -> None:
     with pytest.raises(CommandError, match="whose QUEUES are: default, other, slow"):
         run_command("pause", "emails")
-    with pytest.raises(CommandError, match="--backend"):
+    with pytest.raises(
+        CommandError,
+        match=r"--backend: .immediate. is not a django_sqltasks SQLTaskBackend",
+    ):
         run_command("--backend", "immediate", "list")
     assert not PausedQueue.objects.exists()
 
