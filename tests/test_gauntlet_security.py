@@ -165,6 +165,8 @@ STRUCTURAL = {
     "earliest",
     "priorities",
     "order",
+    # The salvage's guard on the claim's attempt: fixed text with a placeholder, or nothing.
+    "same_claim",
 }
 
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 from django_sqltasks.compat import TaskResultStatus, task_backends
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import Outcome
-from django_sqltasks.worker import threads
+from django_sqltasks.worker import identity, threads
 from django_sqltasks.worker.completer import MAX_BATCH, Completer
 from django_sqltasks.worker.lease import Lease, WorkerIdInUse
 from django_sqltasks.worker.liveness import Progress
@@ -285,8 +285,20 @@ def _lease(worker_id: str = WORKER, timeout: float = 30) -> Lease:
 def test_a_lease_refuses_the_id_of_a_live_worker() -> None:
     _lease().register()
     # The row of a live process of this host (this test's parent), or of another host.
-    WorkerRecord.objects.filter(id=WORKER).update(pid=os.getppid())
+    me = identity.this_process()
+    parent = identity.ProcessIdentity(
+        me.boot_id, me.pid_namespace, identity.start_ticks(str(os.getppid())), "parent"
+    )
+    WorkerRecord.objects.filter(id=WORKER).update(pid=os.getppid(), process=parent.text())
     with pytest.raises(WorkerIdInUse, match=r"--worker-id: .* is in use by a live worker"):
+        _lease().register()
+    # Its pid, and a start time not its own: the pid was reused, the row's process is gone.
+    reused = identity.ProcessIdentity(me.boot_id, me.pid_namespace, "1", "gone")
+    WorkerRecord.objects.filter(id=WORKER).update(pid=os.getppid(), process=reused.text())
+    _lease().register()
+    # A row of an earlier version (no process stored): host and pid alone.
+    WorkerRecord.objects.filter(id=WORKER).update(pid=os.getppid(), process="")
+    with pytest.raises(WorkerIdInUse):
         _lease().register()
     WorkerRecord.objects.filter(id=WORKER).update(hostname="another-host", pid=os.getpid())
     with pytest.raises(WorkerIdInUse):
