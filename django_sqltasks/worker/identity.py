@@ -58,7 +58,7 @@ def _identity_of(pid: int) -> ProcessIdentity:
     return ProcessIdentity(
         boot_id=_read(BOOT_ID_PATH),
         pid_namespace=_namespace("self"),
-        started=_start_ticks("self"),
+        started=start_ticks("self"),
         token=uuid.uuid4().hex,
     )
 
@@ -78,7 +78,7 @@ def holder_is_gone(pid: int | None, hostname: str, stored: str | None) -> bool:
             return True  # an earlier worker of this process (or this one)
         if not _exists(pid):
             return True
-        return bool(holder.started) and _start_ticks(str(pid)) != holder.started  # pid reused
+        return bool(holder.started) and start_ticks(str(pid)) != holder.started  # pid reused
     # A row of an earlier version, or a system that does not say: host name and pid.
     return pid == os.getpid() or not _exists(pid)
 
@@ -121,7 +121,8 @@ def _namespace(pid: str) -> str:
     return link.partition("[")[2].rstrip("]")
 
 
-def _start_ticks(pid: str) -> str:
+def start_ticks(pid: str) -> str:
+    """When process ``pid`` started, in clock ticks after boot ("" where unknown)."""
     stat = _read(f"/proc/{pid}/stat")
     # Field 22, counted after the command, which is in parentheses and may hold spaces.
     fields = stat.rpartition(")")[2].split()

@@ -22,7 +22,7 @@ from django.utils import timezone
 from django_sqltasks.compat import TaskResultStatus, task_backends
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import Outcome
-from django_sqltasks.worker import threads
+from django_sqltasks.worker import identity, threads
 from django_sqltasks.worker.completer import MAX_BATCH, Completer
 from django_sqltasks.worker.lease import Lease, WorkerIdInUse
 from django_sqltasks.worker.liveness import Progress
@@ -286,14 +286,26 @@ def _lease(worker_id: str = WORKER, timeout: float = 30) -> Lease:
 def test_a_lease_refuses_the_id_of_a_live_worker() -> None:
     _lease().register()
     # The row of a live process of this host (this test's parent), or of another host.
+    me = identity.this_process()
+    parent = identity.ProcessIdentity(
+        me.boot_id, me.pid_namespace, identity.start_ticks(str(os.getppid())), "parent"
+    )
     WorkerRecord.objects.filter(id=WORKER).update(
-        pid=os.getppid(), heartbeat_at=timezone.now() - timedelta(seconds=12)
+        pid=os.getppid(), process=parent.text(), heartbeat_at=timezone.now() - timedelta(seconds=12)
     )
     with pytest.raises(WorkerIdInUse, match=r"--worker-id: .* is in use by a live worker") as e:
         _lease().register()
     # Why a restart under the same id is refused, and for how long: the rest of the lease.
     assert "this worker's previous run" in str(e.value)
     assert re.search(r"runs out in about 1[78]s \(LEASE_TIMEOUT\)", str(e.value)), str(e.value)
+    # Its pid, and a start time not its own: the pid was reused, the row's process is gone.
+    reused = identity.ProcessIdentity(me.boot_id, me.pid_namespace, "1", "gone")
+    WorkerRecord.objects.filter(id=WORKER).update(pid=os.getppid(), process=reused.text())
+    _lease().register()
+    # A row of an earlier version (no process stored): host and pid alone.
+    WorkerRecord.objects.filter(id=WORKER).update(pid=os.getppid(), process="")
+    with pytest.raises(WorkerIdInUse):
+        _lease().register()
     WorkerRecord.objects.filter(id=WORKER).update(hostname="another-host", pid=os.getpid())
     with pytest.raises(WorkerIdInUse):
         _lease().register()
