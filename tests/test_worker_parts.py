@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +25,7 @@ from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import Outcome
 from django_sqltasks.worker import threads
 from django_sqltasks.worker.completer import MAX_BATCH, Completer
+from django_sqltasks.worker.identity import _start_ticks, this_process
 from django_sqltasks.worker.lease import Lease, WorkerIdInUse
 from django_sqltasks.worker.liveness import Progress
 from django_sqltasks.worker.maintenance import Maintenance
@@ -285,9 +287,13 @@ def _lease(worker_id: str = WORKER, timeout: float = 30) -> Lease:
 @pytest.mark.django_db
 def test_a_lease_refuses_the_id_of_a_live_worker() -> None:
     _lease().register()
-    # The row of a live process of this host (this test's parent), or of another host.
+    # The row of a live process of this host (this test's parent, with its start time, as a
+    # worker row stores its process), or of another host.
+    parent = replace(this_process(), started=_start_ticks(str(os.getppid())), token="parent")
     WorkerRecord.objects.filter(id=WORKER).update(
-        pid=os.getppid(), heartbeat_at=timezone.now() - timedelta(seconds=12)
+        pid=os.getppid(),
+        process=parent.text(),
+        heartbeat_at=timezone.now() - timedelta(seconds=12),
     )
     with pytest.raises(WorkerIdInUse, match=r"--worker-id: .* is in use by a live worker") as e:
         _lease().register()
