@@ -217,8 +217,9 @@ def oldest_due(
 def due_queries(
     using: str, alias: str, now: datetime, queues: list[str] | None = None
 ) -> list[QuerySet[Any, Any]]:
-    """The reads of ``oldest_due``: one through ``sqltasks_ready_idx``, one through
-    ``sqltasks_ready_limited_idx``."""
+    """The reads of ``oldest_due``: one through a ready index of unlimited tasks
+    (``sqltasks_ready_idx`` or ``sqltasks_ready_all_idx``), one through one of limited tasks
+    (``sqltasks_ready_limited_idx`` or ``sqltasks_ready_limited_at_idx``)."""
     due = TaskRecord.objects.using(using).order_by().for_backend(alias).in_queues(queues).due(now)
     return [
         due.filter(limit_key__isnull=unlimited)

@@ -18,6 +18,7 @@ from django_sqltasks.compat import TaskResultDoesNotExist, TaskResultStatus, tas
 from django_sqltasks.exceptions import WaitTimeout
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql import dialect_for
+from django_sqltasks.sql.rows import SUSPECT
 from django_sqltasks.store import finished
 from django_sqltasks.store.waiting import watcher_of
 from tests import tasks, tasks_wait
@@ -447,8 +448,11 @@ def test_a_rescue_that_gives_a_task_up_and_a_salvaged_outcome_announce_it() -> N
     from django_sqltasks.sql.postgresql import FINISHED_CHANNEL
     from tests.factories import task_row
 
-    # Charged a rescue (it ran under a limit) and out of them; lost beside others: rescued.
-    given_up = task_row(TaskResultStatus.RUNNING, owner="gone", limit_key="task:x").id
+    # Charged a rescue (it ran alone, as a suspect) and out of them; lost beside others: put
+    # back, as a suspect.
+    given_up = task_row(
+        TaskResultStatus.RUNNING, owner="gone", limit_key="task:x", available_at=SUSPECT
+    ).id
     rescued = task_row(TaskResultStatus.RUNNING, owner="gone").id
     salvaged = task_row(TaskResultStatus.RUNNING, owner="w").id
     outcome = Outcome(
