@@ -6,7 +6,7 @@ import os
 import threading
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 
 RANDOM_POOL = 4096  # bytes drawn from os.urandom at once: the random bits of 512 ids
 _VERSION_7 = 0x7 << 12  # in the second 16 bits of the high half
@@ -62,3 +62,12 @@ def first_id_at(moment: datetime) -> uuid.UUID:
     """Return the smallest task id of ``moment``'s millisecond: every task enqueued before
     ``moment`` has a smaller id."""
     return uuid.UUID(int=(int(moment.timestamp() * 1000) << 80) | _VERSION_7 << 64)
+
+
+def time_of(task_id: uuid.UUID) -> datetime | None:
+    """The UTC time ``task_id`` was made at, or None when it is not a UUIDv7 (an id given by
+    a custom id function, or a row from before ids were time-ordered)."""
+    if task_id.version != 7:
+        return None
+    unix_ms = task_id.int >> 80
+    return datetime.fromtimestamp(unix_ms / 1000, tz=timezone.utc)
