@@ -21,7 +21,7 @@ from ..core.columns import (
     MAX_TRACE_PARENT_LENGTH,
 )
 from ..core.subject import subject_of
-from ..ids import new_task_id, time_of
+from ..ids import finished_not_before, new_task_id
 from ..indexes import (
     ARGUMENT_VALUES_SQL,
     ERROR_CLASS_NAME_SQL,
@@ -36,10 +36,6 @@ if TYPE_CHECKING:
 
 FINISHED_STATUSES = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 LIVE_STATUSES = (TaskResultStatus.READY, TaskResultStatus.RUNNING)
-# How far the clock of the machine that made a task's id (the enqueuing client) may be ahead of
-# the clock that writes its finished_at (the worker's, or the database's) for a read by id to
-# still find the finished task in a partitioned table (see with_id).
-ID_CLOCK_SKEW = timedelta(days=1)
 
 
 class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
@@ -59,18 +55,15 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
 
     def with_id(self, task_id: uuid.UUID, *, partitioned: bool) -> TaskRecordQuerySet:
         """The task ``task_id``; in a ``partitioned`` table (PostgreSQL), read so that the
-        planner skips the days of history it cannot be in.
-
-        A task finishes after it is enqueued, so its finished_at is no earlier than the time in
-        its UUIDv7 id (less ID_CLOCK_SKEW). An id that is not a UUIDv7, or whose time is in the
-        future, is read over every partition."""
+        planner skips the days of history it cannot be in (``ids.finished_not_before``). An id
+        that is not a UUIDv7, or whose time is in the future, is read over every partition."""
         tasks = self.filter(id=task_id)
-        made_at = time_of(task_id) if partitioned else None
-        if made_at is None or made_at > timezone.now():
+        earliest = finished_not_before(task_id) if partitioned else None
+        if earliest is None:
             return tasks
         return tasks.filter(
             models.Q(status__in=LIVE_STATUSES)
-            | models.Q(finished_at__gte=made_at - ID_CLOCK_SKEW)
+            | models.Q(finished_at__gte=earliest)
             | models.Q(finished_at__isnull=True)  # in the default partitions, read anyway
         )
 

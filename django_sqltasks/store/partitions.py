@@ -30,7 +30,6 @@ HISTORY_DAYS = 62  # days back given partitions of their own when a table is con
 MIGRATE_MAX_ROWS = 100_000  # larger tables are converted by tasks_partition, online
 MOVE_BATCH = 10_000  # rows per statement moving history into the partitioned table
 DROP_TRIES = 3  # a DROP that cannot have its lock in DDL_LOCK_TIMEOUT is tried this often
-LAYOUT_RECHECK = 60.0  # seconds a read by id trusts the last look at the table's layout
 
 # By database alias: whether its task table was partitioned, and when that was looked at.
 _layouts: dict[str, tuple[bool, float]] = {}
@@ -46,14 +45,14 @@ def partitioned(using: str) -> bool:
 
 
 def partitioned_recently(using: str) -> bool:
-    """``partitioned``, looked up at most once every LAYOUT_RECHECK seconds: for the reads by
-    id, which then name the partitions a task may be in. A stale answer costs only speed: the
-    condition those reads add holds in either layout."""
+    """``partitioned``, looked up at most once every ``sql.LAYOUT_RECHECK`` seconds: for the
+    reads by id, which then name the partitions a task may be in. A stale answer costs only
+    speed: the condition those reads add holds in either layout."""
     if connections[using].vendor != "postgresql":
         return False
     now = time.monotonic()
     known = _layouts.get(using)
-    if known is None or now - known[1] > LAYOUT_RECHECK:
+    if known is None or now - known[1] > sql.LAYOUT_RECHECK:
         known = (partitioned(using), now)
         _layouts[using] = known
     return known[0]
