@@ -6,7 +6,7 @@ import os
 import threading
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 RANDOM_POOL = 4096  # bytes drawn from os.urandom at once: the random bits of 512 ids
 _VERSION_7 = 0x7 << 12  # in the second 16 bits of the high half
@@ -14,6 +14,10 @@ _VARIANT = 0b10 << 62  # the top bits of the low half
 _RAND_B = (1 << 62) - 1
 _new_object = object.__new__
 _set_field = object.__setattr__
+# How far the clock of the machine that made a task's id (the enqueuing client) may be ahead of
+# the clock that writes its finished_at (the worker's, or the database's) for a read by id to
+# still find the finished task in PostgreSQL's partitioned table (see finished_not_before).
+ID_CLOCK_SKEW = timedelta(days=1)
 
 # Guarded by the lock: the last id made, and the unused part of the random pool.
 _lock = threading.Lock()
@@ -62,3 +66,16 @@ def first_id_at(moment: datetime) -> uuid.UUID:
     """Return the smallest task id of ``moment``'s millisecond: every task enqueued before
     ``moment`` has a smaller id."""
     return uuid.UUID(int=(int(moment.timestamp() * 1000) << 80) | _VERSION_7 << 64)
+
+
+def finished_not_before(task_id: uuid.UUID) -> datetime | None:
+    """The earliest finished_at task ``task_id`` can have: the time in its UUIDv7 id (a task
+    finishes after it is enqueued) less ID_CLOCK_SKEW. None when the id is not a UUIDv7 (an id
+    from a custom id function, a row from before ids were time-ordered) or its time is in the
+    future (the clock that made it was wrong): nothing is known."""
+    if task_id.version != 7:
+        return None
+    made_at = datetime.fromtimestamp((task_id.int >> 80) / 1000, tz=timezone.utc)
+    if made_at > datetime.now(timezone.utc):
+        return None
+    return made_at - ID_CLOCK_SKEW

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from inspect import iscoroutinefunction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
@@ -14,7 +14,6 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext_lazy as _
@@ -24,8 +23,9 @@ from ..compat import TaskResultStatus
 from ..core.resolve import resolve_task
 from ..core.settings import sql_backends
 from ..exceptions import TaskNotFound
-from ..models import FINISHED_STATUSES, TaskRecord
+from ..models import FINISHED_STATUSES, TaskRecord, TaskRecordQuerySet
 from ..store import control, steps
+from ..store.partitions import partitioned_recently
 from . import bulk_actions as bulk
 from . import durable
 
@@ -46,6 +46,17 @@ class TaskActions(TaskAdminBase):
 
     def has_run_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_sqltasks.run_taskrecord")
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        """The task of a page, read by id so that only the partitions it may be in are planned."""
+        if from_field is not None:
+            return super().get_object(request, object_id, from_field)
+        try:
+            task_id = uuid.UUID(object_id)
+        except ValueError:
+            return None  # not a task id: no such task
+        tasks = cast(TaskRecordQuerySet, self.get_queryset(request))  # the model's manager's
+        return tasks.with_id(task_id, partitioned=partitioned_recently(tasks.db)).first()
 
     # Actions -------------------------------------------------------------------------------
 
@@ -255,7 +266,9 @@ class TaskActions(TaskAdminBase):
             task_id = uuid.UUID(object_id)
         except ValueError as e:  # not a task id: no such task, rather than a server error
             raise Http404(f"No task has the id {object_id!r}.") from e
-        record = get_object_or_404(self.get_queryset(request), pk=task_id)
+        record = self.get_object(request, str(task_id))
+        if record is None:
+            raise Http404(f"No task has the id {object_id!r}.")
         return self.get_queryset(request).filter(pk=record.pk)
 
     def _back_to(self, object_id: str) -> HttpResponse:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -27,7 +28,9 @@ from django.db import connections
 
 from ..compat import TaskResultDoesNotExist, task_enqueued
 from ..core.settings import SQLBackend
+from ..ids import finished_not_before
 from ..sql import NewTask, dialect_for, packet
+from ..sql import partitions as layout
 from ..sql.pg import connection_params, open_async
 from ..sql.rows import RESULT_COLUMNS
 from ..task import result_from_row
@@ -263,6 +266,7 @@ class PostgresWriter(Writer):
         self.database = database
         self.pool = pool
         self.dialect = dialect_for(connections[database])
+        self._partitioned: tuple[bool, float] | None = None  # and when it was looked at
 
     @classmethod
     async def open(cls, database: str) -> PostgresWriter:
@@ -286,13 +290,27 @@ class PostgresWriter(Writer):
         columns = RESULT_COLUMNS  # every column of the task table (a test holds it to the model)
         with connections[self.database].wrap_database_errors:
             async with self.pool.connection() as connection:
-                cursor = await connection.execute(
-                    self.dialect.select_result_sql(columns), [task_id, backend.alias]
-                )
+                earliest = finished_not_before(task_id)
+                if earliest is not None and await self._is_partitioned(connection):
+                    sql = self.dialect.select_result_sql(columns, pruned=True)
+                    cursor = await connection.execute(sql, [task_id, backend.alias, earliest])
+                else:
+                    sql = self.dialect.select_result_sql(columns)
+                    cursor = await connection.execute(sql, [task_id, backend.alias])
                 values = await cursor.fetchone()
         if values is None:
             raise TaskResultDoesNotExist(result_id)
         return result_from_row(dict(zip(columns, values, strict=True)))
+
+    async def _is_partitioned(self, connection: Any) -> bool:
+        """Whether the task table is partitioned, looked up at most once every
+        ``LAYOUT_RECHECK`` seconds (a stale answer costs only speed)."""
+        now = time.monotonic()
+        if self._partitioned is None or now - self._partitioned[1] > layout.LAYOUT_RECHECK:
+            cursor = await connection.execute(layout.KIND_SQL, [self.dialect.tasks])
+            row = await cursor.fetchone()
+            self._partitioned = (row is not None and row[0] == "p", now)
+        return self._partitioned[0]
 
     async def aclose(self) -> None:
         await self.pool.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from ..core.columns import (
     MAX_TRACE_PARENT_LENGTH,
 )
 from ..core.subject import subject_of
-from ..ids import new_task_id
+from ..ids import finished_not_before, new_task_id
 from ..indexes import (
     ARGUMENT_VALUES_SQL,
     ERROR_CLASS_NAME_SQL,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ..compat import TaskResult
 
 FINISHED_STATUSES = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+LIVE_STATUSES = (TaskResultStatus.READY, TaskResultStatus.RUNNING)
 
 
 class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
@@ -50,6 +52,20 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
     def in_queues(self, queue_names: list[str] | None) -> TaskRecordQuerySet:
         """Tasks in any of ``queue_names``; ``None`` means every queue."""
         return self if queue_names is None else self.filter(queue_name__in=queue_names)
+
+    def with_id(self, task_id: uuid.UUID, *, partitioned: bool) -> TaskRecordQuerySet:
+        """The task ``task_id``; in a ``partitioned`` table (PostgreSQL), read so that the
+        planner skips the days of history it cannot be in (``ids.finished_not_before``). An id
+        that is not a UUIDv7, or whose time is in the future, is read over every partition."""
+        tasks = self.filter(id=task_id)
+        earliest = finished_not_before(task_id) if partitioned else None
+        if earliest is None:
+            return tasks
+        return tasks.filter(
+            models.Q(status__in=LIVE_STATUSES)
+            | models.Q(finished_at__gte=earliest)
+            | models.Q(finished_at__isnull=True)  # in the default partitions, read anyway
+        )
 
     def ready(self) -> TaskRecordQuerySet:
         """Tasks waiting to run, due or not."""

@@ -37,6 +37,8 @@ UPKEEP_LOCK_KEY = 0x5174_6173  # "Qtas"
 # Seconds a DDL statement may wait for its lock before it gives up (and is tried again later):
 # a DROP or ATTACH waiting behind a long read would hold up every write queued behind it.
 DDL_LOCK_TIMEOUT = "500ms"
+LAYOUT_RECHECK = 60.0  # seconds a read by id trusts the last look at the table's layout
+KIND_SQL = "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)"  # param: quoted name
 
 
 def q(name: str) -> str:
@@ -83,7 +85,7 @@ class DayPartition:
 
 def kind(cursor: CursorWrapper, table: str) -> str | None:
     """``p`` when ``table`` is partitioned, ``r`` when a plain table, None when missing."""
-    cursor.execute("SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", [q(table)])
+    cursor.execute(KIND_SQL, [q(table)])
     row = cursor.fetchone()
     return None if row is None else str(row[0])
 

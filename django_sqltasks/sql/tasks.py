@@ -18,9 +18,15 @@ from .vendor import Vendor
 class TaskStatements(Vendor):
     """Inserting tasks, and reading or moving one task of the task table."""
 
-    def select_result_sql(self, columns: Sequence[str]) -> str:
-        """A statement reading one task's ``columns`` by id and backend name."""
-        return f"SELECT {', '.join(columns)} FROM {self.tasks} WHERE id = %s AND backend_name = %s"
+    def select_result_sql(self, columns: Sequence[str], *, pruned: bool = False) -> str:
+        """A statement reading one task's ``columns`` by id and backend name; ``pruned``, with a
+        third parameter, the earliest finished_at the task can have (as ``with_id`` reads)."""
+        sql = f"SELECT {', '.join(columns)} FROM {self.tasks} WHERE id = %s AND backend_name = %s"
+        if pruned:
+            sql += (
+                " AND (status IN ('READY', 'RUNNING') OR finished_at >= %s OR finished_at IS NULL)"
+            )
+        return sql
 
     def _insert_params(self, task: NewTask) -> list[Any]:
         return [

@@ -20,6 +20,7 @@ from ..compat import TaskResultDoesNotExist, TaskResultStatus
 from ..models import TaskRecord
 from ..sql import dialect_for
 from .moved import rerun_if_moved
+from .partitions import partitioned_recently
 
 CANCELLED = "django_sqltasks.exceptions.TaskCancelled"
 
@@ -131,7 +132,12 @@ def cancel_by_id(database: str, alias: str, result_id: str) -> bool:
         task_uuid = uuid.UUID(str(result_id))
     except ValueError as e:
         raise TaskResultDoesNotExist(result_id) from e
-    record = TaskRecord.objects.using(database).filter(id=task_uuid, backend_name=alias).first()
+    record = (
+        TaskRecord.objects.using(database)
+        .with_id(task_uuid, partitioned=partitioned_recently(database))
+        .filter(backend_name=alias)
+        .first()
+    )
     if record is None:
         raise TaskResultDoesNotExist(result_id)
     if cancel([record], using=database, reason="Cancelled before it started."):

@@ -7,6 +7,7 @@ MariaDB, MySQL and SQLite keep one table: there, nothing here runs, and pruning 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -30,6 +31,9 @@ MIGRATE_MAX_ROWS = 100_000  # larger tables are converted by tasks_partition, on
 MOVE_BATCH = 10_000  # rows per statement moving history into the partitioned table
 DROP_TRIES = 3  # a DROP that cannot have its lock in DDL_LOCK_TIMEOUT is tried this often
 
+# By database alias: whether its task table was partitioned, and when that was looked at.
+_layouts: dict[str, tuple[bool, float]] = {}
+
 
 def partitioned(using: str) -> bool:
     """Whether the task table of ``using`` is the partitioned layout (PostgreSQL only)."""
@@ -38,6 +42,20 @@ def partitioned(using: str) -> bool:
         return False
     with connection.cursor() as cursor:
         return sql.kind(cursor, _table()) == "p"
+
+
+def partitioned_recently(using: str) -> bool:
+    """``partitioned``, looked up at most once every ``sql.LAYOUT_RECHECK`` seconds: for the
+    reads by id, which then name the partitions a task may be in. A stale answer costs only
+    speed: the condition those reads add holds in either layout."""
+    if connections[using].vendor != "postgresql":
+        return False
+    now = time.monotonic()
+    known = _layouts.get(using)
+    if known is None or now - known[1] > sql.LAYOUT_RECHECK:
+        known = (partitioned(using), now)
+        _layouts[using] = known
+    return known[0]
 
 
 def _table() -> str:

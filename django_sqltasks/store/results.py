@@ -8,6 +8,7 @@ from typing import Any
 from ..compat import TaskResult, TaskResultDoesNotExist
 from ..models import TaskRecord
 from ..task import CUT_MARKER, result_from_row
+from .partitions import partitioned_recently
 
 
 def get_result(database: str, alias: str, result_id: str) -> TaskResult:
@@ -17,7 +18,11 @@ def get_result(database: str, alias: str, result_id: str) -> TaskResult:
         task_uuid = uuid.UUID(str(result_id))
     except ValueError as e:
         raise TaskResultDoesNotExist(result_id) from e
-    records = TaskRecord.objects.using(database).filter(id=task_uuid, backend_name=alias)
+    records = (
+        TaskRecord.objects.using(database)
+        .with_id(task_uuid, partitioned=partitioned_recently(database))
+        .filter(backend_name=alias)
+    )
     try:
         record: TaskRecord = records.get()
     except TaskRecord.DoesNotExist as e:
