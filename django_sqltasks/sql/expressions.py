@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Expression, F, Func, JSONField, Value
+from django.db.models import BooleanField, Expression, F, Func, JSONField, Value
 from django.db.models.sql.compiler import SQLCompiler
 
 
@@ -42,4 +42,37 @@ class AppendError(Func):
         return (
             f"json_insert({sql_column}, '$[#]', json({sql_item}))",
             [*column_params, *item_params],
+        )
+
+
+class HasTag(Func):
+    """Whether a task's ``tags`` list holds ``tag`` (exactly: case and all). On PostgreSQL a
+    containment the tag index (``sqltasks_tags_idx``) serves; elsewhere a scan."""
+
+    output_field = BooleanField()
+
+    def __init__(self, tag: str) -> None:
+        super().__init__(F("tags"), Value(orjson.dumps([tag]).decode()))
+        self.tag = tag
+
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> Any:
+        return self.as_sql(
+            compiler, connection, template="(%(expressions)s::jsonb)", arg_joiner=" @> "
+        )
+
+    def as_mysql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="COALESCE(JSON_CONTAINS(%(expressions)s), 0) = 1"
+        )
+
+    def as_sqlite(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> Any:
+        column, _ = self.get_source_expressions()
+        sql_column, params = compiler.compile(column)
+        return (
+            f"EXISTS (SELECT 1 FROM json_each({sql_column}) WHERE json_each.value = %s)",
+            [*params, self.tag],
         )

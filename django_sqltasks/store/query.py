@@ -22,11 +22,12 @@ from django.utils import timezone
 from ..compat import InvalidTask, InvalidTaskBackend, TaskResultStatus
 from ..core.settings import sql_backend
 from ..core.subject import subject_of
+from ..core.tags import MAX_TAG_LENGTH, is_tag
 from ..exceptions import InvalidTaskQuery
 from ..models import TaskRecord, TaskRecordQuerySet
 from ..sql import dialect_for
 from ..sql.estimates import estimated_rows
-from ..sql.expressions import AppendError
+from ..sql.expressions import AppendError, HasTag
 from . import control
 from .moved import rerun_if_moved
 
@@ -54,9 +55,10 @@ class TaskQuery:
     """The tasks of backend ``backend`` that match every filter given (a filter left out, or
     None, matches every task).
 
-    ``state``, ``queue`` and ``task`` take one value or several (any matches): states by name
-    (``"FAILED"``, or a ``TaskResultStatus``), queue names, tasks (a ``Task``, or its dotted
-    path). ``subject`` takes a saved model instance. The times take an aware ``datetime``, or a
+    ``state``, ``queue``, ``task`` and ``tag`` take one value or several (any matches): states
+    by name (``"FAILED"``, or a ``TaskResultStatus``), queue names, tasks (a ``Task``, or its
+    dotted path), tags (as set at enqueue: ``@task(tags=...)``, ``using(tags=...)``).
+    ``subject`` takes a saved model instance. The times take an aware ``datetime``, or a
     ``timedelta`` meaning that long ago; ``..._after`` includes its moment and ``..._before``
     does not, so ranges tile without overlap.
     """
@@ -68,6 +70,7 @@ class TaskQuery:
         state: str | Iterable[str] | None = None,
         queue: str | Iterable[str] | None = None,
         task: Any = None,
+        tag: str | Iterable[str] | None = None,
         subject: Any = None,
         enqueued_after: When | None = None,
         enqueued_before: When | None = None,
@@ -88,6 +91,11 @@ class TaskQuery:
             condition &= Q(queue_name__in=_names("queue", queue))
         if task is not None:
             condition &= Q(task_path__in=_task_paths(task))
+        if tag is not None:
+            tagged = Q()
+            for name in _tags(tag):
+                tagged |= Q(HasTag(name))
+            condition &= tagged
         if subject is not None:
             try:
                 found = subject_of(subject)
@@ -267,6 +275,19 @@ def _task_paths(value: Any) -> list[str]:
     if not paths:
         raise InvalidTaskQuery("task: an empty list matches no task; leave it out for all.")
     return paths
+
+
+def _tags(value: Any) -> list[str]:
+    tags = _many(value)
+    for tag in tags:
+        if not isinstance(tag, str) or not is_tag(tag):
+            raise InvalidTaskQuery(
+                f"tag: {tag!r} is not a tag (1 to {MAX_TAG_LENGTH} letters, digits or "
+                "_ . : / @ = + -)."
+            )
+    if not tags:
+        raise InvalidTaskQuery("tag: an empty list matches no task; leave it out for all.")
+    return tags
 
 
 def _moment(field: str, value: Any, now: datetime) -> datetime:

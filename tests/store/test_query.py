@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,8 +18,8 @@ from django_sqltasks.exceptions import InvalidTaskQuery
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.store import control
 from tests import tasks
-from tests.factories import task_row
-from tests.test_indexes import analyze
+from tests.factories import insert_rows, plan_uses, task_row
+from tests.test_indexes import analyze, explain
 
 pytestmark = pytest.mark.django_db
 
@@ -214,3 +215,48 @@ def test_importable_from_the_package() -> None:
     assert "TaskQuery" in django_sqltasks.__all__
     assert control.CANCELLED == "django_sqltasks.exceptions.TaskCancelled"
     assert repr(TaskQuery(state="READY")).startswith("<TaskQuery ")
+
+
+def test_tags() -> None:
+    vip = task_row(tags=["vip", "customer:42"])
+    task_row(tags=["vip"])
+    task_row(tags=["Vip"])  # another tag: tags are compared exactly
+    task_row()  # untagged: NULL
+    enqueued = tasks.tagged.using(tags=["vip", "late"]).enqueue("order-1")
+    assert TaskQuery(tag="vip").count() == 3
+    assert TaskQuery(tag="Vip").count() == 1
+    assert set(TaskQuery(tag=["customer:42", "late"]).queryset().values_list("pk", flat=True)) == {
+        vip.pk,
+        uuid.UUID(str(enqueued.id)),
+    }
+    assert TaskQuery(tag="billing").count() == 0  # the task's own tags were replaced by using()
+    assert TaskQuery(tag="vip", state="READY").cancel().cancelled == 3
+
+
+@pytest.mark.parametrize(
+    ("tag", "message"),
+    [
+        ("a b", "tag: 'a b' is not a tag (1 to 64 letters, digits or _ . : / @ = + -)"),
+        ("", "tag: '' is not a tag"),
+        ("t" * 65, "is not a tag (1 to 64"),
+        ('"x"', "is not a tag"),
+        (["ok", 3], "tag: 3 is not a tag"),
+        ([], "tag: an empty list matches no task"),
+    ],
+)
+def test_a_bad_tag_is_refused(tag: Any, message: str) -> None:
+    with pytest.raises(InvalidTaskQuery) as caught:
+        TaskQuery(tag=tag)
+    assert message in str(caught.value)
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="the tag index is PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_the_tag_filter_reads_the_tag_index() -> None:
+    template = TaskRecord(
+        task_path="tests.tasks.noop", backend_name="default", queue_name="default"
+    )
+    insert_rows(template, 5000, lambda i: {"tags": ["vip"] if i % 1000 == 0 else None})
+    analyze()
+    plan = explain(*TaskQuery(tag="vip").queryset().order_by().query.sql_with_params())
+    assert plan_uses(plan, "sqltasks_tags_idx"), plan
