@@ -114,10 +114,11 @@ class EstimatedCountPaginator(Paginator):
             return super().page(number)
         bottom = (number - 1) * self.per_page
         top = bottom + self.per_page
-        whole = self.count < EXACT_COUNT_BELOW and self.all_ids is not None
-        if whole and connections[queryset.db].vendor != "mysql":
+        all_ids = self.all_ids
+        whole = self.count < EXACT_COUNT_BELOW and all_ids is not None
+        if whole and all_ids is not None and connections[queryset.db].vendor != "mysql":
             # Newest first is the ids' order (MariaDB's UUID type orders otherwise: read there).
-            ids = sorted(self.all_ids, reverse=True)[bottom:top]
+            ids = sorted(all_ids, reverse=True)[bottom:top]
             return Page(list(queryset.filter(pk__in=ids)), number, self)
         if bottom == 0:  # the first page: its rows at once, newest first
             return Page(newest(queryset, 0, top, self.windows), number, self)
