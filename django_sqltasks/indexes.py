@@ -118,8 +118,14 @@ class LiveDedupeConstraint(models.BaseConstraint):
 # task's arguments (args and kwargs, at any depth), and the name of the class of the last error
 # (the one a FAILED task failed with) without its module, so that "PaymentDeclined" finds
 # "shop.errors.PaymentDeclined". The search (sql/search.py) filters on the very same
-# expressions, so the planner matches them to these indexes.
-ARGUMENT_SCALARS_PATH = 'strict $.** ? (@.type() != "object" && @.type() != "array")'
+# expressions, so the planner matches them to these indexes. The walk stops 40 levels down: an
+# enqueue refuses arguments nested deeper than 30 (core/serialization.py, MAX_DEPTH), and an
+# unbounded walk of a row stored deeper by other means (12,000 levels) overflows PostgreSQL's
+# stack, failing the row's INSERT or UPDATE.
+SEARCH_DEPTH = 40
+ARGUMENT_SCALARS_PATH = (
+    f'strict $.**{{0 to {SEARCH_DEPTH}}} ? (@.type() != "object" && @.type() != "array")'
+)
 ARGUMENT_VALUES_SQL = f"jsonb_path_query_array(args || kwargs, '{ARGUMENT_SCALARS_PATH}')"
 LAST_ERROR_CLASS_SQL = "(errors -> -1) ->> 'exception_class_path'"
 CLASS_NAME_PATTERN = r"'^.*\.'"  # a dotted path up to its last dot
