@@ -31,6 +31,7 @@ from ..core.settings import SQLBackend
 from ..ids import finished_not_before
 from ..sql import NewTask, dialect_for, packet
 from ..sql import partitions as layout
+from ..sql.broken import drop_if_broken
 from ..sql.pg import connection_params, open_async
 from ..sql.rows import RESULT_COLUMNS
 from ..task import result_from_row
@@ -128,7 +129,7 @@ class Coalescer:
         writer = await self._get_writer()
         if isinstance(writer, PostgresWriter):
             return await writer.get_result(self.backend, result_id)
-        return await sync_to_async(self.backend.get_result)(result_id)
+        return await sync_to_async(_get_result)(self.backend, result_id)
 
     async def _get_writer(self) -> Writer:
         # Concurrent first batches share one creation, or each would open a pool.
@@ -145,6 +146,11 @@ class Coalescer:
         if self._writer is not None:
             await self._writer.aclose()
             self._writer = None
+
+
+def _get_result(backend: SQLBackend, result_id: str) -> Any:
+    drop_if_broken(connections[backend.database])  # a read before failed on a lost connection
+    return backend.get_result(result_id)
 
 
 def _send_enqueued(sender: type, results: list[Any]) -> list[Exception | None]:
@@ -209,6 +215,7 @@ class ThreadWriter(Writer):
 
     def _insert_sync(self, rows: Sequence[NewTask], notify: bool) -> None:
         connection = connections[self.database]
+        drop_if_broken(connection)  # a batch before failed on a lost connection
         dialect = dialect_for(connection)
         limit = dialect.max_statement_bytes()
         # A coalesced batch of rows that each fit may not fit as one INSERT (MySQL).

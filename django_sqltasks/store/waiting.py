@@ -31,6 +31,7 @@ from ..compat import TaskResult
 from ..core.bounds import wait_timeout
 from ..exceptions import WaitTimeout
 from ..sql import dialect_for
+from ..sql.broken import drop
 from .finished import Watcher, can_listen, watcher_for
 
 logger = logging.getLogger("django_sqltasks")
@@ -153,12 +154,6 @@ def _retry_delay(backend: Any, error: DatabaseError, attempt: int, deadline: flo
     connection = connections[backend.database]
     if not dialect_for(connection).is_transient(error) or connection.in_atomic_block:
         raise error
-    delay = min(MAX_RETRY, FIRST_RETRY * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
-    if deadline is not None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise error
-        delay = min(delay, remaining)
     if attempt == 1:
         logger.warning(
             "Waiting for a task: reading its result failed (%s); trying again on a new "
@@ -166,16 +161,21 @@ def _retry_delay(backend: Any, error: DatabaseError, attempt: int, deadline: flo
             error,
             extra={"action": "wait_retry"},
         )
+        # The connection was lost before this read, perhaps long before the wait began (an
+        # idle session killed): one read on a new one is tried at once, even with no time left.
+        return 0.0
+    delay = min(MAX_RETRY, FIRST_RETRY * 2 ** (attempt - 2)) * (0.5 + random.random() / 2)
+    if deadline is not None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise error
+        delay = min(delay, remaining)
     return delay
 
 
 def _close(database: str) -> None:
     """Drop this thread's connection (broken), so that the next read opens a new one."""
-    connection = connections[database]
-    try:
-        connection.close()
-    except Exception:  # broken already: forgetting it is all that is left
-        connection.connection = None
+    drop(connections[database])
 
 
 def _remaining(result: TaskResult, deadline: float | None, limit: float | None) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 import time
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
@@ -500,6 +501,20 @@ def test_a_workflow_step_skipped_after_a_failure_announces_it(run_worker: Any) -
     assert TaskRecord.objects.get(pk=callback).status == "FAILED"
 
 
+@pytest.fixture
+def kill_other_sessions() -> Iterator[Callable[[int | None], int]]:
+    """``_kill_other_sessions``; afterwards, drop the connection it killed on the thread of
+    Django's async ORM (a process-wide thread: the tests after this one would meet it dead)."""
+    from django_sqltasks.sql.broken import drop
+
+    def drop_all() -> None:
+        for each in connections.all(initialized_only=True):
+            drop(each)
+
+    yield _kill_other_sessions
+    _on_async_thread(drop_all)
+
+
 def _kill_other_sessions(spare: int | None) -> int:
     """Kill every session of the test database but this thread's and ``spare`` (a real
     connection dropped, as by a restart or a failover); return how many were killed."""
@@ -527,7 +542,7 @@ def _kill_other_sessions(spare: int | None) -> int:
     ("how", "when"), [("sync", "waiting"), ("sync", "before"), ("async", "waiting")]
 )
 def test_a_wait_outlasts_its_connection_being_killed(
-    how: str, when: str, registered: Registered
+    how: str, when: str, registered: Registered, kill_other_sessions: Callable[[int | None], int]
 ) -> None:
     if connection.vendor == "sqlite":
         pytest.skip("SQLite has no connection to lose: a file")
@@ -552,8 +567,58 @@ def test_a_wait_outlasts_its_connection_being_killed(
         registered.wait()  # the wait read its row: its connection is open
     watcher = watcher_of(backend())
     spare = watcher.backend_pid if isinstance(watcher, finished.ListeningWatcher) else None
-    assert _kill_other_sessions(spare) >= 1
+    assert kill_other_sessions(spare) >= 1
     assert backend().cancel(result.id)  # the task ends while the waiter's connection is gone
     go.set()
     assert waiting.join().status == TaskResultStatus.FAILED
     assert result.errors[-1].exception_class_path == CANCELLED
+
+
+def _on_async_thread(call: Callable[[], Any]) -> Any:
+    """Run ``call`` on the thread ``sync_to_async`` hops to outside a request (one per process,
+    and its Django connection lives as long as the process)."""
+    from asgiref.sync import sync_to_async
+
+    async def hop() -> Any:
+        return await sync_to_async(call)()
+
+    return asyncio.run(hop())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_killed_while_idle_costs_no_later_wait_or_aenqueue(
+    kill_other_sessions: Callable[[int | None], int],
+) -> None:
+    """The connection of ``sync_to_async``'s thread is killed between two calls (a failover,
+    an idle timeout): a wait with no time left still reads its finished task, and after one
+    failed enqueue at most, aenqueue writes again; nothing is left failing on that thread."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no connection to lose: a file")
+    done = tasks.add.enqueue(1, 2)
+    TaskRecord.objects.filter(id=done.id).update(status=TaskResultStatus.SUCCESSFUL)
+
+    def connect() -> int:
+        from django_sqltasks.sql.broken import drop
+
+        drop(connections["default"])  # killed by the round before, where nothing used it
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT 1")
+            return 1
+
+    for check in range(2):
+        _on_async_thread(connect)  # that thread holds an open connection
+        assert kill_other_sessions(None) >= 1
+        if check == 0:
+            assert asyncio.run(done.await_result(timeout=0)).status == TaskResultStatus.SUCCESSFUL
+            continue
+        # Its statement may meet the dead connection and raise, as a sync enqueue() would.
+        with contextlib.suppress(DatabaseError):
+            asyncio.run(tasks.noop.aenqueue())
+        written = asyncio.run(tasks.noop.aenqueue())
+        assert TaskRecord.objects.filter(id=written.id).exists()
+        batch = asyncio.run(_gather(lambda: tasks.noop.aenqueue(), 5))
+        assert TaskRecord.objects.filter(id__in=[r.id for r in batch]).count() == 5
+
+
+async def _gather(make: Callable[[], Any], count: int) -> list[Any]:
+    return list(await asyncio.gather(*(make() for _ in range(count))))
