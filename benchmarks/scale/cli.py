@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the tasks a kept database already holds, if it holds N (skip the fill)",
     )
+    parser.add_argument(
+        "--fill-only",
+        action="store_true",
+        help="fill, analyse and keep the database, measure nothing (then measure with --reuse)",
+    )
     parser.add_argument("--smoke", action="store_true", help=f"{SMOKE_TASKS} tasks (CI)")
     parser.add_argument("--out", type=Path, help=f"the JSON result (default {RESULTS}/...)")
     return parser
@@ -67,7 +72,16 @@ def main(argv: list[str]) -> int:
     django.setup()
     from benchmarks.scale import run
 
-    results = run.run(args.tasks, reuse=args.reuse, log=log)
+    fill_record = RESULTS / f"fill-{args.database}-{args.tasks}.json"
+    results = run.run(
+        args.tasks, reuse=args.reuse, log=log, fill_record=fill_record, fill_only=args.fill_only
+    )
+    if results is None:
+        log(
+            f"filled and kept; measure with: python -m benchmarks scale -n {args.tasks} "
+            f"--database {args.database} --reuse"
+        )
+        return 0
     results["meta"] |= {"command": " ".join(["python -m benchmarks scale", *argv])} | machine()
     print(run.markdown(results))
     out = args.out or RESULTS / f"{results['meta']['vendor']}-{args.tasks}.json"

@@ -4,6 +4,7 @@ imported)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -81,7 +82,16 @@ def add_partitions(start: datetime, base: datetime) -> int | None:
     return int(partitions.add_days("default", days_ahead=ahead, today=start.date()))
 
 
-def run(total: int, reuse: bool, log: Callable[[str], None]) -> dict[str, Any]:
+def run(
+    total: int,
+    reuse: bool,
+    log: Callable[[str], None],
+    fill_record: Path | None = None,
+    fill_only: bool = False,
+) -> dict[str, Any] | None:
+    """Fill (unless ``reuse`` finds ``total`` tasks there) and measure; with ``fill_only``,
+    fill and stop (None). ``fill_record`` keeps what a fill measured (its time, the claim
+    against the empty table) for a later run that reuses the tasks."""
     ensure_database()
     call_command("migrate", verbosity=0)
     base = timezone.now().replace(microsecond=0) - timedelta(minutes=5)
@@ -97,6 +107,10 @@ def run(total: int, reuse: bool, log: Callable[[str], None]) -> dict[str, Any]:
         newest = TaskRecord.objects.order_by("-finished_at").values_list("finished_at", flat=True)
         base = (newest.first() or base) + timedelta(seconds=1)
         log(f"reusing {total:,} tasks")
+        if fill_record is not None and fill_record.exists():
+            filled = json.loads(fill_record.read_text())
+            results.claim_empty_ms = filled.pop("claim_empty_ms")
+            meta |= filled
     else:
         empty_tables()
         meta["day_partitions_added"] = add_partitions(fill.start_of(base), base)
@@ -108,6 +122,19 @@ def run(total: int, reuse: bool, log: Callable[[str], None]) -> dict[str, Any]:
         meta["fill_seconds"] = round(time.perf_counter() - start, 1)
     log("VACUUM ANALYZE" if connection.vendor == "postgresql" else "ANALYZE")
     measure.analyze(vacuum=True)
+    if not kept and fill_record is not None:
+        fill_record.parent.mkdir(parents=True, exist_ok=True)
+        fill_record.write_text(
+            json.dumps(
+                {
+                    "fill_seconds": meta["fill_seconds"],
+                    "day_partitions_added": meta["day_partitions_added"],
+                    "claim_empty_ms": results.claim_empty_ms,
+                }
+            )
+        )
+    if fill_only:
+        return None
     middle = measure.middle_row(total)
     tags = any(f.attname == "tags" for f in TaskRecord._meta.concrete_fields)
     log("admin pages")

@@ -46,8 +46,9 @@ class EstimatedCountPaginator(Paginator):
 
     A page reads its rows' ids first, then those rows; and a list has at most ``MAX_PAGES``
     pages: an operator narrows a long list with a filter or a search instead. A result the
-    bounded count read whole is paged from the ids it read; a larger one is read among the
-    newest ids first (``newest``), where such matches are dense enough to fill a page soon.
+    bounded count read whole is paged from the ids it read; a larger one (counted or estimated)
+    is read among the newest ids first (``newest``), where such matches are dense enough to
+    fill a page soon.
     """
 
     estimated = False  # the count is the database's estimate: "about N"
@@ -82,8 +83,15 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def windows(self) -> tuple[timedelta | None, ...]:
         """How far back a page is read, in turn (None: the whole table): by windows of the
-        newest ids where the matches are many, which ``count`` found."""
-        return ID_WINDOWS if self.count >= EXACT_COUNT_BELOW and self.capped else (None,)
+        newest ids where the matches are many, which ``count`` found or the estimate says.
+
+        Read whole, newest first, a list of many matches costs little on one table but, on
+        PostgreSQL's day partitions, each partition is read from its newest id down to its
+        first match: a partition holding none (a queue whose tasks never fail, in the FAILED
+        days; a queue added last week, in the older ones) is read through. A window bounds
+        every partition's read by id."""
+        many = self.estimated or (self.count >= EXACT_COUNT_BELOW and self.capped)
+        return ID_WINDOWS if many else (None,)
 
     @property
     def count_label(self) -> str:

@@ -197,20 +197,34 @@ def test_an_empty_result_has_no_estimate_to_read() -> None:
     assert estimated_rows(TaskRecord.objects.none()) == 0
 
 
-@pytest.mark.parametrize(("rows", "windowed"), [(120, True), (30, False)])
+@pytest.mark.parametrize(
+    ("rows", "estimate", "windowed", "label"),
+    [
+        (120, None, True, '"sqltasks-count sqltasks-capped"'),
+        (30, None, False, '<span class="sqltasks-count">30</span>'),
+        (30, 50_000, True, '"sqltasks-count sqltasks-estimated"'),
+    ],
+    ids=["counted-many", "counted-few", "estimated-many"],
+)
 def test_a_list_is_read_by_windows_of_ids_only_when_its_matches_are_many(
-    client_: Client, monkeypatch: pytest.MonkeyPatch, rows: int, windowed: bool
+    client_: Client,
+    monkeypatch: pytest.MonkeyPatch,
+    rows: int,
+    estimate: int | None,
+    windowed: bool,
+    label: str,
 ) -> None:
-    # Many matches (a search for a common error) are read among the last hour's ids first;
-    # a result the bounded count read whole is paged from the ids it read.
+    # Many matches (a search for a common error, a filter by a busy queue: counted past the
+    # bound, or estimated) are read among the last hour's ids first; a result the bounded
+    # count read whole is paged from the ids it read.
     monkeypatch.setattr(admin_list, "EXACT_COUNT_BELOW", 60)  # over a page: Django pages it
-    monkeypatch.setattr(admin_list, "estimated_rows", lambda queryset: None)
+    monkeypatch.setattr(admin_list, "estimated_rows", lambda queryset: estimate)
     bulk_tasks(rows, analyze=False)
     with CaptureQueriesContext(connection) as queries:
         body = client_.get(reverse(CHANGELIST)).content.decode()
     tasks = [q["sql"] for q in queries.captured_queries if "_taskrecord" in q["sql"]]
     assert any(">=" in q for q in tasks) is windowed, tasks
-    assert ("more than 60" in body) is windowed
+    assert label in body
     newest = TaskRecord.objects.order_by("-id").first()
     assert newest is not None and str(newest.pk) in body
 
