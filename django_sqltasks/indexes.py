@@ -115,18 +115,29 @@ class LiveDedupeConstraint(models.BaseConstraint):
 
 
 # What the admin's search looks values up in, as PostgreSQL expressions: every scalar of a
-# task's arguments (args and kwargs, at any depth), and the name of the class of the last error
-# (the one a FAILED task failed with) without its module, so that "PaymentDeclined" finds
-# "shop.errors.PaymentDeclined". The search (sql/search.py) filters on the very same
-# expressions, so the planner matches them to these indexes. The walk stops 40 levels down: an
-# enqueue refuses arguments nested deeper than 30 (core/serialization.py, MAX_DEPTH), and an
-# unbounded walk of a row stored deeper by other means (12,000 levels) overflows PostgreSQL's
-# stack, failing the row's INSERT or UPDATE.
+# task's arguments (args and kwargs, at any depth; with its task and queue, below), and the
+# name of the class of the last error (the one a FAILED task failed with) without its module,
+# so that "PaymentDeclined" finds "shop.errors.PaymentDeclined". The search (sql/search.py)
+# filters on the very same expressions, so the planner matches them to these indexes. The
+# walk stops 40 levels down: an enqueue refuses arguments nested deeper than 30
+# (core/serialization.py, MAX_DEPTH), and an unbounded walk of a row stored deeper by other
+# means (12,000 levels) overflows PostgreSQL's stack, failing the row's INSERT or UPDATE.
 SEARCH_DEPTH = 40
 ARGUMENT_SCALARS_PATH = (
     f'strict $.**{{0 to {SEARCH_DEPTH}}} ? (@.type() != "object" && @.type() != "array")'
 )
-ARGUMENT_VALUES_SQL = f"jsonb_path_query_array(args || kwargs, '{ARGUMENT_SCALARS_PATH}')"
+# After them, one object {"t": task path, "q": queue}: no scalar of the arguments matches an
+# object, and the admin's filter by a task or a queue with few rows (a daily job among 50
+# million tasks, a queue no task of which ever failed) finds them through this index instead
+# of reading every partition (ops/search.py, by_column). jsonb_object(text[]) is immutable, as
+# an index expression must be (jsonb_build_object is not); each element is cast to text, so
+# that the expression reads back (pg_get_indexdef, as a table's conversion rebuilds its
+# indexes) as it was written, and the planner still matches the search's to it.
+TASK_KEY, QUEUE_KEY = "t", "q"
+ARGUMENT_VALUES_SQL = (
+    f"(jsonb_path_query_array(args || kwargs, '{ARGUMENT_SCALARS_PATH}') "
+    f"|| jsonb_object(ARRAY['{TASK_KEY}', task_path::text, '{QUEUE_KEY}', queue_name::text]))"
+)
 LAST_ERROR_CLASS_SQL = "(errors -> -1) ->> 'exception_class_path'"
 CLASS_NAME_PATTERN = r"'^.*\.'"  # a dotted path up to its last dot
 ERROR_CLASS_NAME_SQL = f"regexp_replace({LAST_ERROR_CLASS_SQL}, {CLASS_NAME_PATTERN}, '')"

@@ -24,6 +24,7 @@ from ..core.settings import sql_backends
 from ..core.tags import is_tag
 from ..models import PausedQueue, TaskRecord, WorkerRecord
 from ..ops.declared import declared_tags, declared_task_paths
+from ..ops.search import by_column
 from ..sql import dialect_for
 from ..sql.lists import estimated_rows, ready_queue_names
 
@@ -194,7 +195,8 @@ class QueueFilter(admin.SimpleListFilter):
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
-        return queryset.filter(queue_name=self.value()) if self.value() else queryset
+        value = self.value()
+        return by_column(queryset, "queue_name", str(value)) if value else queryset
 
 
 class TaskFilter(admin.SimpleListFilter):
@@ -210,7 +212,8 @@ class TaskFilter(admin.SimpleListFilter):
         return [(p, p.rsplit(".", 1)[-1] + f" ({p.rsplit('.', 1)[0]})") for p in sorted(paths)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
-        return queryset.filter(task_path=self.value()) if self.value() else queryset
+        value = self.value()
+        return by_column(queryset, "task_path", str(value)) if value else queryset
 
 
 class TagFilter(admin.SimpleListFilter):

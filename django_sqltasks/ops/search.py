@@ -13,18 +13,25 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from ..compat import TaskResultStatus
 from ..core.tags import is_tag
+from ..indexes import QUEUE_KEY, TASK_KEY
 from ..models import TaskRecord, TaskRecordQuerySet
+from ..sql.lists import estimated_rows
 from ..sql.search import ArgumentValues, ErrorClassName, LastErrorClass
 from .declared import declared_task_paths
 
 SEARCH_WINDOW = 10_000  # newest tasks a search reads where no index finds JSON values
+# Estimated rows of a task or a queue below which its tasks are found through the search index
+# (by_column): past it, a page of them is found sooner among the newest ids than by reading
+# the index entry of every one.
+FEW_BELOW = 10_000
+TasksT = TypeVar("TasksT", bound=QuerySet[Any])
 # "app_label.modelname:primary key", as a task's subject is shown.
 SUBJECT_TERM = re.compile(r"(?P<type>\w+\.\w+):(?P<id>.+)", re.DOTALL)
 CLASS_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -51,8 +58,8 @@ def search(tasks: TaskRecordQuerySet, term: str) -> Found:
         return Found(tasks.filter(pk=uuid.UUID(term)))
     except ValueError:
         pass
-    if term in declared_task_paths():  # as the task filter: newest first along the primary key
-        return Found(tasks.filter(task_path=term))
+    if term in declared_task_paths():  # as the task filter
+        return Found(by_column(tasks, "task_path", term))
     subject = SUBJECT_TERM.fullmatch(term)
     if connections[tasks.db].vendor != "postgresql":
         if subject is not None:
@@ -73,6 +80,27 @@ def search(tasks: TaskRecordQuerySet, term: str) -> Found:
             error_class_name=ErrorClassName(),
             last_error_class=LastErrorClass(),
         ).filter(query)
+    )
+
+
+def by_column(tasks: TasksT, column: str, value: str) -> TasksT:
+    """The tasks of ``tasks`` whose ``column`` (``task_path`` or ``queue_name``) is ``value``.
+
+    Where many are (the planner's estimate: ``FEW_BELOW`` or more), the list reads them newest
+    first along the primary key, and a page is found among the newest ids. Where few or none
+    are (a job that runs once a day, a queue whose tasks never fail), that read would go
+    through every partition: on PostgreSQL they are found through the search index's entry for
+    the task and queue (``indexes.ARGUMENT_VALUES_SQL``), whatever the table's size.
+    """
+    matching = tasks.filter(**{column: value})
+    if connections[tasks.db].vendor != "postgresql":
+        return matching
+    estimate = estimated_rows(matching)
+    if estimate is not None and estimate >= FEW_BELOW:
+        return matching
+    key = {"task_path": TASK_KEY, "queue_name": QUEUE_KEY}[column]
+    return matching.alias(argument_values=ArgumentValues()).filter(
+        Q(argument_values__contains=[{key: value}])
     )
 
 

@@ -243,3 +243,46 @@ def test_waiting_queues_are_read_by_a_skip_scan_of_the_claim_index() -> None:
         cursor.execute(f"{explain[connection.vendor]} {sql}", params)
         plan = "\n".join(" ".join(str(value) for value in row) for row in cursor.fetchall())
     assert plan_uses(plan, "sqltasks_ready_idx"), plan
+
+
+@pytest.mark.parametrize(
+    ("param", "value", "column"),
+    [("task_path", "tests.tasks.noop", "task_path"), ("queue_name", "rare", "queue_name")],
+)
+def test_a_filter_by_a_task_or_queue_with_few_rows_lists_exactly_them(
+    client_: Client, param: str, value: str, column: str
+) -> None:
+    # Among many others (estimated on PostgreSQL): the three of the rare task or queue, not
+    # a task whose arguments merely hold the same text.
+    bulk_tasks(MANY)
+    rare = [task_row(TaskResultStatus.SUCCESSFUL, **{column: value}) for _ in range(3)]
+    task_row(args=[value, "rare"])
+    body = client_.get(reverse(CHANGELIST), {param: value}).content.decode()
+    listed = set(re.findall(r"/taskrecord/([0-9a-f-]{36})/change/", body))
+    assert listed == {str(task.pk) for task in rare}
+    assert '<span class="sqltasks-count">3</span>' in body
+    empty = client_.get(reverse(CHANGELIST), {param: value + "-none"}).content.decode()
+    assert '<span class="sqltasks-count">0</span>' in empty
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the search index: PostgreSQL")
+@pytest.mark.parametrize("column", ["task_path", "queue_name"])
+def test_few_rows_of_a_task_or_queue_are_found_through_the_search_index(column: str) -> None:
+    from django_sqltasks.ops import search
+
+    bulk_tasks(MANY)
+    task_row(**{column: "rare"})
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {TaskRecord._meta.db_table}")
+    rare = search.by_column(TaskRecord.objects.all(), column, "rare")
+    assert plan_uses(rare.order_by().explain(), "sqltasks_argument_values_idx")
+    assert rare.count() == 1
+    # Many rows (by the planner's estimate): read along the primary key, newest first.
+    many = "tests.tasks.add" if column == "task_path" else "default"
+    common = search.by_column(TaskRecord.objects.all(), column, many)
+    assert "jsonb_object" in str(common.query)  # 1,000 rows: still under FEW_BELOW
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(search, "FEW_BELOW", 100)
+        common = search.by_column(TaskRecord.objects.all(), column, many)
+    assert "jsonb_object" not in str(common.query)
+    assert common.count() == TaskRecord.objects.filter(**{column: many}).count() > 100
