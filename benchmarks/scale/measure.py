@@ -25,6 +25,7 @@ TIMED = 3  # timed requests per page; the median is reported
 CLAIMS = 100  # claims timed, each of CLAIM_BATCH tasks
 WARM_CLAIMS = 10  # claims before the timed ones
 CLAIM_BATCH = 10
+NOOP = "benchmarks.scale.tasks.noop"  # declared; stored only while the enqueue is timed
 ENQUEUES = 2000  # enqueues timed, with and without the search indexes
 # The indexes of the task table that serve the claim, the rescue, pruning and subjects: every
 # other (non-unique) index of the table is taken for a search index.
@@ -33,6 +34,7 @@ CORE_INDEXES = frozenset(
         "sqltasks_ready_idx",
         "sqltasks_ready_all_idx",
         "sqltasks_ready_limited_idx",
+        "sqltasks_ready_limited_at_idx",
         "sqltasks_running_idx",
         "sqltasks_finished_idx",
         "sqltasks_subject_idx",
@@ -165,6 +167,10 @@ def task_pages(
             pages.append(
                 Page(f"filter: {spec.title} = {choice['display']}", base + choice["query_string"])
             )
+    # A task and a queue with no stored task (a job not run this month, a queue never used):
+    # the filter finds that none match without reading the history.
+    pages.append(Page("filter: task with none stored (noop)", f"{base}?task_path={NOOP}"))
+    pages.append(Page("filter: queue with none stored (idle)", f"{base}?queue_name=idle"))
     for number in (40, 500):
         if (number - 1) * model_admin.list_per_page >= total:
             continue  # past the last page: the admin redirects

@@ -57,7 +57,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 TASKS = {
     "default": {
         "BACKEND": "django_sqltasks.backend.SQLTaskBackend",
-        "QUEUES": ["default", "emails", "reports"],
+        "QUEUES": ["default", "emails", "idle", "reports"],
         "OPTIONS": {"TASK_MODULES": ["benchmarks.scale"]},
     }
 }
