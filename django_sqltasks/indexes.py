@@ -1,13 +1,16 @@
-"""An index that is partial where the database allows it."""
+"""An index that is partial where the database allows it, the expressions the search indexes
+are built on, and a filter that SQLite matches to a partial index."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from django.db import models
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.backends.ddl_references import Statement
+from django.db.models import Lookup
 
 
 class PartialIndex(models.Index):
@@ -197,3 +200,28 @@ class PostgreSQLIndex(models.Index):
 # Django's schema editor runs whatever create_sql returns: where an index does not apply, a
 # statement that does nothing on MariaDB and SQLite alike.
 NO_STATEMENT = "SELECT 1"
+
+
+CONSTANT = re.compile(r"[A-Z_]+")  # the values InConstants writes into SQL: status names
+
+
+class InConstants(Lookup):
+    """``field IN ('A', 'B')``, its values written into the SQL rather than passed as
+    parameters: SQLite uses a partial index whose predicate is such an IN list (the finished
+    index, ``status IN ('SUCCESSFUL', 'FAILED')``) only when the query's list is made of
+    literals; with ``IN (?, ?)`` it reads the whole table. The values are this package's
+    constants (status names), never input. A lookup, so that ``filter()`` takes it as the
+    condition itself (an expression would become ``(...) = true``, which no index matches)."""
+
+    lookup_name = "in_constants"
+    prepare_rhs = False
+
+    def __init__(self, field: str, values: Sequence[str]) -> None:
+        if not values or not all(CONSTANT.fullmatch(value) for value in values):
+            raise ValueError(f"InConstants: values must be status names, got {values!r}")
+        super().__init__(models.F(field), tuple(values))
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, Any]:
+        sql, params = compiler.compile(self.lhs)
+        literals = ", ".join(f"'{value}'" for value in self.rhs)
+        return f"{sql} IN ({literals})", params

@@ -294,3 +294,21 @@ def test_the_look_for_limited_suspects_reads_their_marks_range() -> None:
     sql, params = dialect_for(connection)._suspects_sql("default", None, 8, limited=True)
     plan = explain(sql, params)
     assert plan_uses(plan, "sqltasks_ready_limited_at_idx"), plan
+
+
+def test_recent_finished_tasks_are_read_through_the_finished_index() -> None:
+    """The overview's counts of the last hour, the throughput chart and pruning read finished
+    tasks by time: on SQLite, the partial index applies only if the statuses are literals."""
+    now = timezone.now()
+    template = TaskRecord(
+        task_path="tests.tasks.noop", backend_name="default", status=TaskResultStatus.SUCCESSFUL
+    )
+    insert_rows(template, 3000, lambda i: {"finished_at": now - timedelta(minutes=i)})
+    analyze()
+    recent = TaskRecord.objects.finished().filter(finished_at__gt=now - timedelta(minutes=59.5))
+    assert recent.count() == 60
+    sql, params = recent.order_by().values("queue_name").query.sql_with_params()
+    assert "%s" not in sql.split("finished_at")[0], sql  # the statuses are not parameters
+    if connection.vendor == "sqlite":
+        plan = explain(sql, list(params))
+        assert plan_uses(plan, "sqltasks_finished_idx"), plan

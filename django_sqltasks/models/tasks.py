@@ -25,6 +25,7 @@ from ..ids import finished_not_before, new_task_id
 from ..indexes import (
     ARGUMENT_VALUES_SQL,
     ERROR_CLASS_NAME_SQL,
+    InConstants,
     LiveDedupeConstraint,
     PartialIndex,
     PostgreSQLIndex,
@@ -88,8 +89,9 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
         return self.running().filter(owner=worker_id)
 
     def finished(self) -> TaskRecordQuerySet:
-        """Tasks that succeeded or failed for good."""
-        return self.filter(status__in=FINISHED_STATUSES)
+        """Tasks that succeeded or failed for good (in the finished index's own words, so that
+        SQLite uses it: ``indexes.InConstants``)."""
+        return self.filter(InConstants("status", FINISHED_STATUSES))
 
     def succeeded(self) -> TaskRecordQuerySet:
         return self.filter(status=TaskResultStatus.SUCCESSFUL)
