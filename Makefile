@@ -22,7 +22,7 @@ PYTEST_SELECT = $(PYTEST_XDIST) $(if $(MARKERS),-m "$(MARKERS)") $(PYTEST_ARGS)
 # The inner loop: no worker process, load or browser test (scripts/mutations.sh runs the same).
 FAST_MARKERS := not worker_process and not load
 
-.PHONY: example wheel-check test test-load test-fast mutations venv test-postgres test-mariadb test-all test-django52 django-contract lint format migrations-check bench bench-smoke docs clean
+.PHONY: example wheel-check sql-snapshots test test-load test-fast mutations venv test-postgres test-mariadb test-all test-django52 django-contract lint format migrations-check bench bench-smoke docs clean
 
 example: venv  ## Run the example project end to end on SQLite: migrate, enqueue, work, show results
 	$(PY) example_project/manage.py demo
@@ -75,6 +75,9 @@ lint: venv
 format: venv
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format django_sqltasks tests scripts
+
+sql-snapshots: venv  ## Write every SQL statement of each database to sql/snapshots/ (the tests check them)
+	$(PY) scripts/sql_snapshots.py
 
 migrations-check: venv  ## Fail when the models and the committed migrations disagree
 	$(PY) -m django makemigrations django_sqltasks --check --dry-run --settings tests.settings

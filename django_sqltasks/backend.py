@@ -229,7 +229,7 @@ class SQLTaskBackend(BaseTaskBackend):
     async def aget_result(self, result_id: str) -> TaskResult:
         """Async ``get_result``: on the event loop itself on PostgreSQL."""
         coalescer = await coalescer_for(self)
-        result: TaskResult = await coalescer.get_result(result_id)
+        result: TaskResult = await coalescer.read_result(result_id)
         return result
 
     def wait_result(self, result_id: str, timeout: float | None = None) -> TaskResult:
@@ -339,7 +339,7 @@ class SQLTaskBackend(BaseTaskBackend):
         transaction."""
         from .store import workflows  # app registry: store/ imports the models
 
-        return WorkflowResult.from_record(workflows.create(self, root, tasks, args, kwargs))
+        return WorkflowResult.from_record(workflows.enqueue(self, root, tasks, args, kwargs))
 
     def get_workflow(self, workflow_id: str) -> WorkflowResult:
         """The workflow ``workflow_id``; raise ``LookupError`` naming it if there is none."""

@@ -31,3 +31,19 @@ def test_every_test_file_sits_under_the_layer_it_tests() -> None:
         elif not (PACKAGE / folder).is_dir():
             misplaced.append(f"{folder / path.name}: no django_sqltasks/{folder}")
     assert misplaced == []
+
+
+# Test files of tests/sql/ that test something other than one module of django_sqltasks/sql/.
+SQL_NOT_A_MODULE = {"test_snapshots.py": "the committed SQL snapshots (sql/snapshots/)"}
+
+
+def test_the_sql_tests_are_split_by_statement_group() -> None:
+    """Each SQL test file is named after the module of django_sqltasks/sql/ whose statements it
+    tests (test_claims.py: sql/claims.py), so a statement's tests are found by its module."""
+    unmatched = [
+        path.name
+        for path in sorted((TESTS / "sql").glob("test_*.py"))
+        if path.name not in SQL_NOT_A_MODULE
+        and not (PACKAGE / "sql" / path.name.removeprefix("test_")).exists()
+    ]
+    assert unmatched == []

@@ -15,7 +15,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from ..core.settings import backend_config
+from ..core.backends import backend_config
 from ..exceptions import InvalidStep, PayloadTooLarge
 from ..models import StepRecord, TaskRecord
 from ..store import events

@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from ..core.settings import sql_backends
+from ..core.backends import sql_backends
 from ..core.tags import is_tag
 from ..models import PausedQueue, TaskRecord, WorkerRecord
 from ..ops.declared import declared_tags, declared_task_paths

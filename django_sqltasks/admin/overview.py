@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from ..compat import InvalidTaskBackend
-from ..core.settings import sql_backend
+from ..core.backends import sql_backend
 from ..exceptions import UnknownQueue
 from ..models import PausedQueue, QueueOverview, TaskRecord
 from ..ops import overview

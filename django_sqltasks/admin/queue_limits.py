@@ -12,8 +12,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy as _
 
+from ..core.backends import sql_backends
 from ..core.limits import Limit, overridden, parse_override, rate_text
-from ..core.settings import sql_backends
 from ..exceptions import UnknownQueue
 from ..models import QueueLimitOverride
 from ..store.flow import check_queue

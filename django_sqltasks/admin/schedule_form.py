@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from ..core.backends import SQLBackend, sql_backends
 from ..core.binding import check_binds
 from ..core.resolve import resolve_task
 from ..core.schedules import (
@@ -23,7 +24,6 @@ from ..core.schedules import (
     parse_schedule,
 )
 from ..core.serialization import check_arguments, dumps, text_problem
-from ..core.settings import SQLBackend, sql_backends
 from ..exceptions import UnknownQueue
 from ..models import ScheduleRecord
 from ..store.flow import check_queue

@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from ..core.settings import sql_backends
+from ..core.backends import sql_backends
 from ..models import ScheduleRecord
 from ..store.control import database_now
 from ..store.schedules import TIMING, backend_time_zone, schedule_of

@@ -20,8 +20,8 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from ..compat import TaskResultStatus
+from ..core.backends import sql_backends
 from ..core.resolve import resolve_task
-from ..core.settings import sql_backends
 from ..exceptions import TaskNotFound
 from ..models import FINISHED_STATUSES, TaskRecord, TaskRecordQuerySet
 from ..store import control, steps

@@ -12,8 +12,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
+from ..core.backends import sql_backends
 from ..core.options import BackendOptions
-from ..core.settings import sql_backends
 from ..models import WorkerRecord
 from ..store.control import database_now
 from .display import moment_html

@@ -12,10 +12,10 @@ from django.core import checks
 
 from ..exceptions import InvalidTaskArguments
 from . import tracing
+from .backends import SQLBackend
 from .binding import check_binds
 from .columns import MAX_NAME_LENGTH
 from .resolve import resolve_task
-from .settings import SQLBackend
 
 
 def check_backend(backend: SQLBackend) -> Iterable[checks.CheckMessage]:

@@ -20,7 +20,7 @@ from django.utils.module_loading import import_string
 
 from ..compat import InvalidTaskBackend, Task, task_backends
 from ..exceptions import TaskBackendMismatch, TaskNotFound
-from .settings import backend_config, sql_backend
+from .backends import backend_config, sql_backend
 
 
 def resolve_task(task_path: str, *, backend: str | None = None) -> Task:

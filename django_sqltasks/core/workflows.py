@@ -21,7 +21,7 @@ from django.db import transaction
 
 from ..compat import InvalidTaskBackend, Task, TaskResult
 from ..exceptions import InvalidWorkflow
-from .settings import sql_backend
+from .backends import sql_backend
 from .workflow_plan import FINISHED, ON_FAILURE, Node, failed_step, leaves
 
 

@@ -15,7 +15,6 @@ gets its own result or its own error.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -27,12 +26,12 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from ..compat import TaskResultDoesNotExist, task_enqueued
-from ..core.settings import SQLBackend
+from ..core.backends import SQLBackend
 from ..ids import finished_not_before
 from ..sql import NewTask, dialect_for, packet
 from ..sql import partitions as layout
 from ..sql.broken import drop_if_broken
-from ..sql.pg import connection_params, open_async
+from ..sql.pg import SmallPool, connection_params
 from ..sql.rows import RESULT_COLUMNS
 from ..task import result_from_row
 
@@ -124,12 +123,13 @@ class Coalescer:
         except Exception as e:  # the hop itself failed: no caller may wait forever
             return [e] * len(results)
 
-    async def get_result(self, result_id: str) -> Any:
-        """Read a result: on the loop on PostgreSQL, else through Django's async path."""
+    async def read_result(self, result_id: str) -> Any:
+        """Read a result: on the loop on PostgreSQL (the writer's pool), else through Django's
+        async path."""
         writer = await self._get_writer()
         if isinstance(writer, PostgresWriter):
-            return await writer.get_result(self.backend, result_id)
-        return await sync_to_async(_get_result)(self.backend, result_id)
+            return await writer.read_result(self.backend, result_id)
+        return await sync_to_async(_read_result)(self.backend, result_id)
 
     async def _get_writer(self) -> Writer:
         # Concurrent first batches share one creation, or each would open a pool.
@@ -148,7 +148,7 @@ class Coalescer:
             self._writer = None
 
 
-def _get_result(backend: SQLBackend, result_id: str) -> Any:
+def _read_result(backend: SQLBackend, result_id: str) -> Any:
     drop_if_broken(connections[backend.database])  # a read before failed on a lost connection
     return backend.get_result(result_id)
 
@@ -228,46 +228,9 @@ class ThreadWriter(Writer):
         await self._insert(rows, notify)
 
 
-class SmallPool:
-    """At most ``size`` psycopg async connections, opened on demand and reused.
-
-    Not ``psycopg_pool``: its background tasks are cancelled when ``asyncio.run`` ends, before
-    async generators are finalized, so it could not close its connections at that point.
-    """
-
-    def __init__(
-        self, params: dict[str, Any], size: int, setup: Sequence[tuple[str, list[Any]]] = ()
-    ) -> None:
-        self.params = params
-        self.setup = setup  # statements each new connection runs first (Django's session)
-        self._idle: list[Any] = []
-        self._open: set[Any] = set()
-        self._slots = asyncio.Semaphore(size)
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[Any]:
-        async with self._slots:
-            if self._idle:
-                connection = self._idle.pop()
-            else:
-                connection = await open_async(self.params, self.setup)
-                self._open.add(connection)
-            try:
-                yield connection
-            finally:
-                if connection.closed or connection.broken:
-                    self._open.discard(connection)
-                else:
-                    self._idle.append(connection)
-
-    async def close(self) -> None:
-        connections, self._open, self._idle = list(self._open), set(), []
-        for connection in connections:
-            await connection.close()
-
-
 class PostgresWriter(Writer):
-    """A small pool of psycopg async connections on the caller's event loop."""
+    """A small pool of psycopg async connections on the caller's event loop: the coalescer's
+    INSERTs, and ``aget_result``'s reads, which share the pool rather than open one more."""
 
     def __init__(self, database: str, pool: SmallPool) -> None:
         self.database = database
@@ -289,7 +252,8 @@ class PostgresWriter(Writer):
             async with self.pool.connection() as connection:
                 await connection.execute(sql, params)
 
-    async def get_result(self, backend: SQLBackend, result_id: str) -> Any:
+    async def read_result(self, backend: SQLBackend, result_id: str) -> Any:
+        """Read the result ``result_id`` of ``backend`` on a connection of the pool."""
         try:
             task_id = uuid.UUID(str(result_id))
         except ValueError as e:

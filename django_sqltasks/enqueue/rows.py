@@ -22,6 +22,7 @@ from ..compat import (
     TaskResult,
     TaskResultStatus,
 )
+from ..core.backends import SQLBackend
 from ..core.binding import check_binds
 from ..core.limits import limit_key
 from ..core.options import BackendOptions, OptionError
@@ -29,7 +30,6 @@ from ..core.policy import dedupe_key
 from ..core.progress import NO_METADATA
 from ..core.resolve import unimportable_by_workers
 from ..core.serialization import check_arguments, dumps, normalized
-from ..core.settings import SQLBackend
 from ..core.subject import subject_of_task
 from ..exceptions import PayloadTooLarge
 from ..ids import new_task_id

@@ -13,7 +13,7 @@ from django.conf import settings as django_settings
 from django.core.management.base import CommandError
 
 from ..compat import InvalidTaskBackend
-from ..core import settings
+from ..core import backends
 from ..core.bounds import MAX_DAYS, MAX_DELAY
 from ..core.columns import MAX_NAME_LENGTH
 
@@ -179,7 +179,7 @@ def sql_backend(alias: str) -> Any:
     """The ``SQLTaskBackend`` named by ``--backend``; raise ``CommandError`` for an unknown alias
     or a backend of another kind."""
     try:
-        return settings.sql_backend(alias)
+        return backends.sql_backend(alias)
     except InvalidTaskBackend as e:
         raise backend_error(alias, e) from e
 

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connections
 
-from ..core.settings import sql_backends
+from ..core.backends import sql_backends
 from ..sql.installation import is_missing_table, unreachable
 
 logger = logging.getLogger("django_sqltasks")

@@ -1,10 +1,16 @@
-"""The app's models: the task table (``tasks.py``) and the tables beside it (``records.py``).
-Their path, ``django_sqltasks.models``, is the app's models module."""
+"""The app's models, a module per table: the task table (``tasks.py``), the workers, the
+periodic tasks, the paused queues, the shared limits and their run-time overrides, the
+workflows, and the steps and events of durable tasks. Their path, ``django_sqltasks.models``,
+is the app's models module."""
 
 from .durable import EventRecord, StepRecord
+from .limits import TaskLimit
+from .paused_queues import PausedQueue
 from .queue_limits import QueueLimitOverride
-from .records import PausedQueue, ScheduleRecord, TaskLimit, WorkerRecord, WorkflowRecord
+from .schedules import ScheduleRecord
 from .tasks import FINISHED_STATUSES, QueueOverview, TaskRecord, TaskRecordQuerySet
+from .workers import WorkerRecord
+from .workflows import WorkflowRecord
 
 __all__ = [
     "FINISHED_STATUSES",

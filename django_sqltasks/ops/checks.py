@@ -10,7 +10,7 @@ from django.apps import apps
 from django.core import checks
 from django.db import DatabaseError, InterfaceError, OperationalError
 
-from ..core.settings import sql_backends
+from ..core.backends import sql_backends
 from ..sql import unsupported_version
 from ..sql.installation import (
     not_migrated,

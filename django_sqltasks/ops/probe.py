@@ -16,7 +16,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, connections
 from django.db.models import Min, QuerySet
 
-from ..core.settings import SQLBackend
+from ..core.backends import SQLBackend
 from ..models import PausedQueue, TaskRecord, WorkerRecord
 from ..sql import dialect_for
 from ..sql.installation import is_missing_table, unreachable

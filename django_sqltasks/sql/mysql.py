@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from django.db import IntegrityError, InterfaceError, transaction
+from django.db import IntegrityError, InterfaceError
 from django.db.backends.utils import CursorWrapper
 
 from . import health
@@ -149,7 +149,7 @@ class MySQLDialect(Dialect):
         # No ON CONFLICT DO NOTHING (INSERT IGNORE would hide other errors too): try, and
         # roll back to a savepoint on the one duplicate we expect.
         try:
-            with transaction.atomic(using=self.connection.alias):
+            with self._atomic():
                 self.insert(cursor, [task])
         except IntegrityError as e:
             if "sqltasks_dedupe_live" not in str(e):
@@ -165,7 +165,7 @@ class MySQLDialect(Dialect):
         # The selected rows stay locked until this transaction commits: keep it to the
         # claim's statements (one SELECT, unless the first PRIORITIES_A_SELECT priorities with
         # due tasks do not fill the batch, and the UPDATE).
-        return transaction.atomic(using=self.connection.alias)
+        return self._atomic()
 
     def _claim_step_rows(self, cursor: CursorWrapper) -> list[Any]:
         return cursor.fetchall()
@@ -174,7 +174,7 @@ class MySQLDialect(Dialect):
         self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
     ) -> ClaimedRow | None:
         now, now_params = self._now_sql()
-        with transaction.atomic(using=self.connection.alias):
+        with self._atomic():
             cursor.execute(
                 f"SELECT {COLUMNS}, {now} FROM {self.tasks} "
                 "WHERE id = %s AND status = 'READY' AND available_at IN (%s, %s) "
@@ -354,7 +354,7 @@ class MySQLDialect(Dialect):
         # another process under the same worker id. Without RETURNING, lock the rows still ours
         # first to learn which they are; the transaction holds those locks for two statements.
         claims = {o.id: o.attempt for o in outcomes}
-        with transaction.atomic(using=self.connection.alias):
+        with self._atomic():
             cursor.execute(
                 f"SELECT id, attempts FROM {self.tasks} WHERE id IN ({marks}) "
                 "AND status = 'RUNNING' AND owner = %s FOR UPDATE",

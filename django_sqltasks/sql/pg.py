@@ -1,8 +1,14 @@
-"""Connection settings for the PostgreSQL connections opened outside Django's own."""
+"""The PostgreSQL connections opened outside Django's own (psycopg 3, on an event loop): their
+connection settings, one connection that runs Django's session statements first, and a small
+pool of them. Their users: the coalescer's pool (``enqueue/coalescer.py``), the worker's
+LISTEN and claim connection (``worker/native.py``) and the wait for finished tasks
+(``store/finished.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from django.db import connections
@@ -34,3 +40,41 @@ async def open_async(
         await connection.close()
         raise
     return connection
+
+
+class SmallPool:
+    """At most ``size`` psycopg async connections, opened on demand and reused.
+
+    Not ``psycopg_pool``: its background tasks are cancelled when ``asyncio.run`` ends, before
+    async generators are finalized, so it could not close its connections at that point.
+    """
+
+    def __init__(
+        self, params: dict[str, Any], size: int, setup: Sequence[tuple[str, list[Any]]] = ()
+    ) -> None:
+        self.params = params
+        self.setup = setup  # statements each new connection runs first (Django's session)
+        self._idle: list[Any] = []
+        self._open: set[Any] = set()
+        self._slots = asyncio.Semaphore(size)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        async with self._slots:
+            if self._idle:
+                connection = self._idle.pop()
+            else:
+                connection = await open_async(self.params, self.setup)
+                self._open.add(connection)
+            try:
+                yield connection
+            finally:
+                if connection.closed or connection.broken:
+                    self._open.discard(connection)
+                else:
+                    self._idle.append(connection)
+
+    async def close(self) -> None:
+        connections, self._open, self._idle = list(self._open), set(), []
+        for connection in connections:
+            await connection.close()

@@ -121,6 +121,10 @@ class Vendor:
         """This dialect's connection for the calling thread (a dialect is shared by all)."""
         return connections[self.connection.alias]
 
+    def _atomic(self) -> AbstractContextManager[Any]:
+        """The transaction (or, inside one, the savepoint) that a statement's parts share."""
+        return transaction.atomic(using=self.connection.alias)
+
     def write_transaction(self) -> AbstractContextManager[Any]:
         """A transaction that reads, then writes: where the database lets a writer in only
         after the transaction's reads (SQLite), it takes the write lock at its start."""

@@ -18,9 +18,9 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, transaction
 
 from ..compat import DEFAULT_TASK_BACKEND_ALIAS, TaskResultStatus
+from ..core.backends import sql_backend
 from ..core.durable import check_event
 from ..core.serialization import check_json, dumps, normalized
-from ..core.settings import sql_backend
 from ..enqueue.wakeup import has_local_listeners, notify_local
 from ..exceptions import InvalidStep, InvalidTaskArguments, PayloadTooLarge
 from ..models import EventRecord, StepRecord, TaskRecord

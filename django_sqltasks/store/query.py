@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..compat import InvalidTask, InvalidTaskBackend, TaskResultStatus
-from ..core.settings import sql_backend
+from ..core.backends import sql_backend
 from ..core.subject import subject_of
 from ..core.tags import MAX_TAG_LENGTH, is_tag
 from ..exceptions import InvalidTaskQuery

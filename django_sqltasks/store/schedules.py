@@ -12,8 +12,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from ..core.backends import SQLBackend
 from ..core.schedules import Schedule, default_time_zone, parse_schedule
-from ..core.settings import SQLBackend
 from ..models import ScheduleRecord
 
 logger = logging.getLogger("django_sqltasks")

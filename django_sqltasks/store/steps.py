@@ -24,9 +24,9 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
+from ..core.backends import sql_backend
 from ..core.durable import MAX_STEPS_PER_TASK, step_key
 from ..core.serialization import check_json, dumps, normalized
-from ..core.settings import sql_backend
 from ..core.storable import storable_class_path, storable_traceback
 from ..exceptions import (
     InvalidStep,

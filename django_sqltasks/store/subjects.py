@@ -8,7 +8,7 @@ from typing import Any
 from django.db import models
 from django.db.models.signals import post_delete
 
-from ..core.settings import sql_backends
+from ..core.backends import sql_backends
 from ..core.subject import subject_of
 from ..models import TaskRecord
 from . import control

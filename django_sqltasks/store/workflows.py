@@ -1,5 +1,7 @@
-"""A workflow's rows: writing it, moving it on as its steps end, cancelling it, and the sweep
-that catches up with steps ended outside the worker's outcome write.
+"""A workflow's rows: enqueuing it (``enqueue``: its row and all its tasks', the same INSERT
+as ``enqueue()``'s, through ``enqueue/writes.py``), adding to a running group, moving it on as
+its steps end, cancelling it, and the sweep that catches up with steps ended outside the
+worker's outcome write.
 
 Every step's task row is written with the workflow. A step whose turn has not come is parked:
 READY, but due only in the year 9999 (PARKED), so no claim takes it; its turn comes when the
@@ -24,8 +26,8 @@ from django.utils import timezone
 
 from ..compat import Task, TaskResult, TaskResultStatus
 from ..core import workflow_plan as plan
+from ..core.backends import SQLBackend, backend_config
 from ..core.serialization import check_arguments, dumps, loads
-from ..core.settings import SQLBackend, backend_config
 from ..core.workflows import MAX_WORKFLOW_TASKS, member_nodes
 from ..enqueue import writes
 from ..exceptions import InvalidWorkflow, PayloadTooLarge
@@ -41,15 +43,16 @@ SKIPPED = plan.SKIPPED
 SWEEP_LIMIT = 200  # running workflows a sweep looks at, least recently changed first
 
 
-def create(
+def enqueue(
     backend: SQLBackend,
     root: plan.Node,
     tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]],
     args: list[Any],
     kwargs: dict[str, Any],
 ) -> WorkflowRecord:
-    """Write a workflow and the rows of all its tasks (every one of ``backend``), its first
-    steps due and the rest parked, in one transaction that joins the caller's."""
+    """Enqueue a workflow: write its row and the rows of all its tasks (every one of
+    ``backend``), its first steps due and the rest parked, in one transaction that joins the
+    caller's."""
     backend.check_usable()
     check_arguments(args, kwargs)
     workflow_id = new_task_id()

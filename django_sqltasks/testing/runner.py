@@ -28,7 +28,7 @@ from ..compat import (
     task_finished,
     task_started,
 )
-from ..core.settings import is_sql_backend
+from ..core.backends import is_sql_backend
 from ..exceptions import Suspended
 from ..models import StepRecord, TaskRecord
 from ..sql import ANY_LIMIT, ClaimedRow, Outcome, Scope, dialect_for

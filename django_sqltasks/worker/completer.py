@@ -9,7 +9,7 @@ One bad outcome must not hold up the others. A batch the database refuses is wri
 outcome at a time; an outcome refused on its own is salvaged: its task is marked FAILED with an
 ``OutcomeNotStored`` error saying why. Only transient errors (see ``Dialect.is_transient``) are
 retried, a few times, then the outcomes wait and are written again later (a restart, a
-failover, locks held by other transactions), and the heartbeat learns (through ``Progress``)
+failover, locks held by other transactions), and the heartbeat learns (through ``FailingRoles``)
 that this worker is not making progress. Only a transient error that keeps coming back while
 the database answers pings (JUDGE_AFTER rounds) is taken to be the statement's fault.
 
@@ -36,11 +36,11 @@ from django.utils import timezone
 from ..compat import TaskResultStatus, task_finished
 from ..exceptions import OutcomeNotStored
 from ..sql import Dialect, Outcome, dialect_for
-from .liveness import Progress
+from .liveness import FailingRoles
 from .outcomes import Ended, failure, report, write_outcomes
 from .receivers import Receivers
 from .retries import is_transient, run_with_retries
-from .threads import SignalThread
+from .threads import ReceiverThread
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -92,9 +92,9 @@ class Completer:
         database: str,
         worker_id: str,
         executor: Executor,
-        signals: SignalThread,
+        signals: ReceiverThread,
         sender: type,
-        progress: Progress,
+        progress: FailingRoles,
         stopping: threading.Event,
     ) -> None:
         # Set once here, read from any thread.

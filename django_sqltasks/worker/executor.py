@@ -28,7 +28,7 @@ from .completer import Completer
 from .outcomes import Ended
 from .receivers import Receivers
 from .reporter import Reporter, aend_report, end_report
-from .threads import SignalThread, TaskThreads
+from .threads import ReceiverThread, TaskThreads
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -63,7 +63,7 @@ class Executor:
         backend: Any,
         loop: asyncio.AbstractEventLoop,
         threads: TaskThreads,
-        signals: SignalThread,
+        signals: ReceiverThread,
         completer: Completer,
         done: Callable[[uuid.UUID], None],
         supervisor: TaskWatch | None = None,

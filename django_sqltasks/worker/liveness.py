@@ -6,7 +6,7 @@ import threading
 import time
 
 
-class Progress:
+class FailingRoles:
     """When each role (claiming, writing outcomes) started failing, if it is failing now.
 
     Written by the role's own thread (the claim loop, the outcome writer), read by the

@@ -24,7 +24,7 @@ from ..store.pruning import Retention
 from ..store.workflows import reconcile
 from . import events
 from .lease import Lease
-from .liveness import Progress
+from .liveness import FailingRoles
 from .reporter import Reporter
 from .retries import run_with_retries
 from .scheduler import Scheduler
@@ -57,7 +57,7 @@ class Maintenance:
         backend: Any,
         lease: Lease,
         db: Executor,
-        progress: Progress,
+        progress: FailingRoles,
         stopped: threading.Event,
         on_cancel_requested: Callable[[list[uuid.UUID]], None],
         on_suspects: Callable[[], None] | None = None,

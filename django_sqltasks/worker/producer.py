@@ -19,7 +19,7 @@ from . import events
 from .claims import Claims
 from .completer import Completer
 from .executor import Executor
-from .liveness import Progress
+from .liveness import FailingRoles
 from .native import LoopDatabase
 from .receivers import Receivers
 from .retries import DatabaseThread
@@ -49,7 +49,7 @@ class Producer:
         slots: Slots,
         db: DatabaseThread,
         completer: Completer,
-        progress: Progress,
+        progress: FailingRoles,
         poll_interval: float,
         burst: bool,
         max_tasks: int | None,

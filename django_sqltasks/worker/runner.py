@@ -20,7 +20,7 @@ from django.db import DatabaseError, connections
 
 from ..backend import SQLTaskBackend
 from ..compat import task_backends
-from ..core.settings import is_sql_backend
+from ..core.backends import is_sql_backend
 from ..sql import dialect_for
 from . import events
 from .checks import check_arguments, check_database, default_worker_id
@@ -28,14 +28,14 @@ from .claims import Claims
 from .completer import Completer
 from .executor import Executor, TaskWatch
 from .lease import Lease
-from .liveness import Progress
+from .liveness import FailingRoles
 from .maintenance import Maintenance
 from .native import LoopDatabase
 from .producer import Producer
 from .reporter import Reporter
 from .retries import DatabaseThread
 from .slots import Slots
-from .threads import SignalThread, TaskThreads
+from .threads import ReceiverThread, TaskThreads
 from .wakeup import Wakeup, wakeup_for
 
 logger = logging.getLogger("django_sqltasks")
@@ -92,7 +92,7 @@ class Worker:
             max_rescues=config.max_rescues,
         )
         self._stopped = threading.Event()  # set when the worker winds down: threads end
-        self._progress = Progress()
+        self._progress = FailingRoles()
         self._db = DatabaseThread(self.database, self._stopped)
         # Outcomes are written on a connection of their own, so that a claim and a write run
         # at the same time; a database that takes one writer at a time shares one.
@@ -103,7 +103,7 @@ class Worker:
             else ThreadPoolExecutor(1, thread_name_prefix="sqltasks-writer")
         )
         self._threads = TaskThreads(concurrency)
-        self._signals = SignalThread()  # its thread starts with the loop
+        self._signals = ReceiverThread()  # its thread starts with the loop
         self.slots = Slots(concurrency, self.prefetch)
         self._completer = Completer(
             database=self.database,

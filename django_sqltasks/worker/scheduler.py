@@ -16,9 +16,9 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import Q
 from django.utils import timezone as django_timezone
 
+from ..core.backends import SQLBackend
 from ..core.resolve import resolve_task
 from ..core.schedules import Schedule
-from ..core.settings import SQLBackend
 from ..models import ScheduleRecord
 from ..sql import dialect_for
 from ..store.schedules import backend_time_zone, entry_of, schedule_of, sync_settings

@@ -281,8 +281,10 @@ def _sched_times(threads: list[threading.Thread]) -> dict[int, tuple[float, floa
     return times
 
 
-class SignalThread:
-    """One thread that runs posted callables in order (signal sending, off the event loop)."""
+class ReceiverThread:
+    """The thread that runs the receivers of Django's task signals (``task_started`` of async
+    tasks, ``task_finished``): posted callables, in order, off the event loop. Named
+    ``sqltasks-signals`` in logs and profiles; it handles no OS signal."""
 
     def __init__(self, name: str = "sqltasks-signals") -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()

@@ -28,7 +28,7 @@ from django_sqltasks.ops import checks, health
 from django_sqltasks.sql import TableHealth
 from django_sqltasks.worker import maintenance as maintenance_module
 from django_sqltasks.worker.lease import Lease
-from django_sqltasks.worker.liveness import Progress
+from django_sqltasks.worker.liveness import FailingRoles
 from django_sqltasks.worker.maintenance import Maintenance
 from tests.conftest import wait_for
 
@@ -320,7 +320,7 @@ def maintenance_of(lease_id: str) -> tuple[Maintenance, ThreadPoolExecutor]:
         backend=task_backends["default"],
         lease=lease,
         db=db,
-        progress=Progress(),
+        progress=FailingRoles(),
         stopped=threading.Event(),
         on_cancel_requested=lambda ids: None,
     )

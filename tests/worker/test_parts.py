@@ -25,10 +25,10 @@ from django_sqltasks.sql import Outcome
 from django_sqltasks.worker import identity, threads
 from django_sqltasks.worker.completer import MAX_BATCH, Completer
 from django_sqltasks.worker.lease import Lease, WorkerIdInUse
-from django_sqltasks.worker.liveness import Progress
+from django_sqltasks.worker.liveness import FailingRoles
 from django_sqltasks.worker.maintenance import Maintenance
 from django_sqltasks.worker.outcomes import Ended
-from django_sqltasks.worker.threads import SignalThread, TaskThreads, _Look
+from django_sqltasks.worker.threads import ReceiverThread, TaskThreads, _Look
 from tests.conftest import wait_for
 from tests.factories import task_row
 
@@ -44,10 +44,10 @@ class Completing:
 
     def __init__(self) -> None:
         self.writer = ThreadPoolExecutor(1)
-        self.signals = SignalThread()
+        self.signals = ReceiverThread()
         self.signals.start()
         self.stopping = threading.Event()
-        self.progress = Progress()
+        self.progress = FailingRoles()
         self.completer = Completer(
             database="default",
             worker_id=WORKER,
@@ -360,7 +360,7 @@ def test_a_worker_that_makes_no_progress_stops_renewing_its_lease(
 ) -> None:
     lease = _lease(timeout=0.05)
     lease.register()
-    progress = Progress()
+    progress = FailingRoles()
     db = ThreadPoolExecutor(1)
     maintenance = Maintenance(
         backend=task_backends["default"],

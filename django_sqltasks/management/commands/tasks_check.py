@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
-from ...core.settings import sql_backends
+from ...core.backends import sql_backends
 from ...ops.stranded import DEFAULT_SAMPLE, Problem, check_live_tasks
 from ...sql.installation import is_missing_table, not_migrated
 from ..arguments import backend_alias, queue_names, refuse_unknown_queues, whole_number

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from ...core.settings import sql_backends
+from ...core.backends import sql_backends
 from ...ops.probe import DEFAULT_MAX_AGE, Exit, Report, probe
 from ...sql.installation import is_missing_table, not_migrated
 from ..arguments import backend_alias, positive_seconds, queue_names, refuse_unknown_queues

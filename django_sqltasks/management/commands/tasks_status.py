@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
-from ...core.settings import sql_backends
+from ...core.backends import sql_backends
 from ...ops import health, overview
 from ...sql.installation import is_missing_table, not_migrated
 from ..help import package_version, terminal_safe

@@ -1,5 +1,5 @@
-"""Finding a django-sqltasks backend by its alias, and reading its settings, without importing
-the backend module (which sits above every layer that needs this)."""
+"""The configured django-sqltasks backends: each found by its alias, with its parsed OPTIONS,
+without importing the backend module (which sits above every layer that needs this)."""
 
 from __future__ import annotations
 
