@@ -696,14 +696,27 @@ def _partition_statements() -> list[tuple[str, list[Statement]]]:
 
 
 def _expression_sql(expression: Any, quote: Callable[[str], str]) -> str:
-    """The SQL of an ORM expression made of Funcs over columns (F), as Func.as_sql writes it."""
+    """The SQL of an ORM expression made of Funcs over columns (F), as its own ``as_sql``
+    writes it, compiled without a database."""
     from django.db.models import F
 
-    if isinstance(expression, F):
-        return quote(expression.name)
-    parts = [_expression_sql(e, quote) for e in expression.get_source_expressions()]
-    values = {"function": getattr(expression, "function", ""), **expression.extra}
-    return str(expression.template % {**values, "expressions": expression.arg_joiner.join(parts)})
+    class Operations:
+        def check_expression_support(self, expression: Any) -> None:
+            return None
+
+    class Connection:
+        ops = Operations()
+        vendor = "postgresql"
+
+    class Compiler:
+        def compile(self, node: Any) -> tuple[str, list[Any]]:
+            if isinstance(node, F):
+                return quote(node.name), []
+            return node.as_sql(self, Connection())
+
+    sql, params = Compiler().compile(expression)
+    assert not params, params
+    return sql
 
 
 def _search_statements() -> list[tuple[str, list[Statement]]]:

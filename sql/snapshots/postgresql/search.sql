@@ -3,8 +3,9 @@
 -- indexes are built on them (django_sqltasks/indexes.py).
 
 -- ArgumentValues()
-jsonb_path_query_array("args" || "kwargs",
-    'strict $.**{0 to 40} ? (@.type() != "object" && @.type() != "array")');
+(jsonb_path_query_array("args" || "kwargs",
+    'strict $.**{0 to 40} ? (@.type() != "object" && @.type() != "array")') ||
+    jsonb_object(ARRAY['t', "task_path"::text, 'q', "queue_name"::text]));
 
 -- LastErrorClass()
 ("errors" -> -1) ->> 'exception_class_path';
