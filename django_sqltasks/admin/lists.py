@@ -125,8 +125,12 @@ class EstimatedCountPaginator(Paginator):
         top = bottom + self.per_page
         all_ids = self.all_ids
         whole = self.count < EXACT_COUNT_BELOW and all_ids is not None
-        if whole and all_ids is not None and connections[queryset.db].vendor != "mysql":
-            # Newest first is the ids' order (MariaDB's UUID type orders otherwise: read there).
+        if whole and all_ids is not None:
+            if connections[queryset.db].vendor == "mysql":
+                # MariaDB's UUID type orders otherwise than Python: the database orders the
+                # ids the count read, reading only their rows (none, for an empty result).
+                return Page(list(queryset.filter(pk__in=all_ids)[bottom:top]), number, self)
+            # Newest first is the ids' order.
             ids = sorted(all_ids, reverse=True)[bottom:top]
             return Page(list(queryset.filter(pk__in=ids)), number, self)
         if bottom == 0:  # the first page: its rows at once, newest first

@@ -90,11 +90,12 @@ def by_column(tasks: TasksT, column: str, value: str) -> TasksT:
     first along the primary key, and a page is found among the newest ids. Where few or none
     are (a job that runs once a day, a queue whose tasks never fail), that read would go
     through every partition: on PostgreSQL they are found through the search index's entry for
-    the task and queue (``indexes.ARGUMENT_VALUES_SQL``), whatever the table's size.
+    the task and queue (``indexes.ARGUMENT_VALUES_SQL``), whatever the table's size. MariaDB
+    and SQLite read an index of the column and id (``indexes.FilterIndex``) either way.
     """
     matching = tasks.filter(**{column: value})
     if connections[tasks.db].vendor != "postgresql":
-        return matching
+        return matching  # read through (column, id) (indexes.FilterIndex)
     estimate = estimated_rows(matching)
     if estimate is not None and estimate >= FEW_BELOW:
         return matching

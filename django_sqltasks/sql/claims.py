@@ -41,7 +41,8 @@ class ClaimStatements(Vendor):
         """The statement that claims (or, on MySQL, locks) up to ``limit`` due tasks of any
         priority: those whose ``available_at`` has come by the database's clock."""
         ready = self._ready_where(backend_name, queue_names, scope)
-        return self._claim_step_sql(ready, worker_id, limit, None)
+        index = self._ready_index(queue_names, scope)
+        return self._claim_step_sql(ready, worker_id, limit, None, index)
 
     def claim(
         self,
@@ -63,12 +64,15 @@ class ClaimStatements(Vendor):
         if not priorities:
             return []
         ready = self._ready_where(backend_name, queue_names, scope)
+        index = self._ready_index(queue_names, scope)
         step = self._priorities_a_statement
         with self._claim_transaction():
             taken: list[Any] = []
             for start in range(0, len(priorities), step):
                 chosen = priorities[start : start + step]
-                cursor.execute(*self._claim_step_sql(ready, worker_id, limit - len(taken), chosen))
+                cursor.execute(
+                    *self._claim_step_sql(ready, worker_id, limit - len(taken), chosen, index)
+                )
                 taken.extend(self._claim_step_rows(cursor))
                 if len(taken) >= limit:
                     break
@@ -85,9 +89,11 @@ class ClaimStatements(Vendor):
         worker_id: str,
         limit: int,
         priorities: Sequence[int] | None,
+        index: str | None = None,
     ) -> tuple[str, list[Any]]:
         """One claim statement: up to ``limit`` due tasks that meet ``ready`` (the conditions
-        of ``_ready_where``, and their parameters), of ``priorities`` (None: of any)."""
+        of ``_ready_where``, and their parameters), of ``priorities`` (None: of any), read
+        through ``index`` (``_ready_index``) where the database must be told."""
         raise NotImplementedError
 
     def _claim_transaction(self) -> AbstractContextManager[object]:

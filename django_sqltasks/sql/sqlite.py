@@ -97,6 +97,7 @@ class SQLiteDialect(Dialect):
         worker_id: str,
         limit: int,
         priorities: Sequence[int] | None,
+        index: str | None = None,
     ) -> tuple[str, list[Any]]:
         where, where_params = ready
         at = self._encode_datetime(timezone.now())  # one machine: its clock is the database's

@@ -286,3 +286,22 @@ def test_few_rows_of_a_task_or_queue_are_found_through_the_search_index(column: 
         common = search.by_column(TaskRecord.objects.all(), column, many)
     assert "jsonb_object" not in str(common.query)
     assert common.count() == TaskRecord.objects.filter(**{column: many}).count() > 100
+
+
+@pytest.mark.skipif(connection.vendor == "postgresql", reason="the filter indexes: not PostgreSQL")
+@pytest.mark.parametrize(
+    ("column", "index"),
+    [("task_path", "sqltasks_task_path_idx"), ("queue_name", "sqltasks_queue_name_idx")],
+)
+def test_a_filter_reads_its_column_index_newest_first(column: str, index: str) -> None:
+    from django_sqltasks.ops import search
+
+    bulk_tasks(MANY)
+    page = search.by_column(TaskRecord.objects.order_by("-id"), column, "rare")[:50]
+    sql, params = page.query.sql_with_params()
+    prefix = "EXPLAIN QUERY PLAN" if connection.vendor == "sqlite" else "EXPLAIN"
+    with connection.cursor() as cursor:
+        cursor.execute(f"{prefix} {sql}", params)
+        plan = "\n".join(" ".join(str(value) for value in row) for row in cursor.fetchall())
+    assert plan_uses(plan, index), plan
+    assert "TEMP B-TREE" not in plan and "filesort" not in plan, plan  # no sort: index order

@@ -24,7 +24,7 @@ ORDER BY p DESC;
 -- transaction.atomic(): begins
 SELECT id, task_path, backend_name, queue_name, priority, args, kwargs, enqueued_at, run_after,
     started_at, last_attempted_at, errors, worker_ids, attempts, snoozes, workflow_id, trace_parent,
-    UTC_TIMESTAMP(6) FROM `django_sqltasks_taskrecord`
+    UTC_TIMESTAMP(6) FROM `django_sqltasks_taskrecord` FORCE INDEX (sqltasks_ready_all_idx)
 WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name NOT IN (SELECT
     queue_name FROM `django_sqltasks_pausedqueue` WHERE backend_name = %s) AND priority IN (%s, %s)
     AND available_at <= UTC_TIMESTAMP(6)
@@ -72,7 +72,7 @@ ORDER BY p DESC;
 -- transaction.atomic(): begins
 SELECT id, task_path, backend_name, queue_name, priority, args, kwargs, enqueued_at, run_after,
     started_at, last_attempted_at, errors, worker_ids, attempts, snoozes, workflow_id, trace_parent,
-    UTC_TIMESTAMP(6) FROM `django_sqltasks_taskrecord`
+    UTC_TIMESTAMP(6) FROM `django_sqltasks_taskrecord` FORCE INDEX (sqltasks_ready_idx)
 WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name IN (%s) AND
     queue_name NOT IN (SELECT queue_name FROM `django_sqltasks_pausedqueue` WHERE backend_name = %s)
     AND priority IN (%s, %s) AND available_at <= UTC_TIMESTAMP(6)
@@ -118,7 +118,7 @@ ORDER BY p DESC;
 -- transaction.atomic(): begins
 SELECT id, task_path, backend_name, queue_name, priority, args, kwargs, enqueued_at, run_after,
     started_at, last_attempted_at, errors, worker_ids, attempts, snoozes, workflow_id, trace_parent,
-    UTC_TIMESTAMP(6) FROM `django_sqltasks_taskrecord`
+    UTC_TIMESTAMP(6) FROM `django_sqltasks_taskrecord` FORCE INDEX (sqltasks_ready_all_idx)
 WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name IN (%s, %s) AND
     queue_name NOT IN (SELECT queue_name FROM `django_sqltasks_pausedqueue` WHERE backend_name = %s)
     AND queue_name NOT IN (%s) AND priority IN (%s, %s) AND available_at <= UTC_TIMESTAMP(6)
@@ -169,7 +169,7 @@ ORDER BY p DESC;
 -- transaction.atomic(): begins
 SELECT id, task_path, backend_name, queue_name, priority, args, kwargs, enqueued_at, run_after,
     started_at, last_attempted_at, errors, worker_ids, attempts, snoozes, workflow_id, trace_parent,
-    UTC_TIMESTAMP(6) FROM `django_sqltasks_taskrecord`
+    UTC_TIMESTAMP(6) FROM `django_sqltasks_taskrecord` FORCE INDEX (sqltasks_ready_limited_idx)
 WHERE status = 'READY' AND limit_key = %s AND backend_name = %s AND queue_name NOT IN (SELECT
     queue_name FROM `django_sqltasks_pausedqueue` WHERE backend_name = %s) AND priority IN (%s, %s)
     AND available_at <= UTC_TIMESTAMP(6)
