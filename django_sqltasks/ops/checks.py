@@ -18,7 +18,7 @@ from ..sql.installation import (
     unapplied_migrations,
     unreachable,
 )
-from . import health, overview
+from . import health
 from .health import OLD_TRANSACTION_SECONDS, setting_problem
 
 STUCK_AFTER = timedelta(minutes=5)  # how long due tasks wait, unserved, before a warning
@@ -87,6 +87,9 @@ def check_unserved_queues(
     outside a non-empty QUEUES when the task is defined), and which queues workers take only
     once they run: so this reads the task and worker tables, and runs with ``--database``.
     """
+    # Start-up: only this check needs the overview's module, and workers never run it.
+    from . import overview
+
     for alias in databases or []:
         if not apps.is_installed("django_sqltasks"):
             return

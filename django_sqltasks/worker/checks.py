@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 from django.utils.crypto import get_random_string
 
 from ..core.bounds import MAX_DELAY, MAX_INTERVAL, is_number
@@ -53,6 +53,9 @@ def check_arguments(
 def check_database(database: str) -> None:
     """Check the server version and the task table on this thread's connection to
     ``database``; raise ``RuntimeError`` saying what is wrong."""
+    # Connected first: Django reads PostgreSQL's version on a connection of its own, opened and
+    # closed for that, when the thread has none yet (one more connection at every start).
+    connections[database].ensure_connection()
     message = unsupported_version(database)
     if message:
         raise RuntimeError(message)

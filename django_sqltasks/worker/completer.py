@@ -222,7 +222,19 @@ class Completer:
             ]
             if again:
                 self.on_ready_again(min(_due_in(o) for o in again))
-        self._signals.post(self._send_finished, batch)
+        if self._reported(batch):
+            self._signals.post(self._send_finished, batch)
+
+    def _reported(self, batch: Batch) -> bool:
+        """Whether ``batch`` has a finish that ``task_finished`` reports: some receiver acts
+        on a result that did not fail, or a task failed (Django's receiver logs it at ERROR).
+        Otherwise no receiver would be called, and the signal thread is left alone."""
+        if not Receivers(task_finished, self._sender).idle:
+            return True
+        failed = TaskResultStatus.FAILED
+        return any(e.outcome.status == failed for e in batch.ended) or any(
+            o.status == failed for o in batch.salvaged.values()
+        )
 
     def _write(self, batch: Batch) -> None:
         """Settle every outcome of ``batch``, waiting for the database while it is away."""

@@ -205,16 +205,17 @@ def log(ended: Ended, max_snoozes: int, sender: type) -> None:
     ``task_finished`` does not log it once stored: one record per failure, not two)."""
     attempt, outcome = ended.attempt, ended.outcome
     assert attempt is not None
+    if outcome.status == TaskResultStatus.SUCCESSFUL and not logger.isEnabledFor(logging.DEBUG):
+        return  # the common case, before building the path (a new string each time)
     task_id, path, number = attempt.result.id, attempt.task.module_path, attempt.row.attempts
     if outcome.status == TaskResultStatus.SUCCESSFUL:
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "Task id=%s path=%s state=SUCCESSFUL attempt=%d",
-                task_id,
-                path,
-                number,
-                extra={"action": "task_successful", "task_id": task_id},
-            )
+        logger.debug(
+            "Task id=%s path=%s state=SUCCESSFUL attempt=%d",
+            task_id,
+            path,
+            number,
+            extra={"action": "task_successful", "task_id": task_id},
+        )
     elif outcome.snoozed:
         assert isinstance(ended.error, Snooze)
         logger.info(

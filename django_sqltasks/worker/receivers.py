@@ -9,13 +9,23 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from ..compat import TaskResult, logs_task_started
+from ..compat import (
+    TASKS_LOGGER,
+    TaskResult,
+    TaskResultStatus,
+    logs_task_finished,
+    logs_task_started,
+)
 
 logger = logging.getLogger("django_sqltasks")
 
 # Receivers that only log (Django's own): they may run on the event loop, which a receiver
 # that queries or waits may not.
 ON_THE_LOOP = frozenset({logs_task_started})
+# Django's receivers that do nothing but log a result to TASKS_LOGGER, at INFO (a finish that
+# FAILED at ERROR). Where that logger drops INFO (as tasks_worker sets it without DEBUG or -v 2),
+# calling them for a result that did not fail does nothing: they are left out of those sends.
+LOGS_AT_INFO = frozenset({logs_task_started, logs_task_finished})
 
 
 class Receivers:
@@ -27,14 +37,16 @@ class Receivers:
     or a Django whose internals differ), every send goes through ``send_robust``.
     """
 
-    __slots__ = ("_sync", "sender", "signal")
+    __slots__ = ("_acting", "_sync", "sender", "signal")
 
     def __init__(self, signal: Signal, sender: Any) -> None:
         self.signal = signal
         self.sender = sender
         self._sync: list[Callable[..., Any]] | None = None
+        # The receivers that do something for a result that did not fail (see LOGS_AT_INFO).
+        self._acting: list[Callable[..., Any]] | None = None
         if not signal.receivers:
-            self._sync = []
+            self._sync = self._acting = []
             return
         try:
             sync, asynchronous = signal._live_receivers(sender)
@@ -42,6 +54,14 @@ class Receivers:
             return
         if not asynchronous:
             self._sync = list(sync)
+            self._acting = self._sync
+            if not logging.getLogger(TASKS_LOGGER).isEnabledFor(logging.INFO):
+                self._acting = [r for r in self._sync if r not in LOGS_AT_INFO]
+
+    @property
+    def idle(self) -> bool:
+        """Whether sending for results that did not fail calls no receiver at all."""
+        return self._acting is not None and not self._acting
 
     @property
     def on_the_loop(self) -> bool:
@@ -56,8 +76,11 @@ class Receivers:
         """Call every receiver as ``send_robust`` does: an exception is returned, not raised."""
         if self._sync is None:
             return self.signal.send_robust(self.sender, **named)
+        return self._call(self._sync, **named)
+
+    def _call(self, receivers: list[Callable[..., Any]], **named: Any) -> list[tuple[Any, Any]]:
         responses = []
-        for receiver in self._sync:
+        for receiver in receivers:
             try:
                 response = receiver(signal=self.signal, sender=self.sender, **named)
             except Exception as e:
@@ -68,7 +91,13 @@ class Receivers:
 
     def send_for(self, result: TaskResult) -> None:
         """Send the signal for ``result``; log a receiver's error, never raise it."""
-        for receiver, response in self.send(task_result=result):
+        if self._acting is not None and result.status != TaskResultStatus.FAILED:
+            if not self._acting:
+                return
+            responses = self._call(self._acting, task_result=result)
+        else:
+            responses = self.send(task_result=result)
+        for receiver, response in responses:
             if isinstance(response, Exception):
                 logger.error(
                     "Signal receiver %r failed for task id=%s",

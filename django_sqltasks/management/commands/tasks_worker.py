@@ -10,7 +10,6 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from ...compat import InvalidTaskBackend, task_backends
-from ...ops import metrics
 from ...worker import Worker
 from ...worker.checks import check_database, default_worker_id
 from ...worker.lease import EXIT_ID_IN_USE, WorkerIdInUse
@@ -84,6 +83,9 @@ class Command(QuietWhenPipeCloses):
             raise CommandError(str(e)) from e
         self._connect(worker.check_database, worker.database, options)
         if options["metrics_port"] is not None:
+            # Start-up: a worker without --metrics-port does not load the exporter's module.
+            from ...ops import metrics
+
             try:
                 metrics.serve(
                     options["metrics_port"], using=worker.database, addr=options["metrics_host"]
