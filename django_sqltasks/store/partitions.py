@@ -58,6 +58,12 @@ def partitioned_recently(using: str) -> bool:
     return known[0]
 
 
+def analyze(connection: BaseDatabaseWrapper) -> None:
+    """Gather the task table's statistics, its partitions' and its indexes' expressions'."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {connection.ops.quote_name(_table())}")
+
+
 def _table() -> str:
     # App registry: store/ loads after it, but keep the table name in one place.
     from ..models import TaskRecord
