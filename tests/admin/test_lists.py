@@ -14,6 +14,7 @@ from django.urls import reverse
 from django_sqltasks.admin import lists as admin_list
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.ops import search
 from django_sqltasks.sql.lists import estimated_rows, ready_queue_names, ready_queues_statement
 from tests.factories import plan_uses, task_row
 
@@ -268,8 +269,6 @@ def test_a_filter_by_a_task_or_queue_with_few_rows_lists_exactly_them(
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the search index: PostgreSQL")
 @pytest.mark.parametrize("column", ["task_path", "queue_name"])
 def test_few_rows_of_a_task_or_queue_are_found_through_the_search_index(column: str) -> None:
-    from django_sqltasks.ops import search
-
     bulk_tasks(MANY)
     task_row(**{column: "rare"})
     with connection.cursor() as cursor:
@@ -294,8 +293,6 @@ def test_few_rows_of_a_task_or_queue_are_found_through_the_search_index(column: 
     [("task_path", "sqltasks_task_path_idx"), ("queue_name", "sqltasks_queue_name_idx")],
 )
 def test_a_filter_reads_its_column_index_newest_first(column: str, index: str) -> None:
-    from django_sqltasks.ops import search
-
     bulk_tasks(MANY)
     page = search.by_column(TaskRecord.objects.order_by("-id"), column, "rare")[:50]
     sql, params = page.query.sql_with_params()

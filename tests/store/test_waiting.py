@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
@@ -19,6 +20,7 @@ from django_sqltasks.compat import TaskResultDoesNotExist, TaskResultStatus, tas
 from django_sqltasks.exceptions import WaitTimeout
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql import dialect_for
+from django_sqltasks.sql.broken import drop
 from django_sqltasks.sql.rows import SUSPECT
 from django_sqltasks.store import finished
 from django_sqltasks.store.waiting import watcher_of
@@ -505,7 +507,6 @@ def test_a_workflow_step_skipped_after_a_failure_announces_it(run_worker: Any) -
 def kill_other_sessions() -> Iterator[Callable[[int | None], int]]:
     """``_kill_other_sessions``; afterwards, drop the connection it killed on the thread of
     Django's async ORM (a process-wide thread: the tests after this one would meet it dead)."""
-    from django_sqltasks.sql.broken import drop
 
     def drop_all() -> None:
         for each in connections.all(initialized_only=True):
@@ -577,7 +578,6 @@ def test_a_wait_outlasts_its_connection_being_killed(
 def _on_async_thread(call: Callable[[], Any]) -> Any:
     """Run ``call`` on the thread ``sync_to_async`` hops to outside a request (one per process,
     and its Django connection lives as long as the process)."""
-    from asgiref.sync import sync_to_async
 
     async def hop() -> Any:
         return await sync_to_async(call)()
@@ -598,8 +598,6 @@ def test_a_connection_killed_while_idle_costs_no_later_wait_or_aenqueue(
     TaskRecord.objects.filter(id=done.id).update(status=TaskResultStatus.SUCCESSFUL)
 
     def connect() -> int:
-        from django_sqltasks.sql.broken import drop
-
         drop(connections["default"])  # killed by the round before, where nothing used it
         with connections["default"].cursor() as cursor:
             cursor.execute("SELECT 1")
