@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import DatabaseError, OperationalError, connection, connections, transaction
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultDoesNotExist, TaskResultStatus, task_backends
@@ -30,6 +30,7 @@ from tests.events import EventLog, Gate
 
 StartWorker = Callable[..., WorkerProcess]
 CANCELLED = "django_sqltasks.exceptions.TaskCancelled"
+UNKNOWN_THREAD = 1094  # MySQL/MariaDB: KILL of a session that has ended
 
 
 class Registered:
@@ -526,16 +527,22 @@ def _kill_other_sessions(spare: int | None) -> int:
                 "current_database() AND pid <> pg_backend_pid() AND pid <> %s",
                 [spare or 0],
             )
-            return len(cursor.fetchall())
+            return sum(1 for (killed,) in cursor.fetchall() if killed)
         cursor.execute(
             "SELECT id FROM information_schema.processlist WHERE db = DATABASE() "
             "AND id <> CONNECTION_ID() AND id <> %s",
             [spare or 0],
         )
-        ids = [row[0] for row in cursor.fetchall()]
-        for session in ids:
-            cursor.execute(f"KILL {int(session)}")
-        return len(ids)
+        killed = 0
+        for (session,) in cursor.fetchall():
+            try:
+                cursor.execute(f"KILL {int(session)}")
+            except OperationalError as error:
+                if error.args[0] != UNKNOWN_THREAD:
+                    raise
+                continue  # it ended between the list and the kill (another test's, closing)
+            killed += 1
+        return killed
 
 
 @pytest.mark.django_db(transaction=True)
