@@ -74,7 +74,12 @@ def main(argv: list[str]) -> int:
 
     fill_record = RESULTS / f"fill-{args.database}-{args.tasks}.json"
     results = run.run(
-        args.tasks, reuse=args.reuse, log=log, fill_record=fill_record, fill_only=args.fill_only
+        args.tasks,
+        reuse=args.reuse,
+        log=log,
+        fill_record=fill_record,
+        fill_only=args.fill_only,
+        keep=args.keep or args.fill_only,
     )
     if results is None:
         log(

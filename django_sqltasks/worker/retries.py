@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from django.db import DatabaseError, connections
 
 from ..sql import dialect_for
+from ..sql.broken import drop
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -68,13 +69,10 @@ def run_with_retries(
 def reset(alias: str) -> None:
     """Drop the connection so the next call opens a fresh one."""
     connection = connections[alias]
-    try:
-        if connection.in_atomic_block:
-            connection.needs_rollback = True
-        else:
-            connection.close()
-    except Exception:  # the connection is broken already; forgetting it is all that is left
-        connection.connection = None
+    if connection.in_atomic_block:
+        connection.needs_rollback = True  # the transaction's owner rolls it back
+    else:
+        drop(connection)
 
 
 class DatabaseThread:

@@ -284,9 +284,9 @@ def _sched_times(threads: list[threading.Thread]) -> dict[int, tuple[float, floa
 class ReceiverThread:
     """The thread that runs the receivers of Django's task signals (``task_started`` of async
     tasks, ``task_finished``): posted callables, in order, off the event loop. Named
-    ``sqltasks-signals`` in logs and profiles; it handles no OS signal."""
+    ``sqltasks-receiver`` in logs and profiles; it handles no OS signal."""
 
-    def __init__(self, name: str = "sqltasks-signals") -> None:
+    def __init__(self, name: str = "sqltasks-receiver") -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 

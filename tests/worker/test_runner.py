@@ -304,7 +304,7 @@ def test_an_async_tasks_start_is_logged_on_the_loop_and_a_receiver_runs_off_it(
     started = [
         r for r in caplog.records if r.name == TASKS_LOGGER and "state=RUNNING" in r.getMessage()
     ]
-    assert [r.threadName != "sqltasks-signals" for r in started if first.id in r.getMessage()] == [
+    assert [r.threadName != "sqltasks-receiver" for r in started if first.id in r.getMessage()] == [
         True
     ]
     threads: list[str] = []
@@ -318,7 +318,7 @@ def test_an_async_tasks_start_is_logged_on_the_loop_and_a_receiver_runs_off_it(
         run_worker()
     finally:
         task_started.disconnect(on_started)
-    assert threads == ["sqltasks-signals"]
+    assert threads == ["sqltasks-receiver"]
 
 
 def test_task_finished_sees_the_stored_outcome(run_worker: RunWorker) -> None:
