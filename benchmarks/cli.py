@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(scripts/round_trips.py on the benchmark's server; empties its task table)",
     )
     trips.add_argument("--calls", type=_positive, default=20, help="calls of each path (20)")
+    trips.add_argument(
+        "--out", type=Path, default=DOCS_DIR, help="where its section goes (docs/benchmarks)"
+    )
     summ = sub.add_parser("summarize", help="summarize a raw JSONL log, e.g. of an interrupted run")
     summ.add_argument("raw", type=Path)
     summ.add_argument("--out", type=Path, default=DOCS_DIR)
@@ -362,16 +365,23 @@ def summarize_raw(raw: Path, out: Path) -> int:
     return 0
 
 
-def round_trips(calls: int) -> int:
+def round_trips(calls: int, out: Path) -> int:
     """Print the round trips of each path (scripts/round_trips.py), on the PostgreSQL database
-    django-sqltasks' rows use (``BENCH_PG_DATABASE``, or its own)."""
+    django-sqltasks' rows use (``BENCH_PG_DATABASE``, or its own); write them as a section of
+    the page into ``out`` and, where that is the docs' directory, rebuild the page."""
     endpoints = Endpoints.from_env()
     database = postgres_database(endpoints, "bench_sqltasks")
     services.create_database(endpoints, "postgresql", database["NAME"])
     url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
     script = REPO_ROOT / "scripts" / "round_trips.py"
     env = dict(os.environ, DATABASE_URL=url)
-    return subprocess.run([sys.executable, str(script), "--calls", str(calls)], env=env).returncode
+    section = out / page.ROUND_TRIPS
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(script), "--calls", str(calls), "--markdown", str(section)]
+    code = subprocess.run(command, env=env).returncode
+    if code == 0 and out.resolve() == DOCS_DIR.resolve():
+        page.write(DOCS_DIR, REPO_ROOT / "docs" / "benchmarks.md")
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -381,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "summarize":
         return summarize_raw(args.raw, args.out)
     if args.command == "roundtrips":
-        return round_trips(args.calls)
+        return round_trips(args.calls, args.out)
     if args.command == "report":
         for path in sorted(DOCS_DIR.glob("*.json")):
             summary = json.loads(path.read_text())

@@ -216,6 +216,9 @@ SETTINGS_ROWS = [
 ]
 
 
+ROUND_TRIPS = "round-trips.md"  # the section python -m benchmarks roundtrips writes
+
+
 def _settings_table() -> str:
     lines = [
         "## Settings each system needs to run at all",
@@ -321,4 +324,7 @@ def write(docs_dir: Path, page: Path) -> None:
         "Where the time goes, and the targets not met yet: [Performance](performance.md).\n",
     ]
     parts += [_profile_section(s, docs_dir) for s in summaries]
+    trips = docs_dir / ROUND_TRIPS
+    if trips.exists():  # python -m benchmarks roundtrips
+        parts.append(trips.read_text())
     page.write_text("\n".join(parts))

@@ -146,8 +146,14 @@ def short(text: str) -> str:
         return "scan of limited tasks"
     if "queuelimitoverride" in text:
         return "read of queue limit overrides"
+    if "limit_key, status, backend_name" in text:
+        return "limit keys enqueued since the last scan"
+    if "schedulerecord" in text:
+        return "scheduler tick"
     if "WITH done AS" in text:
         return "outcomes"
+    if text.startswith("SELECT id FROM") and "ORDER BY" in text:
+        return "the newest id (the limit scan's start)"
     return " ".join(words[:4])
 
 
@@ -179,6 +185,9 @@ call_command("tasks_worker", "--concurrency", "10", "-v", "0")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument(
+        "--markdown", type=Path, help="also write the table there, as a section of a page"
+    )
     options = parser.parse_args()
     url = urlsplit(os.environ["DATABASE_URL"])
     if not url.scheme.startswith("postgres"):
@@ -282,10 +291,35 @@ def main() -> None:
     rows.append(("worker: the outcome", statistics.median(outcome), ""))
     rows.append(("worker: after the first line, besides the outcome", sum(other.values()) / calls,
                  describe(other, calls)))  # fmt: skip
-    print("| path | round trips (median) | statements, per call |\n| --- | --- | --- |")
-    for path, count, text in rows:
-        print(f"| {path} | {count:g} | {text} |")
+    table = "| path | round trips (median) | statements, per call |\n| --- | --- | --- |\n"
+    table += "".join(f"| {path} | {count:g} | {text} |\n" for path, count, text in rows)
+    print(table, end="")
+    if options.markdown is not None:
+        options.markdown.write_text(section(table, calls))
     del probe_latency
+
+
+def section(table: str, calls: int) -> str:
+    """The table as a page's section: what ran, when, at which commit."""
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=7"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    return (
+        "## Round trips of each path (PostgreSQL)\n\n"
+        f"Command: `python -m benchmarks roundtrips --calls {calls}` ({when} UTC, django-sqltasks "
+        f"{commit or 'unknown'}): `scripts/round_trips.py` puts a counting proxy (no added delay) "
+        "between each connection and the server, and counts a round trip for each message from "
+        "a client that follows the server's last one (pipelined messages count once; a "
+        "notification the server pushes counts none). Each path runs alone, after a warm-up; "
+        "the worker's rows are one task enqueued while it idles. At a round trip of R ms, each "
+        "round trip on a path costs R ms of its latency. The last row is upkeep on the worker's "
+        "database thread, off the task's path: the scan for limit keys and overrides runs at "
+        "most every 0.5 s and the scheduler's tick every few seconds, whatever the number of "
+        "tasks (each task here follows 0.3 s of idle, so most windows hold one scan).\n\n" + table
+    )
 
 
 if __name__ == "__main__":
