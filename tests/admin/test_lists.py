@@ -120,6 +120,28 @@ def test_a_deep_page_reads_ids_then_rows_and_stops_at_the_last_page(
     assert len(offsets) == 1 and "task_path" not in offsets[0]  # the ids alone, then the rows
 
 
+@pytest.mark.parametrize("query", [{"q": "needle@example.com"}, {"q": "nothing-matches-this"}])
+def test_a_list_of_one_page_reads_its_rows_by_the_ids_its_count_read(
+    client_: Client, query: dict[str, str]
+) -> None:
+    found = task_row(args=["needle@example.com"])
+    bulk_tasks(30)
+    with CaptureQueriesContext(connection) as queries:
+        response = client_.get(reverse(CHANGELIST), query)
+    assert response.status_code == 200
+    sql = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("EXPLAIN")]
+    # The search is run once, by the bounded count; then (if it read any id) the rows of
+    # those ids by the primary key alone: not the search again, which Django would run
+    # whole for a list of one page.
+    searches = [q for q in sql if query["q"] in q]
+    assert len(searches) == 1 and searches[0].endswith("LIMIT 1000"), searches
+    qn = connection.ops.quote_name
+    by_ids = [q for q in sql if f".{qn('task_path')}" in q and f".{qn('id')} IN (" in q]
+    assert len(by_ids) == (1 if "needle" in query["q"] else 0), sql
+    if by_ids:
+        assert str(found.pk) in response.content.decode()
+
+
 def test_filters_offer_configured_queues_and_recent_tasks(client_: Client) -> None:
     task_row(TaskResultStatus.READY, queue_name="default", task_path="tests.tasks.echo")
     task_row(TaskResultStatus.SUCCESSFUL, queue_name="slow", task_path="tests.tasks.add")
