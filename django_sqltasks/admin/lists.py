@@ -15,7 +15,7 @@ from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import EmptyPage, Page, Paginator
 from django.db import connections, router
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -24,7 +24,7 @@ from ..core.backends import sql_backends
 from ..core.tags import is_tag
 from ..models import PausedQueue, TaskRecord, WorkerRecord
 from ..ops.declared import declared_tags, declared_task_paths
-from ..ops.search import by_column
+from ..ops.search import SEARCH_ALIAS, by_column
 from ..sql import dialect_for
 from ..sql.lists import estimated_rows, ready_queue_names
 
@@ -169,12 +169,29 @@ def newest(
     ``top`` of them; ids are UUIDv7, so a window of time is a range of the primary key.
     """
     now = timezone.now()
+    queryset = sorted_after_found(queryset)
     for window in windows:
         rows = queryset if window is None else queryset.filter(pk__gte=id_floor(now - window))
         found = list(rows[bottom:top])
         if window is None or len(found) == top - bottom:
             return found
     raise AssertionError("unreachable: the last window is the whole table")
+
+
+def sorted_after_found(queryset: QuerySet[Any]) -> QuerySet[Any]:
+    """``queryset``, newest first; where it is narrowed through PostgreSQL's search index
+    (``ops.search``), sorted after its matches are found.
+
+    Ordered by the primary key with a LIMIT, the planner may read a window's rows newest
+    first and test each against the search, when its guess of how many match is high: the
+    test computes each row's argument values, and a tag search at 50 million tasks took
+    782 ms so in one run and 90 ms in the run before (the same data, analysed again).
+    ``DESC NULLS LAST`` is the same order for a primary key, and no index reads in it: the
+    matches are found through the indexes, then sorted.
+    """
+    if SEARCH_ALIAS not in queryset.query.annotations:
+        return queryset
+    return queryset.order_by(F("pk").desc(nulls_last=True))
 
 
 def id_floor(moment: datetime) -> uuid.UUID:

@@ -26,6 +26,9 @@ from ..sql.lists import estimated_rows
 from ..sql.search import ArgumentValues, ErrorClassName, LastErrorClass
 from .declared import declared_task_paths
 
+# The alias of a task's argument values, which the search and by_column filter on, on
+# PostgreSQL (the search index's expression): a list holding it is narrowed through that index.
+SEARCH_ALIAS = "argument_values"
 SEARCH_WINDOW = 10_000  # newest tasks a search reads where no index finds JSON values
 # Estimated rows of a task or a queue below which its tasks are found through the search index
 # (by_column): past it, a page of them is found sooner among the newest ids than by reading
@@ -81,7 +84,7 @@ def search(tasks: TaskRecordQuerySet, term: str) -> Found:
         query |= Q(argument_values__contains=[int(term)])
     return Found(
         tasks.alias(
-            argument_values=ArgumentValues(),
+            **{SEARCH_ALIAS: ArgumentValues()},
             error_class_name=ErrorClassName(),
             last_error_class=LastErrorClass(),
         ).filter(query)
@@ -105,7 +108,7 @@ def by_column(tasks: TasksT, column: str, value: str) -> TasksT:
     if estimate is not None and estimate >= FEW_BELOW:
         return matching
     key = {"task_path": TASK_KEY, "queue_name": QUEUE_KEY}[column]
-    return matching.alias(argument_values=ArgumentValues()).filter(
+    return matching.alias(**{SEARCH_ALIAS: ArgumentValues()}).filter(
         Q(argument_values__contains=[{key: value}])
     )
 
