@@ -64,7 +64,7 @@ WORKER = textwrap.dedent(
     # PostgreSQL wakes the loop itself (woken_here); elsewhere a thread does (on_wake).
     wrap(producer.Producer, "on_wake", "woken_by_notify")
     wrap(producer.Producer, "woken_here", "woken_by_notify")
-    wrap(producer.Producer, "_woken", "loop_acts")
+    wrap(producer.Producer, "_wake_now", "loop_acts")
     wrap(producer.Producer, "_claim_rows", "claim_start", "claim_end")
     from django.core.management import call_command
     call_command("tasks_worker", "--concurrency", "10", "-v", "0")
