@@ -92,7 +92,7 @@ class Worker:
             max_rescues=config.max_rescues,
         )
         self._stopped = threading.Event()  # set when the worker winds down: threads end
-        self._progress = FailingRoles()
+        self._failing = FailingRoles()
         self._db = DatabaseThread(self.database, self._stopped)
         # Outcomes are written on a connection of their own, so that a claim and a write run
         # at the same time; a database that takes one writer at a time shares one.
@@ -111,7 +111,7 @@ class Worker:
             executor=self._writer,
             signals=self._signals,
             sender=type(task_backend),
-            progress=self._progress,
+            failing=self._failing,
             stopping=self._stopped,
         )
         self._claims = Claims(
@@ -127,7 +127,7 @@ class Worker:
             slots=self.slots,
             db=self._db,
             completer=self._completer,
-            progress=self._progress,
+            failing=self._failing,
             poll_interval=poll_interval or config.poll_interval,
             burst=burst,
             max_tasks=max_tasks,
@@ -141,7 +141,7 @@ class Worker:
             backend=task_backend,
             lease=self.lease,
             db=self._db.executor,
-            progress=self._progress,
+            failing=self._failing,
             stopped=self._stopped,
             on_cancel_requested=self._producer.on_cancel_requested,
             on_suspects=self._producer.on_suspects,

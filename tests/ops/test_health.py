@@ -320,7 +320,7 @@ def maintenance_of(lease_id: str) -> tuple[Maintenance, ThreadPoolExecutor]:
         backend=task_backends["default"],
         lease=lease,
         db=db,
-        progress=FailingRoles(),
+        failing=FailingRoles(),
         stopped=threading.Event(),
         on_cancel_requested=lambda ids: None,
     )
