@@ -3,6 +3,7 @@ every name ``django_sqltasks`` exports resolves, and importing the package loads
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -90,8 +91,30 @@ def test_importing_the_package_loads_nothing_else() -> None:
     assert out.stdout.strip() == "['django_sqltasks']"
 
 
+def only_re_exports(tree: ast.Module) -> bool:
+    """Whether a module's body is nothing but imports, ``__all__`` and docstrings."""
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if [getattr(t, "id", None) for t in targets] == ["__all__"]:
+            continue
+        return False
+    return bool(tree.body)
+
+
 def test_no_module_only_re_exports() -> None:
-    """The paths removed before the first release stay removed."""
+    """Every module of the package holds code of its own: no module exists to give names another
+    path (a package's ``__init__.py`` gathers its modules' names, as ``models`` must for Django).
+    The paths removed before the first release stay removed."""
     package = ROOT / "django_sqltasks"
+    modules = [p for p in package.rglob("*.py") if p.name != "__init__.py"]
+    assert len(modules) > 100
+    shims = [
+        str(p.relative_to(package)) for p in modules if only_re_exports(ast.parse(p.read_text()))
+    ]
+    assert shims == []
     for old in ("admin_subject", "subject", "metrics", "results", "workflows", "progress_report"):
         assert not (package / f"{old}.py").exists(), old
