@@ -47,3 +47,19 @@ def test_the_sql_tests_are_split_by_statement_group() -> None:
         and not (PACKAGE / "sql" / path.name.removeprefix("test_")).exists()
     ]
     assert unmatched == []
+
+
+def test_contributing_says_where_each_top_level_file_is_and_why() -> None:
+    """The support modules and the whole-package test files at the top of tests/ are each named
+    in CONTRIBUTING.md's "Where a test goes" (tasks_*.py as one row)."""
+    text = (TESTS.parent / "CONTRIBUTING.md").read_text()
+    section = text.split("### Where a test goes", 1)[1].split("\n## ", 1)[0]
+    unnamed = [
+        path.name
+        for path in sorted(TESTS.glob("*.py"))
+        if path.name != "__init__.py"
+        and not (path.name.startswith("tasks_") and "`tasks_*.py`" in section)
+        and not (path.name.startswith("test_") and path.name not in WHOLE_PACKAGE)
+        and f"`{path.name}`" not in section
+    ]
+    assert unnamed == []
