@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.conftest import DJANGO_API_MODULES
+
 TESTS = Path(__file__).resolve().parent
 PACKAGE = TESTS.parent / "django_sqltasks"
 # Test files at the top that test the package as a whole rather than one module of it.
@@ -63,3 +65,14 @@ def test_contributing_says_where_each_top_level_file_is_and_why() -> None:
         and f"`{path.name}`" not in section
     ]
     assert unnamed == []
+
+
+def test_the_django_5_2_leg_names_test_modules_that_exist() -> None:
+    """The django_api marker is given by module path: a test file moved or renamed must be
+    renamed there too, or the Django 5.2 leg silently stops running it."""
+    missing = [
+        name
+        for name in DJANGO_API_MODULES
+        if not (TESTS.parent / (name.replace(".", "/") + ".py")).exists()
+    ]
+    assert missing == []
