@@ -15,6 +15,8 @@ from tests.conftest import ROOT
 
 FENCE = re.compile(r"^\s*```")
 IMPORT = re.compile(r"^(from django_sqltasks[\w.]* import |import django_sqltasks\b)")
+# An import written in the prose: `from django_sqltasks import TaskQuery`.
+INLINE = re.compile(r"`((?:from django_sqltasks[\w.]* import |import django_sqltasks\b)[^`]*)`")
 # Pages a user reads: the README and docs/ (docs/design/ holds contributors' plans).
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 EXAMPLES = sorted((ROOT / "example_project").rglob("*.py"))
@@ -51,8 +53,9 @@ def import_statements(lines: list[str]) -> list[str]:
 def documented_imports() -> list[tuple[str, str]]:
     found = []
     for page in PAGES:
-        lines = code_blocks(page.read_text())
-        found += [(page.name, s) for s in import_statements(lines)]
+        text = page.read_text()
+        found += [(page.name, s) for s in import_statements(code_blocks(text))]
+        found += [(page.name, s) for s in INLINE.findall(text.replace("\n", " "))]
     for example in EXAMPLES:
         lines = [line.strip() for line in example.read_text().splitlines()]
         found += [(example.name, s) for s in import_statements(lines)]
@@ -62,6 +65,7 @@ def documented_imports() -> list[tuple[str, str]]:
 def test_the_docs_show_imports() -> None:
     pages = {page for page, _ in documented_imports()}
     assert {"tasks.md", "testing.md", "workflows.md", "metrics.md", "demo.py"} <= pages
+    assert ("changelog.md", "from django_sqltasks import TaskQuery") in documented_imports()
 
 
 @pytest.mark.parametrize(("page", "statement"), documented_imports())
