@@ -92,7 +92,7 @@ class Completer:
         database: str,
         worker_id: str,
         executor: Executor,
-        signals: ReceiverThread,
+        receivers: ReceiverThread,
         sender: type,
         failing: FailingRoles,
         stopping: threading.Event,
@@ -101,7 +101,7 @@ class Completer:
         self._database = database
         self._worker_id = worker_id
         self._executor = executor
-        self._signals = signals
+        self._receivers = receivers
         self._sender = sender
         self._failing = failing
         self._stopping = stopping
@@ -223,7 +223,7 @@ class Completer:
             if again:
                 self.on_ready_again(min(_due_in(o) for o in again))
         if self._reported(batch):
-            self._signals.post(self._send_finished, batch)
+            self._receivers.post(self._send_finished, batch)
 
     def _reported(self, batch: Batch) -> bool:
         """Whether ``batch`` has a finish that ``task_finished`` reports: some receiver acts

@@ -103,13 +103,13 @@ class Worker:
             else ThreadPoolExecutor(1, thread_name_prefix="sqltasks-writer")
         )
         self._threads = TaskThreads(concurrency)
-        self._signals = ReceiverThread()  # its thread starts with the loop
+        self._receivers = ReceiverThread()  # its thread starts with the loop
         self.slots = Slots(concurrency, self.prefetch)
         self._completer = Completer(
             database=self.database,
             worker_id=self.worker_id,
             executor=self._writer,
-            signals=self._signals,
+            receivers=self._receivers,
             sender=type(task_backend),
             failing=self._failing,
             stopping=self._stopped,
@@ -219,12 +219,12 @@ class Worker:
 
     async def _main(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
-        self._signals.start()
+        self._receivers.start()
         self._executor = Executor(
             backend=self.backend,
             loop=loop,
             threads=self._threads,
-            signals=self._signals,
+            receivers=self._receivers,
             completer=self._completer,
             done=self._producer.task_done,
             supervisor=self._supervisor,
@@ -283,7 +283,7 @@ class Worker:
         if self._native is not None:
             await self._native.close()
         await asyncio.to_thread(self._completer.wait_idle, WRITES_WAIT)
-        await asyncio.wrap_future(self._signals.post(lambda: None))
+        await asyncio.wrap_future(self._receivers.post(lambda: None))
         await asyncio.to_thread(self._maintenance.join)
         await self._db.call(self.lease.unregister)
         for executor in {self._db.executor, self._writer}:
@@ -291,7 +291,7 @@ class Worker:
             executor.shutdown(wait=True)
         # Threads of requeued sync tasks cannot be stopped; do not wait for them.
         await asyncio.to_thread(self._threads.stop, not self.abandoned)
-        self._signals.stop(timeout=5)
+        self._receivers.stop(timeout=5)
         logger.info(
             "Worker stopped worker_id=%s processed=%d",
             self.worker_id,

@@ -44,15 +44,15 @@ class Completing:
 
     def __init__(self) -> None:
         self.writer = ThreadPoolExecutor(1)
-        self.signals = ReceiverThread()
-        self.signals.start()
+        self.receivers = ReceiverThread()
+        self.receivers.start()
         self.stopping = threading.Event()
         self.failing = FailingRoles()
         self.completer = Completer(
             database="default",
             worker_id=WORKER,
             executor=self.writer,
-            signals=self.signals,
+            receivers=self.receivers,
             sender=type(task_backends["default"]),
             failing=self.failing,
             stopping=self.stopping,
@@ -62,7 +62,7 @@ class Completing:
         self.stopping.set()
         self.writer.submit(connections.close_all).result()
         self.writer.shutdown()
-        self.signals.stop(timeout=5)
+        self.receivers.stop(timeout=5)
 
 
 @pytest.fixture
