@@ -29,22 +29,22 @@ ROOT = Path(__file__).resolve().parent.parent
 # The modules of the Django 5.2 leg (marker django_api): what changes when Django Tasks comes from
 # the django-tasks backport and Django is 5.2. The rest of the package runs the same code there.
 DJANGO_API_MODULES = {
-    "test_contract": "Django's Tasks API as Django's own tests use it",
-    "test_conformance": "the backend contract, point by point",
-    "test_backend": "enqueue, results, validation: the backend interface",
-    "test_enqueue": "aenqueue and enqueue_many, Django Tasks' signals",
-    "test_enqueue_input": "the exceptions Django Tasks defines, raised at each entry",
-    "test_retries": "the task decorator's options on the Task class of either source",
-    "test_worker": "TaskContext, TaskResult and the started/finished signals, built by the worker",
-    "test_stale_rows": "results read back for tasks that are gone: the stand-in Task",
-    "test_testing_capture": "the testing helpers over Django Tasks' results",
-    "test_testing_immediate": "ImmediateSQLTaskBackend on the source's ImmediateBackend",
-    "test_testing_run": "run_tasks() builds contexts and results as a worker does",
-    "test_testing_progress": "run_tasks() with snoozes and progress reports",
-    "test_tasks_check": "tasks_check resolves task paths to Task objects",
-    "test_checks": "system checks and the migrations on that Django version",
-    "test_installation": "a project without the app or its tables, on that Django version",
-    "test_admin": "the admin's templates, which extend that Django version's",
+    "tests.test_contract": "Django's Tasks API as Django's own tests use it",
+    "tests.test_conformance": "the backend contract, point by point",
+    "tests.test_backend": "enqueue, results, validation: the backend interface",
+    "tests.enqueue.test_writes": "aenqueue and enqueue_many, Django Tasks' signals",
+    "tests.enqueue.test_rows": "the exceptions Django Tasks defines, raised at each entry",
+    "tests.worker.test_retries": "the task decorator's options on the Task class of either source",
+    "tests.worker.test_runner": "TaskContext, TaskResult, the started/finished signals, as built",
+    "tests.store.test_results": "results read back for tasks that are gone: the stand-in Task",
+    "tests.testing.test_capture": "the testing helpers over Django Tasks' results",
+    "tests.testing.test_immediate": "ImmediateSQLTaskBackend on the source's ImmediateBackend",
+    "tests.testing.test_runner": "run_tasks() builds contexts and results as a worker does",
+    "tests.testing.test_progress": "run_tasks() with snoozes and progress reports",
+    "tests.management.test_tasks_check": "tasks_check resolves task paths to Task objects",
+    "tests.ops.test_checks": "system checks and the migrations on that Django version",
+    "tests.ops.test_installation": "a project without the app or its tables, on that version",
+    "tests.admin.test_tasks": "the admin's templates, which extend that Django version's",
 }
 
 
@@ -56,7 +56,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "worker_process" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.worker_process)
         module = getattr(item, "module", None)
-        if module is not None and module.__name__.rpartition(".")[2] in DJANGO_API_MODULES:
+        if module is not None and module.__name__ in DJANGO_API_MODULES:
             item.add_marker(pytest.mark.django_api)
 
 

@@ -3,6 +3,7 @@ every name ``django_sqltasks`` exports resolves, and importing the package loads
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from tests.conftest import ROOT
 
 FENCE = re.compile(r"^\s*```")
 IMPORT = re.compile(r"^(from django_sqltasks[\w.]* import |import django_sqltasks\b)")
+# An import written in the prose: `from django_sqltasks import TaskQuery`.
+INLINE = re.compile(r"`((?:from django_sqltasks[\w.]* import |import django_sqltasks\b)[^`]*)`")
 # Pages a user reads: the README and docs/ (docs/design/ holds contributors' plans).
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 EXAMPLES = sorted((ROOT / "example_project").rglob("*.py"))
@@ -50,8 +53,9 @@ def import_statements(lines: list[str]) -> list[str]:
 def documented_imports() -> list[tuple[str, str]]:
     found = []
     for page in PAGES:
-        lines = code_blocks(page.read_text())
-        found += [(page.name, s) for s in import_statements(lines)]
+        text = page.read_text()
+        found += [(page.name, s) for s in import_statements(code_blocks(text))]
+        found += [(page.name, s) for s in INLINE.findall(text.replace("\n", " "))]
     for example in EXAMPLES:
         lines = [line.strip() for line in example.read_text().splitlines()]
         found += [(example.name, s) for s in import_statements(lines)]
@@ -61,6 +65,7 @@ def documented_imports() -> list[tuple[str, str]]:
 def test_the_docs_show_imports() -> None:
     pages = {page for page, _ in documented_imports()}
     assert {"tasks.md", "testing.md", "workflows.md", "metrics.md", "demo.py"} <= pages
+    assert ("changelog.md", "from django_sqltasks import TaskQuery") in documented_imports()
 
 
 @pytest.mark.parametrize(("page", "statement"), documented_imports())
@@ -90,8 +95,30 @@ def test_importing_the_package_loads_nothing_else() -> None:
     assert out.stdout.strip() == "['django_sqltasks']"
 
 
+def only_re_exports(tree: ast.Module) -> bool:
+    """Whether a module's body is nothing but imports, ``__all__`` and docstrings."""
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if [getattr(t, "id", None) for t in targets] == ["__all__"]:
+            continue
+        return False
+    return bool(tree.body)
+
+
 def test_no_module_only_re_exports() -> None:
-    """The paths removed before the first release stay removed."""
+    """Every module of the package holds code of its own: no module exists to give names another
+    path (a package's ``__init__.py`` gathers its modules' names, as ``models`` must for Django).
+    The paths removed before the first release stay removed."""
     package = ROOT / "django_sqltasks"
+    modules = [p for p in package.rglob("*.py") if p.name != "__init__.py"]
+    assert len(modules) > 100
+    shims = [
+        str(p.relative_to(package)) for p in modules if only_re_exports(ast.parse(p.read_text()))
+    ]
+    assert shims == []
     for old in ("admin_subject", "subject", "metrics", "results", "workflows", "progress_report"):
         assert not (package / f"{old}.py").exists(), old

@@ -92,18 +92,18 @@ class Completer:
         database: str,
         worker_id: str,
         executor: Executor,
-        signals: ReceiverThread,
+        receivers: ReceiverThread,
         sender: type,
-        progress: FailingRoles,
+        failing: FailingRoles,
         stopping: threading.Event,
     ) -> None:
         # Set once here, read from any thread.
         self._database = database
         self._worker_id = worker_id
         self._executor = executor
-        self._signals = signals
+        self._receivers = receivers
         self._sender = sender
-        self._progress = progress
+        self._failing = failing
         self._stopping = stopping
         # Guarded by _lock: the batch filling up, full batches waiting, the batch being
         # written, whether a flush is under way, and the count of outcomes written.
@@ -223,7 +223,7 @@ class Completer:
             if again:
                 self.on_ready_again(min(_due_in(o) for o in again))
         if self._reported(batch):
-            self._signals.post(self._send_finished, batch)
+            self._receivers.post(self._send_finished, batch)
 
     def _reported(self, batch: Batch) -> bool:
         """Whether ``batch`` has a finish that ``task_finished`` reports: some receiver acts
@@ -246,7 +246,7 @@ class Completer:
             try:
                 self._store(batch, unsettled, judging=answered >= JUDGE_AFTER)
             except DatabaseAway as e:
-                self._progress.failed("writing outcomes")
+                self._failing.failed("writing outcomes")
                 rounds += 1
                 answered = answered + 1 if e.answers else 0
                 if self._stopping.is_set() and rounds > ROUNDS_WHEN_STOPPING:
@@ -268,7 +268,7 @@ class Completer:
                 )
                 self._stopping.wait(wait)
             else:
-                self._progress.succeeded("writing outcomes")
+                self._failing.succeeded("writing outcomes")
 
     def _store(self, batch: Batch, outcomes: list[Outcome], *, judging: bool = False) -> None:
         """Write ``outcomes``; salvage those the database refuses. Raise ``DatabaseAway`` on a

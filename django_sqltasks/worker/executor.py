@@ -63,7 +63,7 @@ class Executor:
         backend: Any,
         loop: asyncio.AbstractEventLoop,
         threads: TaskThreads,
-        signals: ReceiverThread,
+        receivers: ReceiverThread,
         completer: Completer,
         done: Callable[[uuid.UUID], None],
         supervisor: TaskWatch | None = None,
@@ -76,7 +76,7 @@ class Executor:
         self._loop = loop
         self._loop_thread = threading.get_ident()  # made on the loop thread
         self._threads = threads
-        self._signals = signals
+        self._receivers = receivers
         self._completer = completer
         self._done = done
         # With --processes: sync tasks' timeouts and cancels are the supervisor's, which can
@@ -152,7 +152,7 @@ class Executor:
 
     async def _start_async(self, starting: list[Starting]) -> None:
         """Send task_started for a batch of async tasks in one hop, then run them."""
-        await asyncio.wrap_future(self._signals.post(_send_each, starting))
+        await asyncio.wrap_future(self._receivers.post(_send_each, starting))
         self._run_each(starting)
 
     def _run_each(self, starting: list[Starting]) -> None:

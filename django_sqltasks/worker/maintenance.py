@@ -57,7 +57,7 @@ class Maintenance:
         backend: Any,
         lease: Lease,
         db: Executor,
-        progress: FailingRoles,
+        failing: FailingRoles,
         stopped: threading.Event,
         on_cancel_requested: Callable[[list[uuid.UUID]], None],
         on_suspects: Callable[[], None] | None = None,
@@ -70,7 +70,7 @@ class Maintenance:
         self.interval: float = backend.config.heartbeat_interval
         self.retention = Retention.for_backend(backend)  # PRUNE_*_DAYS, or None
         self._db = db
-        self._progress = progress
+        self._failing = failing
         self._stopped = stopped  # set by the runner: the threads end
         self._scheduling = threading.Event()  # set while periodic tasks may be enqueued
         self._on_cancel_requested = on_cancel_requested
@@ -121,7 +121,7 @@ class Maintenance:
 
     def beat(self) -> None:
         """Renew the lease (unless this worker is stuck), then read cancel requests and prune."""
-        stalled = self._progress.stalled(self.lease.timeout)
+        stalled = self._failing.stalled(self.lease.timeout)
         if stalled:
             # A worker that can neither claim nor write outcomes must let its tasks go: a
             # healthy worker rescues them once this lease runs out.

@@ -52,7 +52,7 @@ class Producer:
         slots: Slots,
         db: DatabaseThread,
         completer: Completer,
-        progress: FailingRoles,
+        failing: FailingRoles,
         poll_interval: float,
         burst: bool,
         max_tasks: int | None,
@@ -69,7 +69,7 @@ class Producer:
         self._claims = claims
         self._db = db
         self._completer = completer
-        self._progress = progress
+        self._failing = failing
         # Set by the runner before the loop starts.
         self.executor: Executor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -165,13 +165,13 @@ class Producer:
             except Exception:
                 self._drained = False
                 self._claiming = False
-                self._progress.failed("claiming")
+                self._failing.failed("claiming")
                 logger.exception("Claim failed worker_id=%s; retrying", self.worker_id)
                 await self.sleep(self.poll_interval)
                 continue
             # _claiming stays set until the next sleep: a wake-up that comes while the rows
             # are taken in or limits scanned (both may await) is not lost to its clear().
-            self._progress.succeeded("claiming")
+            self._failing.succeeded("claiming")
             self._hold(rows)
             if not claims.limited_active and (
                 len(rows) < free or time.monotonic() >= self._next_scan
@@ -217,12 +217,12 @@ class Producer:
         try:
             claimed = await self._db.call(self._claims.claim_suspect)
         except Exception:
-            self._progress.failed("claiming")
+            self._failing.failed("claiming")
             logger.exception(
                 "Claiming a suspect task failed worker_id=%s; retrying", self.worker_id
             )
             return 0
-        self._progress.succeeded("claiming")
+        self._failing.succeeded("claiming")
         if claimed is None:
             # None waits, or their limits are full: look again when told, or at a burst end.
             self._suspects.waiting = False
@@ -249,7 +249,7 @@ class Producer:
         except Exception:
             # Not retried: it keeps its mark, and is charged if its worker dies beside the
             # next suspect (a crash during a database fault).
-            self._progress.failed("claiming")
+            self._failing.failed("claiming")
             logger.exception("Clearing suspect task id=%s failed", task_id)
             return
         if not cleared:

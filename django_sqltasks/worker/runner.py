@@ -92,7 +92,7 @@ class Worker:
             max_rescues=config.max_rescues,
         )
         self._stopped = threading.Event()  # set when the worker winds down: threads end
-        self._progress = FailingRoles()
+        self._failing = FailingRoles()
         self._db = DatabaseThread(self.database, self._stopped)
         # Outcomes are written on a connection of their own, so that a claim and a write run
         # at the same time; a database that takes one writer at a time shares one.
@@ -103,15 +103,15 @@ class Worker:
             else ThreadPoolExecutor(1, thread_name_prefix="sqltasks-writer")
         )
         self._threads = TaskThreads(concurrency)
-        self._signals = ReceiverThread()  # its thread starts with the loop
+        self._receivers = ReceiverThread()  # its thread starts with the loop
         self.slots = Slots(concurrency, self.prefetch)
         self._completer = Completer(
             database=self.database,
             worker_id=self.worker_id,
             executor=self._writer,
-            signals=self._signals,
+            receivers=self._receivers,
             sender=type(task_backend),
-            progress=self._progress,
+            failing=self._failing,
             stopping=self._stopped,
         )
         self._claims = Claims(
@@ -127,7 +127,7 @@ class Worker:
             slots=self.slots,
             db=self._db,
             completer=self._completer,
-            progress=self._progress,
+            failing=self._failing,
             poll_interval=poll_interval or config.poll_interval,
             burst=burst,
             max_tasks=max_tasks,
@@ -141,7 +141,7 @@ class Worker:
             backend=task_backend,
             lease=self.lease,
             db=self._db.executor,
-            progress=self._progress,
+            failing=self._failing,
             stopped=self._stopped,
             on_cancel_requested=self._producer.on_cancel_requested,
             on_suspects=self._producer.on_suspects,
@@ -219,12 +219,12 @@ class Worker:
 
     async def _main(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
-        self._signals.start()
+        self._receivers.start()
         self._executor = Executor(
             backend=self.backend,
             loop=loop,
             threads=self._threads,
-            signals=self._signals,
+            receivers=self._receivers,
             completer=self._completer,
             done=self._producer.task_done,
             supervisor=self._supervisor,
@@ -283,7 +283,7 @@ class Worker:
         if self._native is not None:
             await self._native.close()
         await asyncio.to_thread(self._completer.wait_idle, WRITES_WAIT)
-        await asyncio.wrap_future(self._signals.post(lambda: None))
+        await asyncio.wrap_future(self._receivers.post(lambda: None))
         await asyncio.to_thread(self._maintenance.join)
         await self._db.call(self.lease.unregister)
         for executor in {self._db.executor, self._writer}:
@@ -291,7 +291,7 @@ class Worker:
             executor.shutdown(wait=True)
         # Threads of requeued sync tasks cannot be stopped; do not wait for them.
         await asyncio.to_thread(self._threads.stop, not self.abandoned)
-        self._signals.stop(timeout=5)
+        self._receivers.stop(timeout=5)
         logger.info(
             "Worker stopped worker_id=%s processed=%d",
             self.worker_id,

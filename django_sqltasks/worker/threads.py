@@ -1,4 +1,4 @@
-"""The worker's threads: a pool that runs sync tasks, and one thread that sends signals.
+"""The worker's threads: a pool that runs sync tasks, and one that runs the task signals' receivers.
 
 Both are used from several threads: every method here is safe to call from any of them.
 """

@@ -155,3 +155,26 @@ def test_detail_page_has_no_delete_for_unfinished_tasks(superuser_client: Client
     delete = reverse("admin:django_sqltasks_taskrecord_delete", args=[ready.pk])
     assert superuser_client.post(delete, {"post": "yes"}).status_code == 403
     assert TaskRecord.objects.filter(pk=ready.pk).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("task_path", "said"),
+    [
+        ("tests.tasks.slow_sync", "1 running sync task(s) cannot be interrupted"),
+        ("tests.tasks.slow_async", "1 running async task(s) will be cancelled at their worker"),
+    ],
+)
+def test_cancelling_a_running_task_says_what_happens_to_it(
+    superuser_client: Client, task_path: str, said: str
+) -> None:
+    row = task_row(TaskResultStatus.RUNNING, task_path=task_path, args=[1])
+    response = superuser_client.post(
+        reverse("admin:django_sqltasks_taskrecord_changelist"),
+        {"action": "cancel_tasks", "_selected_action": [row.pk]},
+        follow=True,
+    )
+    text = response.content.decode()
+    assert "0 task(s) cancelled" not in text and "skipped" not in text
+    assert said in text
+    assert TaskRecord.objects.get(pk=row.pk).cancel_requested

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections, transaction
+from django.http import HttpRequest, JsonResponse
+from django.test import Client
+from django.urls import path
 
 from django_sqltasks.compat import TaskResultStatus, task_backends, task_enqueued
 from django_sqltasks.enqueue import coalescer as aio
@@ -270,3 +274,31 @@ async def test_a_coalesced_batch_over_max_allowed_packet_is_split(settings: Any)
     count = await TaskRecord.objects.filter(id__in=ids).acount()
     await close_thread_connections()
     assert count == 20
+
+
+async def enqueue_view(request: HttpRequest) -> JsonResponse:
+    result = await tasks.add.aenqueue(1, 2)
+    fetched = await tasks.add.aget_result(result.id)
+    return JsonResponse({"id": result.id, "status": fetched.status})
+
+
+urlpatterns = [path("enqueue/", enqueue_view)]
+
+
+@pytest.mark.django_db
+def test_an_async_view_s_enqueue_is_rolled_back_with_the_test(settings: Any) -> None:
+    settings.ROOT_URLCONF = __name__
+    response = Client().get("/enqueue/")
+    assert response.json()["status"] == "READY"  # read back inside the test's transaction
+    task_id = response.json()["id"]
+    assert TaskRecord.objects.filter(pk=task_id).exists()
+    other = connections.create_connection("default")  # sees only what was committed
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(
+                f"SELECT COUNT(*) FROM {TaskRecord._meta.db_table} WHERE id = %s",
+                [TaskRecord._meta.pk.get_db_prep_value(uuid.UUID(task_id), other)],
+            )
+            assert cursor.fetchone()[0] == 0, "the row was committed beside the test"
+    finally:
+        other.close()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test import override_settings
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
@@ -331,3 +332,57 @@ def test_a_single_worker_process_does_not_load_the_supervisor() -> None:
     )
     loaded = done.stdout.strip()
     assert "supervisor" not in loaded and ".pipe" not in loaded, loaded
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_exclude_queues_runs_every_other_queue() -> None:
+    ran = [tasks.noop.using(queue_name=queue).enqueue() for queue in ("default", "slow")]
+    left = tasks.noop.using(queue_name="other").enqueue()
+    call_command("tasks_worker", "-Q", "*", "-X", "other", "--burst", "-v", "0")
+    for result in ran:
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL
+    left.refresh()
+    assert left.status == TaskResultStatus.READY
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["-Q", "default", "-X", "other"], "with -Q '*' or without -Q"),
+        (["-X", "nosuch"], "'nosuch' is not a queue"),
+        (["-X", "default,other,slow"], "excludes every queue"),
+        (["-p", "1", "--max-memory-per-child", "200000"], "write 200000KiB"),
+        (["-p", "1", "--max-memory-per-child", "1.5G"], "such as 512 (MiB), 512MB"),
+    ],
+)
+def test_worker_options_refused_with_a_hint(arguments: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("tasks_worker", *arguments)
+
+
+def test_worker_help_examples_match_what_the_options_do(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        call_command("tasks_worker", "--help")
+    text = capsys.readouterr().out
+    assert "-l info " in text and "-l debug " not in text
+    assert "--exclude-queues" in text and "200000KiB" in text
+
+
+WRONG_PATH = {
+    "default": {"BACKEND": "django_sqltasks.SQLTasksBackend"},  # "Tasks": a typo
+    "other": {"BACKEND": "django_sqltasks.backend.SQLTaskBackend", "QUEUES": ["x" * 300]},
+}
+
+
+def test_the_worker_blames_the_tasks_entry_not_a_flag_nobody_passed() -> None:
+    with override_settings(TASKS=WRONG_PATH), pytest.raises(CommandError) as caught:
+        call_command("tasks_worker", "--burst")
+    assert str(caught.value).startswith("TASKS['default']: Could not find backend ")
+
+
+def test_an_unknown_alias_blames_the_flag_and_lists_the_aliases() -> None:
+    with pytest.raises(CommandError) as caught:
+        call_command("tasks_worker", "--burst", "--backend", "nope")
+    assert str(caught.value).startswith("--backend: 'nope' is not in TASKS (its aliases: ")
+    assert "'default'" in str(caught.value)

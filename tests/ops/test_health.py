@@ -320,7 +320,7 @@ def maintenance_of(lease_id: str) -> tuple[Maintenance, ThreadPoolExecutor]:
         backend=task_backends["default"],
         lease=lease,
         db=db,
-        progress=FailingRoles(),
+        failing=FailingRoles(),
         stopped=threading.Event(),
         on_cancel_requested=lambda ids: None,
     )
@@ -481,3 +481,16 @@ def test_the_dead_rows_threshold(
     )
     found = {w.check_id for w in health.warnings(upkeep)}
     assert ("django_sqltasks.W004" in found) == warns
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="autovacuum is PostgreSQL's")
+@pytest.mark.django_db
+def test_autovacuum_is_not_judged_for_a_table_that_does_not_exist_yet() -> None:
+    """Before ``migrate`` there is no task table to clean: W003 says nothing of it (W002 says
+    to migrate)."""
+    from django_sqltasks.sql.health import read_postgresql  # PostgreSQL's reader only
+
+    with connection.cursor() as cursor:
+        health = read_postgresql(cursor, connection.ops.quote_name("never_migrated_tasks"))
+    assert health.autovacuum is None and health.autovacuum_off_by == ()
+    assert health.live_rows is None and health.dead_rows is None

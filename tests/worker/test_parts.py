@@ -44,17 +44,17 @@ class Completing:
 
     def __init__(self) -> None:
         self.writer = ThreadPoolExecutor(1)
-        self.signals = ReceiverThread()
-        self.signals.start()
+        self.receivers = ReceiverThread()
+        self.receivers.start()
         self.stopping = threading.Event()
-        self.progress = FailingRoles()
+        self.failing = FailingRoles()
         self.completer = Completer(
             database="default",
             worker_id=WORKER,
             executor=self.writer,
-            signals=self.signals,
+            receivers=self.receivers,
             sender=type(task_backends["default"]),
-            progress=self.progress,
+            failing=self.failing,
             stopping=self.stopping,
         )
 
@@ -62,7 +62,7 @@ class Completing:
         self.stopping.set()
         self.writer.submit(connections.close_all).result()
         self.writer.shutdown()
-        self.signals.stop(timeout=5)
+        self.receivers.stop(timeout=5)
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_the_completer_salvages_an_outcome_the_database_refuses(completing: Comp
     assert record.errors[-1]["exception_class_path"] == OUTCOME_NOT_STORED
     assert "refused this task's outcome" in record.errors[-1]["traceback"]
     assert TaskRecord.objects.succeeded().filter(id__in=ids).count() == 4
-    assert completing.progress.stalled(-1) == []
+    assert completing.failing.stalled(-1) == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -360,26 +360,26 @@ def test_a_worker_that_makes_no_progress_stops_renewing_its_lease(
 ) -> None:
     lease = _lease(timeout=0.05)
     lease.register()
-    progress = FailingRoles()
+    failing = FailingRoles()
     db = ThreadPoolExecutor(1)
     maintenance = Maintenance(
         backend=task_backends["default"],
         lease=lease,
         db=db,
-        progress=progress,
+        failing=failing,
         stopped=threading.Event(),
         on_cancel_requested=lambda ids: None,
     )
     try:
         before = WorkerRecord.objects.get(id=WORKER).heartbeat_at
-        progress.failed("writing outcomes")
+        failing.failed("writing outcomes")
         time.sleep(0.1)
         with caplog.at_level(logging.ERROR, logger="django_sqltasks"):
             maintenance.beat()
         assert WorkerRecord.objects.get(id=WORKER).heartbeat_at == before
         assert "Not renewing the lease" in caplog.text
         assert "writing outcomes has failed" in caplog.text
-        progress.succeeded("writing outcomes")
+        failing.succeeded("writing outcomes")
         maintenance.beat()
         assert WorkerRecord.objects.get(id=WORKER).heartbeat_at > before
     finally:

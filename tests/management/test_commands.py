@@ -1,0 +1,41 @@
+"""What every command does alike when the database cannot be reached: one line naming it,
+no traceback."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from tests import forkserver
+from tests.conftest import ROOT, worker_env
+
+
+def unreachable_env() -> dict[str, str]:
+    """The test settings, pointed at a database of this run's kind that cannot be reached."""
+    env = worker_env()
+    env.pop("SQLTASKS_TEST_DB_NAME", None)
+    if connection.vendor == "sqlite":
+        env["SQLTASKS_SQLITE_PATH"] = "/nonexistent/folder/tasks.sqlite3"
+        env.pop("DATABASE_URL", None)
+    else:
+        scheme = "postgres" if connection.vendor == "postgresql" else "mysql"
+        user = connection.settings_dict["USER"]
+        env["DATABASE_URL"] = f"{scheme}://{user}@127.0.0.1:1/sqltasks"
+    return env
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["tasks_status"],
+        ["tasks_check"],
+        ["tasks_prune", "--dry-run"],
+        ["check", "--database", "default"],
+    ],
+)
+def test_commands_say_in_one_line_that_the_database_is_down(command: list[str]) -> None:
+    done = forkserver.run_django(command, unreachable_env(), worker_env(), str(ROOT), timeout=60)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output
+    assert "Cannot connect to database 'default'" in output
