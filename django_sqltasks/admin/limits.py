@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import TaskLimit, TaskRecord
 from .display import cut_html
+from .lists import WritesLocked
 
 if TYPE_CHECKING:
     LimitAdminBase = admin.ModelAdmin[TaskLimit]
@@ -19,7 +20,7 @@ else:
 
 
 @admin.register(TaskLimit)
-class TaskLimitAdmin(LimitAdminBase):
+class TaskLimitAdmin(WritesLocked, LimitAdminBase):
     """Each limit workers enforce: its numbers as last written, its RUNNING and waiting tasks."""
 
     list_display = (

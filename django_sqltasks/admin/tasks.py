@@ -33,6 +33,7 @@ from .lists import (
     TagFilter,
     TaskChangeList,
     TaskFilter,
+    WritesLocked,
 )
 from .task_actions import TaskActions, TaskAdminBase
 from .workflows import workflow_html
@@ -60,7 +61,7 @@ TIME_FIELDS = (
 
 
 @admin.register(TaskRecord)
-class TaskRecordAdmin(NulSafeAdmin, TaskActions, TaskAdminBase):
+class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
     # Fits 1280 px beside the filter sidebar (see changelist_view): priority and the start and
     # finish times are on the task's page.
     list_display = (

@@ -17,7 +17,7 @@ from ..core.options import BackendOptions
 from ..models import WorkerRecord
 from ..store.control import database_now
 from .display import moment_html
-from .lists import NulSafeAdmin
+from .lists import NulSafeAdmin, WritesLocked
 
 if TYPE_CHECKING:
     WorkerAdminBase = admin.ModelAdmin[WorkerRecord]
@@ -49,7 +49,7 @@ def is_live(worker: WorkerRecord) -> bool:
 
 
 @admin.register(WorkerRecord)
-class WorkerRecordAdmin(NulSafeAdmin, WorkerAdminBase):
+class WorkerRecordAdmin(WritesLocked, NulSafeAdmin, WorkerAdminBase):
     list_display = (
         "id",
         "hostname",

@@ -1,20 +1,29 @@
-"""The admin's pages that write (a schedule saved or deleted, a queue limit set) while a
-worker writes: on SQLite they wait for the write lock instead of failing with "database is
-locked" (a transaction that read before another connection wrote cannot write at all)."""
+"""The admin's pages that write (a schedule saved or deleted, a queue limit set, a finished
+task, a limit row or a dead worker's row deleted) while a worker writes: on SQLite they wait
+for the write lock instead of failing with "database is locked" (a transaction that read
+before another connection wrote cannot write at all)."""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
-from django_sqltasks.models import QueueLimitOverride, ScheduleRecord
-from tests.factories import superuser_client
+from django_sqltasks.models import (
+    QueueLimitOverride,
+    ScheduleRecord,
+    TaskLimit,
+    TaskRecord,
+    WorkerRecord,
+)
+from tests.factories import superuser_client, task_row
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -27,6 +36,10 @@ pytestmark = [
 TICK = "tests.tasks.tick"
 SCHEDULES = "/admin/django_sqltasks/schedulerecord/"
 LIMITS = "/admin/django_sqltasks/queuelimitoverride/"
+TASK_LIMITS = "/admin/django_sqltasks/tasklimit/"
+TASKS = "/admin/django_sqltasks/taskrecord/"
+WORKERS = "/admin/django_sqltasks/workerrecord/"
+OLD = timezone.now() - timedelta(days=1)  # a heartbeat that long ago: the worker is dead
 
 
 class WorkerWrite:
@@ -127,3 +140,29 @@ def test_a_queue_limit_set_while_a_worker_writes(worker_write: WorkerWrite) -> N
     assert post(client, f"{LIMITS}add/", {**data, "rate_limit": ""}) == 302
     assert worker_write.blocked is True
     assert QueueLimitOverride.objects.get(queue_name="other").concurrency == 3
+
+
+def test_a_task_limit_deleted_while_a_worker_writes(worker_write: WorkerWrite) -> None:
+    """The limits page deletes a limit row (workers write it again when they next claim)."""
+    client = superuser_client()
+    row = TaskLimit.objects.create(backend_name="default", key=f"task:{TICK}", concurrency=2)
+    assert post(client, f"{TASK_LIMITS}{row.pk}/delete/", {"post": "yes"}) == 302
+    assert worker_write.blocked is True
+    assert not TaskLimit.objects.filter(pk=row.pk).exists()
+
+
+def test_a_finished_task_deleted_while_a_worker_writes(worker_write: WorkerWrite) -> None:
+    client, row = superuser_client(), task_row("SUCCESSFUL")
+    assert post(client, f"{TASKS}{row.pk}/delete/", {"post": "yes"}) == 302
+    assert worker_write.blocked is True
+    assert not TaskRecord.objects.filter(pk=row.pk).exists()
+
+
+def test_a_dead_worker_deleted_while_a_worker_writes(worker_write: WorkerWrite) -> None:
+    client = superuser_client()
+    row = WorkerRecord.objects.create(
+        id="gone", backend_name="default", hostname="elsewhere", pid=1, heartbeat_at=OLD
+    )
+    assert post(client, f"{WORKERS}{row.pk}/delete/", {"post": "yes"}) == 302
+    assert worker_write.blocked is True
+    assert not WorkerRecord.objects.filter(pk=row.pk).exists()

@@ -331,7 +331,7 @@ def test_more_due_rows_than_a_batch_fire_once_each(monkeypatch: pytest.MonkeyPat
     assert broken.next_run_at is None  # read at each tick until fixed, logged once
 
 
-@pytest.mark.worker_process
+@pytest.mark.worker_process_core  # the tick's connection of its own is per database
 @pytest.mark.django_db(transaction=True)
 def test_the_heartbeat_goes_on_while_a_tick_is_held(
     worker_process: StartWorker, events: EventLog, gate: Gate

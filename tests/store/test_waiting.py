@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import socket
 import threading
 import time
 import uuid
@@ -579,6 +580,111 @@ def test_a_wait_outlasts_its_connection_being_killed(
     assert backend().cancel(result.id)  # the task ends while the waiter's connection is gone
     go.set()
     assert waiting.join().status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class_path == CANCELLED
+
+
+class Outage:
+    """A TCP relay to the database server, for the connections opened while the test points
+    its database settings at it: ``down(n)`` breaks the connections it relays and turns the
+    next ``n`` away (closed before the server's greeting, as from a server that is restarting,
+    or a proxy with no server behind it), then it relays again."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._server = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._to_refuse = 0
+        self.turned_away = 0
+        self._open: list[socket.socket] = []  # relayed now
+        self._sockets: list[socket.socket] = []  # every one relayed, closed at the end
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def down(self, refusals: int) -> None:
+        with self._lock:
+            self._to_refuse = refusals
+            for each in self._open:
+                with contextlib.suppress(OSError):
+                    each.shutdown(socket.SHUT_RDWR)
+            self._open.clear()
+
+    def close(self) -> None:
+        self.down(0)
+        self._listener.close()
+        for each in self._sockets:
+            each.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                if self._to_refuse:
+                    self._to_refuse -= 1
+                    self.turned_away += 1
+                    client.close()
+                    continue
+                server = socket.create_connection(self._server)
+                self._open += [client, server]
+                self._sockets += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        for each in (source, sink):
+            with contextlib.suppress(OSError):
+                each.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_wait_outlasts_an_outage_of_its_database(how: str) -> None:
+    """The server goes away while a wait's connection is open, and turns the next
+    connections away: the wait tries again, backing off, until the server is back and reads
+    its task's end (a wait raised OperationalError during an outage, though its task ended)."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no server to lose: a file")
+    result = tasks.add.enqueue(1, 2)
+    settings = connection.settings_dict  # shared by every thread's connection
+    outage = Outage(settings["HOST"] or "127.0.0.1", int(settings["PORT"]))
+    connected, go = threading.Event(), threading.Event()
+
+    def connect() -> None:
+        drop(connections["default"])  # a thread's connection, opened again through the relay
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT 1")
+
+    def wait() -> Any:
+        connect()
+        if how == "async":
+            _on_async_thread(connect)  # the async ORM's thread (PostgreSQL reads on the loop)
+        connected.set()
+        assert go.wait(30)
+        if how == "async":
+            return asyncio.run(result.await_result(timeout=60))
+        return result.wait(timeout=60)
+
+    direct = (settings["HOST"], settings["PORT"])
+    settings["HOST"], settings["PORT"] = "127.0.0.1", outage.port  # this thread stays connected
+    try:
+        waiting = InThread(wait)
+        assert connected.wait(30)
+        outage.down(refusals=4)
+        assert backend().cancel(result.id)  # the task ends during the outage
+        go.set()
+        assert waiting.join().status == TaskResultStatus.FAILED
+    finally:
+        settings["HOST"], settings["PORT"] = direct
+        outage.close()
+        # The async ORM's thread lives as long as the process: no relayed connection stays.
+        _on_async_thread(lambda: drop(connections["default"]))
+    assert outage.turned_away == 4  # the wait tried each time, and then read its task
     assert result.errors[-1].exception_class_path == CANCELLED
 
 

@@ -50,7 +50,16 @@ def _enqueue(marker: Path, gate: Gate, status: int = 1) -> tuple[str, list[str]]
 
 def _enqueue_members(kind: str, marker: Path, gate: Gate) -> tuple[str, list[str]]:
     """The same, as four tasks of one fair task (a key each) or of one concurrency limit: the
-    limited claim takes them together."""
+    limited claim takes them together. ``mixed``: a limited poison beside a fair, a limited and
+    a plain innocent, which the limited and the plain claims take into one worker."""
+    if kind == "mixed":
+        crasher = tasks.limited_member.enqueue(str(marker), gate.path, "t0", kill=True).id
+        innocents = [
+            tasks.fair_member.enqueue(str(marker), gate.path, "t1").id,
+            tasks.limited_member.enqueue(str(marker), gate.path, "t2").id,
+            tasks.record_at_gate.enqueue(str(marker), gate.path).id,
+        ]
+        return crasher, innocents
     member = tasks.fair_member if kind == "fair" else tasks.limited_member
     crasher = member.enqueue(str(marker), gate.path, "t0", kill=True).id
     innocents = [member.enqueue(str(marker), gate.path, f"t{i}").id for i in range(1, 4)]
@@ -148,13 +157,14 @@ def test_a_restarted_single_worker_runs_the_suspects_alone(
 
 
 @pytest.mark.worker_process_core
-@pytest.mark.parametrize("kind", ["fair", "limited"])
+@pytest.mark.parametrize("kind", ["fair", "limited", "mixed"])
 def test_a_poison_among_limited_or_fair_tasks_fails_alone_under_a_restart_loop(
     worker_process: StartWorker, gate: Gate, tmp_path: Path, kind: str
 ) -> None:
-    """The poison and its innocents are of one fair task, or one concurrency limit: the
-    limited claim takes them together. Its innocents were charged at each rescue and taken
-    with it again, and failed after MAX_RESCUES; now they become suspects like any other."""
+    """The poison and its innocents are of one fair task, or one concurrency limit (the
+    limited claim takes them together), or a mix of limited, fair and plain tasks. Its limited
+    and fair innocents were charged at each rescue and taken with it again, and failed after
+    MAX_RESCUES; now they become suspects like any other."""
     marker = tmp_path / "ran"
     crasher, innocents = _enqueue_members(kind, marker, gate)
     env = {**ENV, "SQLTASKS_LEASE_TIMEOUT": "120"}
@@ -170,7 +180,7 @@ def test_a_poison_among_limited_or_fair_tasks_fails_alone_under_a_restart_loop(
 
 
 @pytest.mark.worker_process_core
-@pytest.mark.parametrize("kind", ["fair", "limited"])
+@pytest.mark.parametrize("kind", ["fair", "limited", "mixed"])
 def test_a_poison_among_limited_or_fair_tasks_fails_alone_under_a_supervisor(
     worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path, kind: str
 ) -> None:
