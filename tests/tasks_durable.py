@@ -7,7 +7,7 @@ import math
 import os
 import signal
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +210,43 @@ def count_page(page: int) -> int:
 @task(takes_context=True)
 def adds_alone(context: Any) -> Any:
     return context.add_to_group(count_page.s(1))
+
+
+def _hostile(kind: str) -> Any:
+    """Values no test can pass as a task's argument (enqueue refuses them): built here."""
+    return {
+        "surrogate": "a\ud800b",
+        "nul": "a\x00b",
+        "10kb": "n" * 10_240,
+        "huge_int": 2**64,
+        "1e300": 1e300,
+        "-1": -1,
+        "inf": math.inf,
+        "nan": math.nan,
+        "-1 day": timedelta(days=-1),
+        "naive 9999": datetime(9999, 12, 31),
+        "not a time": "tomorrow",
+    }[kind]
+
+
+@task(takes_context=True)
+def hostile(context: Any, call: str, kind: str) -> Any:
+    """One durable call (``call``) given a hostile value (``kind``, see ``_hostile``)."""
+    value = _hostile(kind)
+    if call == "step name":
+        return context.step(value, lambda: 1)
+    if call == "step result":
+        return context.step("bad", lambda: value)
+    if call == "sleep":
+        return context.sleep(value)
+    if call == "sleep until":
+        return context.sleep(until=value)
+    if call == "sleep name":
+        return context.sleep(0, name=value)
+    if call == "timeout":
+        return context.wait_for_event("order.paid", "1", timeout=value)
+    if call == "event name":
+        return context.wait_for_event(value, "1")
+    if call == "event key":
+        return context.wait_for_event("order.paid", value)
+    raise AssertionError(call)

@@ -196,6 +196,8 @@ class TestValidation:
             ((math.nan,), {}, r"args\[0\] is nan"),
             ((), {"x": math.inf}, r"kwargs\['x'\] is inf"),
             ((2**70,), {}, r"args\[0\] is an integer outside the signed 64-bit range"),
+            ((-1e300,), {}, r"args\[0\] is -1e\+300, a float of magnitude 2\*\*63 or more"),
+            ((2.0**63,), {}, r"args\[0\] is 9.223372036854776e\+18, a float of magnitude"),
             ((b"\xff",), {}, r"args\[0\] is bytes that are not valid UTF-8"),
             ((object(),), {}, r"args\[0\] is a builtins.object"),
         ],

@@ -13,6 +13,9 @@ from ..exceptions import InvalidTaskArguments
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+# Floats of this magnitude or more are integers, which PostgreSQL's jsonb writes out in full
+# digits (1e300 as 1 and 300 zeros): they come back as integers beyond 64 bits.
+FLOAT_MIN, FLOAT_MAX = -(2.0**63), 2.0**63
 # Nesting levels of one argument or return value. MariaDB's JSON stops at 32 levels (its
 # JSON_VALID check refuses deeper documents, and the args column adds a level), so this is the
 # deepest every supported database stores; deeper data is almost certainly a mistake.
@@ -24,7 +27,8 @@ def check_json(value: Any, where: str, _depth: int = 0) -> None:
 
     Accepts what Django's ``normalize_json`` accepts (tuples and bytearrays become lists,
     UTF-8 bytes become str), and refuses what a database's JSON would silently change:
-    non-string object keys, NaN and infinities, integers beyond 64 bits; and text no
+    non-string object keys, NaN and infinities, integers beyond 64 bits and floats of their
+    magnitude (PostgreSQL returns them as such integers); and text no
     database can take back: NUL characters (PostgreSQL's jsonb refuses them) and lone
     surrogates (not UTF-8).
     """
@@ -43,6 +47,12 @@ def check_json(value: Any, where: str, _depth: int = 0) -> None:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidTaskArguments(f"{where} is {value!r}, which JSON cannot represent.")
+        if not FLOAT_MIN < value < FLOAT_MAX:
+            raise InvalidTaskArguments(
+                f"{where} is {value!r}, a float of magnitude 2**63 or more, which PostgreSQL's "
+                "JSON gives back as an integer outside the signed 64-bit range; pass it as a "
+                "string."
+            )
         return
     if _depth >= MAX_DEPTH:
         raise InvalidTaskArguments(

@@ -66,6 +66,7 @@ class Executor:
         receivers: ReceiverThread,
         completer: Completer,
         done: Callable[[uuid.UUID], None],
+        suspended: Callable[[uuid.UUID], None],
         supervisor: TaskWatch | None = None,
         reporter: Reporter | None = None,
     ) -> None:
@@ -79,6 +80,7 @@ class Executor:
         self._receivers = receivers
         self._completer = completer
         self._done = done
+        self._suspended = suspended  # before ``done``: the attempt stopped at a sleep or wait
         # With --processes: sync tasks' timeouts and cancels are the supervisor's, which can
         # stop them (by replacing this process); without, a timeout only frees the slot.
         self._supervisor = supervisor
@@ -345,6 +347,7 @@ class Executor:
 
     def _failed(self, attempt: Attempt, exc: BaseException) -> None:
         if isinstance(exc, Suspended):  # put back to READY by the task's own thread
+            self._suspended(attempt.row.id)
             outcomes.log_suspended(attempt, exc)
             return
         exc = attempts.from_task_frame(exc)

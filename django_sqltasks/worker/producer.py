@@ -380,9 +380,9 @@ class Producer:
         rows.sort(key=_start_order)
         ready, again = self.slots.hold(rows, first=first)
         for row in again:
-            logger.warning(
-                "Task id=%s was claimed again while this worker runs it (a server crash lost "
-                "the first claim); it is not started twice",
+            logger.info(
+                "Task id=%s was claimed again while this worker holds it: it starts once its "
+                "attempt ends, if that attempt stopped at a sleep or a wait",
                 row.id,
                 extra={"action": "claimed_again", "task_id": row.id, "worker_id": self.worker_id},
             )
@@ -437,7 +437,14 @@ class Producer:
     def task_done(self, task_id: uuid.UUID) -> None:
         """A task's function returned (any thread): start a waiting task in its slot, and
         wake the claim loop if it asked."""
-        ready, wake = self.slots.release(task_id)
+        ready, wake, dropped = self.slots.release(task_id)
+        if dropped is not None:
+            logger.warning(
+                "Task id=%s was claimed again while this worker ran it (a server crash lost "
+                "the first claim); it was not started twice",
+                task_id,
+                extra={"action": "not_started_twice", "task_id": task_id},
+            )
         self._start(ready)
         if wake and self._loop is not None:
             if threading.get_ident() == self._loop_thread:

@@ -227,6 +227,7 @@ class Worker:
             receivers=self._receivers,
             completer=self._completer,
             done=self._producer.task_done,
+            suspended=self.slots.suspended,
             supervisor=self._supervisor,
             reporter=self._reporter,
         )

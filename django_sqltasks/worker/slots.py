@@ -24,6 +24,9 @@ class Slots:
         self._active = 0  # tasks started, function not returned yet
         self._held: set[uuid.UUID] = set()  # claimed, function not returned yet
         self._waiting: deque[ClaimedRow] = deque()  # claimed, waiting for a slot
+        self._again: dict[uuid.UUID, ClaimedRow] = {}  # held, and claimed again (see hold)
+        self._suspended: set[uuid.UUID] = set()  # held, their attempt stopped at a sleep/wait
+        self._closing = False  # the worker stops: a row claimed again is left to its requeue
         self._wake_below = -1  # the loop wants waking once this few tasks are held
 
     @property
@@ -48,10 +51,13 @@ class Slots:
         slot now (the rest wait), and those this worker holds already, which it does not take
         in a second time.
 
-        A claim takes a task this worker holds only when an earlier claim of it was lost:
-        a server crash lost the claim's commit (CLAIM_SYNCHRONOUS_COMMIT), the row was READY
-        again, and this worker claimed it anew while its first attempt ran. That attempt's
-        outcome settles the row (it is RUNNING and this worker's again)."""
+        A claim takes a task this worker holds in two cases, told apart when its attempt ends
+        (``release``). A durable task's attempt put it back to READY at a sleep or a wait, and
+        the sleep ended or its event came before the attempt let its slot go: the new claim
+        is the task's next run, and starts then. Or a server crash lost an earlier claim's
+        commit (CLAIM_SYNCHRONOUS_COMMIT), the row was READY again, and this worker claimed it
+        anew while its first attempt ran: that attempt's outcome settles the row (it is
+        RUNNING and this worker's again), and the new claim is dropped."""
         with self._lock:
             held = self._held
             ids = [row.id for row in rows]
@@ -60,6 +66,7 @@ class Slots:
                 again = [row for row in rows if row.id in held]
                 rows = [row for row in rows if row.id not in held]
                 ids = [row.id for row in rows]
+                self._again.update((row.id, row) for row in again)
             self._claimed += len(rows)
             held.update(ids)
             if first:
@@ -68,18 +75,36 @@ class Slots:
                 self._waiting.extend(rows)
             return self._take_waiting(), again
 
-    def release(self, task_id: uuid.UUID) -> tuple[list[ClaimedRow], bool]:
+    def suspended(self, task_id: uuid.UUID) -> None:
+        """The attempt of held task ``task_id`` stopped at a sleep or a wait: its task is
+        READY again, and a claim of it before ``release`` is its next run."""
+        with self._lock:
+            self._suspended.add(task_id)
+
+    def release(self, task_id: uuid.UUID) -> tuple[list[ClaimedRow], bool, ClaimedRow | None]:
         """A task's function returned: free its slot. Return the waiting rows to start in it,
-        and whether the loop asked to be woken."""
+        whether the loop asked to be woken, and the row of this task claimed again meanwhile
+        that is dropped (its first attempt's outcome settles it; see ``hold``)."""
         with self._lock:
             self._finished += 1
             self._active -= 1
             self._held.discard(task_id)
+            again = self._again.pop(task_id, None)
+            dropped = None
+            if task_id in self._suspended:
+                self._suspended.discard(task_id)
+                if again is not None and not self._closing:
+                    # The task's next run: first in line, in the slot just freed.
+                    self._claimed += 1
+                    self._held.add(task_id)
+                    self._waiting.appendleft(again)
+            else:
+                dropped = again
             ready = self._take_waiting() if self._waiting else []
             wake = self._claimed - self._finished <= self._wake_below
             if wake:
                 self._wake_below = -1  # once is enough until the loop sleeps again
-        return ready, wake
+        return ready, wake, dropped
 
     def let_go(self, rows: list[ClaimedRow]) -> None:
         """Stop counting ``rows`` as held: they were taken back before they started."""
@@ -92,7 +117,8 @@ class Slots:
         """Take the waiting rows (or the one with ``task_id``) out: they will not start here
         and no longer count as held. Return them."""
         with self._lock:
-            if task_id is None:
+            if task_id is None:  # the worker stops
+                self._closing = True
                 dropped = list(self._waiting)
                 self._waiting.clear()
             else:

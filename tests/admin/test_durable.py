@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import TaskRecord
+from django_sqltasks.models import EventRecord, TaskRecord
 from django_sqltasks.worker import Worker
 from tests import tasks_durable
 
@@ -122,4 +122,26 @@ def test_ending_a_wait_needs_the_run_permission(
     client.force_login(user)
     url = reverse("admin:django_sqltasks_taskrecord_end_wait", args=[result.id])
     assert client.post(url).status_code == 403
+    assert TaskRecord.objects.get(pk=result.id).status == TaskResultStatus.READY
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("NaN", "The event payload is nan, which JSON cannot represent."),
+        ('{"amount": 1e300}', "The event payload[&#x27;amount&#x27;] is 1e+300, a float of"),
+        ('"a\\u0000b"', "The event payload contains a NUL character"),
+        ('"\\ud800"', "The event payload contains a lone surrogate"),
+    ],
+)
+def test_an_operators_payload_the_rules_refuse_is_reported_and_sends_nothing(
+    payload: str, message: str, admin_client: Client, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    result = tasks_durable.waiter.enqueue(str(tmp_path / "log"), "order.paid", "6")
+    run_worker()
+    url = reverse("admin:django_sqltasks_taskrecord_send_event", args=[result.id])
+    response = admin_client.post(url, {"payload": payload}, follow=True)
+    assert message in response.content.decode()
+    assert not EventRecord.objects.filter(sent_at__isnull=False).exists()
+    run_worker()
     assert TaskRecord.objects.get(pk=result.id).status == TaskResultStatus.READY

@@ -80,12 +80,9 @@ def test_pruning_unclaimed_events_reads_their_index(filled: uuid.UUID) -> None:
     assert "sqltasks_event_unclaimed_idx" in plan, plan
 
 
-def test_ten_thousand_waiting_tasks_cost_the_claim_nothing() -> None:
-    """Tasks stopped at a sleep or a wait are READY rows due later (or in the year 9999):
-    beside 10,000 of them, a claim of due tasks reads about what it reads without them."""
-    add_ready(*[("default", 0, -i) for i in range(1, 101)])
-    indexes_analyze()
-    alone = claim_reads(["default"])
+def park_10_000() -> None:
+    """10,000 tasks stopped at a sleep or a wait: READY rows due in an hour or more, or in the
+    year 9999 (a wait without a timeout)."""
     now = timezone.now()
     insert_rows(
         TaskRecord(task_path="tests.tasks_durable.waiter", backend_name="default"),
@@ -93,6 +90,28 @@ def test_ten_thousand_waiting_tasks_cost_the_claim_nothing() -> None:
         lambda i: {"available_at": parked_at() if i % 2 else now + timedelta(hours=1, seconds=i)},
     )
     indexes_analyze()
+
+
+def test_ten_thousand_waiting_tasks_cost_the_claim_nothing() -> None:
+    """Tasks stopped at a sleep or a wait are READY rows due later (or in the year 9999):
+    beside 10,000 of them, a claim of due tasks reads about what it reads without them."""
+    add_ready(*[("default", 0, -i) for i in range(1, 101)])
+    indexes_analyze()
+    alone = claim_reads(["default"])
+    park_10_000()
     beside = claim_reads(["default"])
     print(f"\n[{connection.vendor}] a claim's reads: {alone} alone, {beside} beside 10,000 waiting")
     assert beside <= 2 * alone + 20, (alone, beside)
+
+
+def test_a_claim_that_finds_nothing_due_reads_no_more_beside_10_000_waiting() -> None:
+    """What an idle worker's claims meet: no task due, 10,000 stopped at a sleep or a wait."""
+    indexes_analyze()
+    alone = claim_reads(["default"])
+    park_10_000()
+    beside = claim_reads(["default"])
+    print(
+        f"\n[{connection.vendor}] a claim that finds nothing due reads {alone} alone, "
+        f"{beside} beside 10,000 waiting"
+    )
+    assert beside <= alone + 10, (alone, beside)

@@ -3,6 +3,8 @@ claim's own transaction, and for nothing else (enqueues, outcomes and requeues s
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,12 +13,13 @@ import pytest
 from django.core import checks
 from django.db import connection, transaction
 
+from django_sqltasks import send_event
 from django_sqltasks.compat import TaskResultStatus, task_backends
 from django_sqltasks.core.options import BackendOptions, OptionError
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql import dialect_for
 from django_sqltasks.worker import Worker
-from tests import tasks
+from tests import tasks, tasks_durable
 from tests.conftest import set_backend_options, worker_thread
 from tests.events import EventLog, Gate
 
@@ -123,3 +126,40 @@ def test_a_task_claimed_again_while_it_runs_is_not_started_twice(
     assert record.status == TaskResultStatus.SUCCESSFUL
     assert record.owner is None and record.attempts == 1
     assert len(path.read_text().splitlines()) == 1  # it ran once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_durable_task_claimed_again_before_its_attempt_ends_runs_on(tmp_path: Path) -> None:
+    """A task stopped at a wait is READY once the wait's transaction commits, a moment before
+    its attempt ends and lets the slot go. An event sent in that moment makes it due, and the
+    worker may claim it while it still holds the attempt: that claim is the task's next run,
+    and starts when the attempt ends (nothing else would start it: the row is RUNNING and
+    this worker's, whose lease stays alive)."""
+    reclaimed = threading.Event()
+
+    class Between(logging.Handler):
+        """Holds the stopped attempt (on its thread, as it logs its stop) until the worker
+        has claimed its task again."""
+
+        def handle(self, record: logging.LogRecord) -> bool:  # not emit: it holds a lock
+            action = getattr(record, "action", None)
+            if action == "claimed_again":
+                reclaimed.set()
+            elif action == "task_suspended" and not reclaimed.is_set():
+                assert send_event("order.paid", "between", "paid") is True
+                assert reclaimed.wait(30), "the worker did not claim the task again"
+            return True
+
+    handler = Between(logging.INFO)
+    logger = logging.getLogger("django_sqltasks")
+    logger.addHandler(handler)
+    try:
+        result = tasks_durable.waiter.enqueue(str(tmp_path / "log"), "order.paid", "between")
+        with worker_thread(Worker(concurrency=2, queue_names=["*"])):
+            result.wait(timeout=30)
+    finally:
+        logger.removeHandler(handler)
+    assert reclaimed.is_set()
+    record = TaskRecord.objects.get(id=result.id)
+    assert (record.status, record.return_value) == (TaskResultStatus.SUCCESSFUL, "paid")
+    assert tasks_durable.effects(tmp_path / "log") == ["before", "after:between"]
