@@ -64,7 +64,7 @@ WORKER = textwrap.dedent(
     # PostgreSQL wakes the loop itself (woken_here); elsewhere a thread does (on_wake).
     wrap(producer.Producer, "on_wake", "woken_by_notify")
     wrap(producer.Producer, "woken_here", "woken_by_notify")
-    wrap(producer.Producer, "_wake_now", "loop_acts")
+    wrap(producer.Producer, "_woken", "loop_acts")
     wrap(producer.Producer, "_claim_rows", "claim_start", "claim_end")
     from django.core.management import call_command
     call_command("tasks_worker", "--concurrency", "10", "-v", "0")
@@ -137,11 +137,11 @@ def segments(log: Path) -> dict[str, list[float]]:
 def server_costs(env: dict[str, str]) -> str:
     code = textwrap.dedent(
         """
-        import random, statistics, time, uuid
+        import random, statistics, time
         import django
         django.setup()
         from django.db import connection
-        from django_sqltasks.sql import dialect_for
+        from django_sqltasks.sql import UNLIMITED, dialect_for
         from tests.tasks import probe_latency
 
         def median(run, n=100, idle=False):
@@ -176,21 +176,23 @@ def server_costs(env: dict[str, str]) -> str:
                 cursor.execute("DROP TABLE sqltasks_commit_probe")
             show("enqueue()", lambda: lambda: probe_latency.enqueue(1))
             if connection.vendor == "postgresql":
-                # The claims a worker runs: of its queues (the walk over priorities), and
-                # of an announced task by its id (claim_announced_sql): one due task each time.
+                # The claim as the worker runs it (the walk over priorities), and the same
+                # claim of one task named by its id: one due task each time.
                 walk, walk_params = dialect.claim_sql(
                     backend_name="default", queue_names=None, worker_id="p", limit=10
+                )
+                where, where_params = dialect._ready_where("default", None, UNLIMITED)
+                by_id = (
+                    f"WITH picked AS (SELECT id FROM {dialect.tasks} WHERE id = %s AND {where} "
+                    "AND available_at <= now() FOR UPDATE SKIP LOCKED), claimed AS"
+                    + walk.split("), claimed AS")[1]
                 )
                 def claim_walk():
                     probe_latency.enqueue(1)
                     return lambda: cursor.execute(walk, walk_params)
                 def claim_id():
                     task = probe_latency.enqueue(1)
-                    by_id = dialect.claim_announced_sql(
-                        backend_name="default", queue_names=None, worker_id="p",
-                        task_ids=[uuid.UUID(task.id)],
-                    )
-                    return lambda: cursor.execute(*by_id)
+                    return lambda: cursor.execute(by_id, [task.id, *where_params, "p", "p"])
                 for mode in ("on", "off"):
                     cursor.execute(f"SET synchronous_commit = {mode}")
                     show(f"claim, walk over priorities, synchronous_commit={mode}", claim_walk)

@@ -193,11 +193,6 @@ STRUCTURAL = {
     "self.steps",
     "', '.join(STEP_COLUMNS)",
     "values",
-    # The payload of one new task's notification (sql/postgresql.py): fixed SQL over the
-    # inserted row's columns.
-    "_ANNOUNCE_ONE",
-    # The end of a claim (sql/postgresql.py): fixed SQL with the worker's id as parameters.
-    "self._claimed(commit)",
 }
 
 

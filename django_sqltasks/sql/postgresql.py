@@ -28,16 +28,7 @@ from .rows import (
 )
 from .vendor import driver_error
 
-# LISTEN/NOTIFY channel of new tasks. Payload: the queue name of the enqueued task(s); for one
-# new task that is due at once and under no limit, its queue name, ANNOUNCED_SEP and its id,
-# which a listening worker that has drained its queues may claim by that id (claim_announced).
-CHANNEL = "sqltasks"
-ANNOUNCED_SEP = "\x1f"  # the ASCII unit separator: chr(31) in SQL
-# The payload of one inserted row (a CTE's RETURNING queue_name, id, limit_key, available_at).
-_ANNOUNCE_ONE = (
-    "CASE WHEN limit_key IS NULL AND available_at <= statement_timestamp() "
-    "THEN queue_name || chr(31) || id::text ELSE queue_name END"
-)
+CHANNEL = "sqltasks"  # LISTEN/NOTIFY channel; payload: the queue name of the enqueued task(s)
 # The channel of finished tasks, for ``result.wait()``; payload: their ids, comma-separated.
 FINISHED_CHANNEL = "sqltasks_finished"
 # Ids per notification: 200 ids of 36 characters and their commas are 7,399 bytes, under
@@ -163,16 +154,9 @@ class PostgreSQLDialect(Dialect):
                 f"FROM jsonb_to_recordset(%s::jsonb) AS v({INSERT_RECORD})"
             )
             params = [_insert_document(tasks)]
-        if notify and len(tasks) == 1:
-            # One round trip: the notification rides on the INSERT and, like the row, is
-            # delivered at commit (or never, on rollback); it names the task when a worker
-            # may claim it by its id.
-            sql = (
-                f"WITH inserted AS ({sql} RETURNING queue_name, id, limit_key, available_at) "
-                f"SELECT pg_notify('{CHANNEL}', {_ANNOUNCE_ONE}) FROM inserted"
-            )
-        elif notify:
-            # One per distinct queue.
+        if notify:
+            # One round trip: the notification rides on the INSERT and, like the rows, is
+            # delivered at commit (or never, on rollback). One per distinct queue.
             sql = (
                 f"WITH inserted AS ({sql} RETURNING queue_name) "
                 f"SELECT pg_notify('{CHANNEL}', q) FROM (SELECT DISTINCT queue_name AS q "
@@ -182,10 +166,9 @@ class PostgreSQLDialect(Dialect):
 
     def insert_deduplicated(self, cursor: CursorWrapper, task: NewTask, notify: bool) -> bool:
         sql, params = super().insert_statement([task])
-        returning = f", pg_notify('{CHANNEL}', {_ANNOUNCE_ONE})" if notify else ""
+        returning = f", pg_notify('{CHANNEL}', queue_name)" if notify else ""
         cursor.execute(
-            f"WITH inserted AS ({sql} ON CONFLICT DO NOTHING "
-            "RETURNING id, queue_name, limit_key, available_at) "
+            f"WITH inserted AS ({sql} ON CONFLICT DO NOTHING RETURNING id, queue_name) "
             f"SELECT id{returning} FROM inserted",
             params,
         )
@@ -305,14 +288,21 @@ class PostgreSQLDialect(Dialect):
             # priorities (whose planning was most of its cost: 9 ms against 0.6 to run).
             return (
                 f"""
-            WITH picked AS (
-                SELECT id FROM {self.tasks}
-                WHERE {where} AND available_at <= now()
-                ORDER BY available_at
-                LIMIT %s
-                FOR UPDATE SKIP LOCKED
-            ){self._claimed(commit)}
-            """,
+                WITH picked AS (
+                    SELECT id FROM {self.tasks}
+                    WHERE {where} AND available_at <= now()
+                    ORDER BY available_at
+                    LIMIT %s
+                    FOR UPDATE SKIP LOCKED
+                ), claimed AS (
+                    UPDATE {self.tasks} AS t
+                    SET {CLAIM_SET}
+                    FROM picked WHERE t.id = picked.id
+                    RETURNING {RETURNING}
+                )
+                SELECT json_agg(json_build_array({COLUMNS}))::text{commit}
+                FROM claimed
+                """,
                 [*where_params, limit, worker_id, worker_id],
             )
         priorities, priority_params = self._priorities_sql(backend_name, queue_names, scope)
@@ -332,68 +322,16 @@ class PostgreSQLDialect(Dialect):
                     FOR UPDATE SKIP LOCKED
                 ) AS due
                 LIMIT %s
-            ){self._claimed(commit)}
-            """,
-            [*priority_params, *where_params, limit, limit, worker_id, worker_id],
-        )
-
-    def _claimed(self, commit: str) -> str:
-        """The end of a claim after its ``picked`` CTE: the picked rows marked RUNNING for the
-        worker (parameters: its id, twice), returned as one JSON document."""
-        # Indented as the statements it ends, whose text the SQL snapshots show.
-        return f""", claimed AS (
+            ), claimed AS (
                 UPDATE {self.tasks} AS t
                 SET {CLAIM_SET}
                 FROM picked WHERE t.id = picked.id AND t.status = 'READY'
                 RETURNING {RETURNING}
             )
             SELECT json_agg(json_build_array({COLUMNS}))::text{commit}
-            FROM claimed"""
-
-    def claim_announced_sql(
-        self,
-        *,
-        backend_name: str,
-        queue_names: list[str] | None,
-        worker_id: str,
-        task_ids: Sequence[uuid.UUID],
-        scope: Scope = UNLIMITED,
-    ) -> tuple[str, list[Any]]:
-        """The claim of announced tasks by their ids (a listening worker that drained its
-        queues, told of them by their enqueue): each of ``task_ids`` that the claim of
-        ``claim_sql`` could take now (READY, due, in the scope, its queue not paused) and
-        that no other task it could take comes before (a higher priority, due or not, or an
-        earlier due time at the same priority). One lookup of each id and one probe of a
-        ready index, where the walk over priorities reads every priority; what it leaves
-        the worker claims with ``claim_sql``."""
-        where, where_params = self._ready_where(backend_name, queue_names, scope)
-        commit = _commit_setting(backend_name)
-        ids = list(task_ids)
-        # "first" is the task the claim of the queues would consider first, other than
-        # these: the first entry of the ready index (priority DESC, available_at), read once
-        # (as a NOT EXISTS of each rule, the planner joined every row behind them: 1.2 s
-        # beside 300,000 deferred tasks of a higher priority, against 0.1 ms).
-        return (
-            f"""
-            WITH announced AS (
-                SELECT id, priority, available_at FROM {self.tasks}
-                WHERE id = ANY(%s::uuid[]) AND {where} AND available_at <= now()
-                FOR UPDATE SKIP LOCKED
-            ), first AS (
-                SELECT priority, available_at FROM {self.tasks}
-                WHERE {where} AND id <> ALL(%s::uuid[])
-                ORDER BY priority DESC, available_at
-                LIMIT 1
-            ), picked AS (
-                SELECT a.id FROM announced a
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM first f
-                    WHERE f.priority > a.priority
-                        OR (f.priority = a.priority AND f.available_at < a.available_at)
-                )
-            ){self._claimed(commit)}
+            FROM claimed
             """,
-            [ids, *where_params, *where_params, ids, worker_id, worker_id],
+            [*priority_params, *where_params, limit, limit, worker_id, worker_id],
         )
 
     def due_priorities_of_keys(
@@ -567,18 +505,6 @@ class PostgreSQLDialect(Dialect):
             [_outcomes_document(outcomes), worker_id],
         )
         return {self._decode_id(values[0]) for values in cursor.fetchall()}
-
-
-def read_announcement(payload: str) -> tuple[str | None, uuid.UUID | None]:
-    """The queue name (None: any) and, for one task a worker may claim by its id, the task's
-    id, of a notification on CHANNEL. A payload that is not of that form names a queue."""
-    queue_name, sep, tail = payload.rpartition(ANNOUNCED_SEP)
-    if sep:
-        try:
-            return queue_name, uuid.UUID(tail)
-        except ValueError:
-            pass
-    return payload or None, None
 
 
 def _announce_finished_sql(rows: str, where: str) -> str:

@@ -15,15 +15,14 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from django.db import connections
 
 from ..sql import ClaimedRow, Scope, dialect_for
 from ..sql.pg import connection_params, open_async
-from ..sql.postgresql import PostgreSQLDialect, read_announcement
+from ..sql.postgresql import PostgreSQLDialect
 from . import events
 
 logger = logging.getLogger("django_sqltasks")
@@ -48,7 +47,7 @@ class LoopDatabase:
         worker_id: str,
         scope: Scope,
         listen: bool,
-        on_wake: Callable[[str | None, uuid.UUID | None], None],
+        on_wake: Callable[[str | None], None],
     ) -> None:
         self.database = database
         self.backend_name = backend_name
@@ -112,21 +111,6 @@ class LoopDatabase:
             limit=limit,
             scope=self.scope,
         )
-        return await self._claim(sql, params)
-
-    async def claim_announced(self, task_ids: Sequence[uuid.UUID]) -> list[ClaimedRow]:
-        """Claim those of the announced ``task_ids`` that the main claim would take first
-        (``claim_announced_sql``); on errors as ``claim``."""
-        sql, params = self.dialect.claim_announced_sql(
-            backend_name=self.backend_name,
-            queue_names=self.queue_names,
-            worker_id=self.worker_id,
-            task_ids=task_ids,
-            scope=self.scope,
-        )
-        return await self._claim(sql, params)
-
-    async def _claim(self, sql: str, params: list[Any]) -> list[ClaimedRow]:
         try:
             connection = self._connection or await self._connect()
             self._unwatch()  # psycopg reads the socket while the statement runs
@@ -164,7 +148,7 @@ class LoopDatabase:
         self._connection = connection
         self._watch()
         if self._listen:
-            self._on_wake(None, None)  # anything sent while we were not listening
+            self._on_wake(None)  # anything sent while we were not listening
             events.emit("listening", worker_id=self.worker_id)
         return connection
 
@@ -186,7 +170,7 @@ class LoopDatabase:
         return self.dialect.claimed_rows(row[0])
 
     def _notified(self, notify: Any) -> None:
-        self._on_wake(*read_announcement(notify.payload))
+        self._on_wake(notify.payload or None)
 
     def _watch(self) -> None:
         """Read notifications as they arrive, until the next claim (listening workers only)."""
@@ -218,7 +202,7 @@ class LoopDatabase:
             self._loop_close(connection)
             return
         while (notify := pgconn.notifies()) is not None:
-            self._on_wake(*read_announcement(notify.extra.decode("utf-8", "replace")))
+            self._on_wake(notify.extra.decode("utf-8", "replace") or None)
 
     def _loop_close(self, connection: Any) -> None:
         assert self._loop is not None

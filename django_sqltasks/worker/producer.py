@@ -31,9 +31,6 @@ logger = logging.getLogger("django_sqltasks")
 GATHER_DELAY = 0.002  # seconds to let more slots free up before claiming a small batch
 SCAN_WHEN_BUSY = 1.0  # seconds between looks for limited tasks while every claim is full
 BUSY_POLL = 0.01  # seconds before polling again right after finding work; doubles when idle
-# Tasks announced by id since the last claim that a drained worker claims by those ids; more
-# wake it for a claim of its queues.
-ANNOUNCED_MAX = 64
 
 
 def _start_order(row: ClaimedRow) -> tuple[int, Any]:
@@ -88,17 +85,6 @@ class Producer:
         self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
-        # What the next claim may skip: the last claim of the queues found fewer due tasks
-        # than it asked for, and every new task wakes this worker (_drained), less than a
-        # poll interval ago (_read_queues_at, monotonic); since then it was told of these new
-        # tasks by id (_announced), and of nothing else (_unannounced: a wake-up without an
-        # id). The next claim then takes those by id, but for any that claim took already
-        # (_read_queues_took: its notification came after it).
-        self._drained = False
-        self._read_queues_at = 0.0
-        self._read_queues_took: set[uuid.UUID] = set()
-        self._announced: list[uuid.UUID] = []
-        self._unannounced = True
         self._stopping = False  # set by stop(): claim no more
         self._stop_unseen = False  # set by stop(), cleared by the next sleep, which it ends
         self._suspects = Suspects(suspect_bound)
@@ -150,20 +136,11 @@ class Producer:
                 free -= await self._claim_suspect()
                 if free <= 0:
                     continue
-            if self._may_skip_claim():
-                # Woken by a slot that freed: nothing is due that the last claim did not see.
-                await self.sleep(self.poll_interval)
-                continue
             written_before = self._completer.written
             try:
                 self._claiming, self._woken_in_claim = True, False
-                rows, seen_all = await self._claim_rows(free)
-                if seen_all:  # else a claim by id left it drained
-                    self._drained = len(rows) < free and self._told_of_new_tasks()
-                    self._read_queues_at = time.monotonic()
-                    self._read_queues_took = {row.id for row in rows}
+                rows = await self._claim_rows(free)
             except Exception:
-                self._drained = False
                 self._claiming = False
                 self._failing.failed("claiming")
                 logger.exception("Claim failed worker_id=%s; retrying", self.worker_id)
@@ -301,20 +278,10 @@ class Producer:
         if self._wake is not None:
             self._wake.set()
 
-    def woken_here(self, queue_name: str | None, task_id: uuid.UUID | None = None) -> None:
-        """A task may have been enqueued (told on the loop thread), or ``task_id`` was, due
-        now and under no limit: claim without waiting."""
-        if not self._serves(queue_name):
-            return
-        if (
-            task_id is None
-            or queue_name in self._claims.main_scope.exclude_queues  # the limited claim's
-            or len(self._announced) >= ANNOUNCED_MAX
-        ):
+    def woken_here(self, queue_name: str | None) -> None:
+        """A task may have been enqueued (told on the loop thread): claim without waiting."""
+        if self._serves(queue_name):
             self._woken()
-            return
-        self._announced.append(task_id)
-        self._wake_now()
 
     def _told_of_new_tasks(self) -> bool:
         """Whether a task that becomes claimable wakes this worker: it listens (PostgreSQL),
@@ -322,52 +289,19 @@ class Producer:
         native = self._native
         return native is not None and native.listening and not self._claims.limited_active
 
-    def _since_queues_read(self) -> bool:
-        """Whether the last claim of the queues drained them less than a poll ago, and the
-        worker has been told of every task enqueued since (the poll finds those that came due
-        by the clock)."""
-        return (
-            self._drained
-            and not self._unannounced
-            and not self.burst
-            and self._told_of_new_tasks()  # still listening
-            and time.monotonic() - self._read_queues_at < self.poll_interval
-        )
-
-    def _may_skip_claim(self) -> bool:
-        """Whether a claim would find nothing: the queues drained, and no task announced since
-        that their claim did not take."""
-        if not self._since_queues_read():
-            return False
-        took = self._read_queues_took
-        self._announced = [task_id for task_id in self._announced if task_id not in took]
-        return not self._announced
-
-    async def _claim_rows(self, free: int) -> tuple[list[ClaimedRow], bool]:
-        """Claim up to ``free`` tasks: on the loop where it can, else on the database thread.
-        Also return whether the claim read the queues (False: it took announced tasks by
-        their ids, and what else is due it did not look for)."""
+    async def _claim_rows(self, free: int) -> list[ClaimedRow]:
+        """Claim up to ``free`` tasks: on the loop where it can, else on the database thread."""
         native, claims = self._native, self._claims
-        by_id = self._since_queues_read() and 0 < len(self._announced) <= free
-        announced, self._announced, self._unannounced = self._announced, [], False
         if native is None or not native.ready or claims.limited_active:
-            return await self._db.call(claims.claim, free), True
+            return await self._db.call(claims.claim, free)
         try:
-            if by_id and native.listening:
-                # Nothing was due when the last claim drained the queues, and only these
-                # tasks were enqueued since: take them by id, unless a task the claim of
-                # the queues would take comes first (then that claim takes it, and them).
-                rows = await native.claim_announced(announced)
-                if len(rows) == len(announced):
-                    return rows, False
-                return [*rows, *await native.claim(free - len(rows))], True
-            return await native.claim(free), True
+            return await native.claim(free)
         except Exception as e:
             logger.warning(
                 "Claim on the event loop failed (%s); claiming on the database thread", e
             )
             # It may have committed: the thread's claim first puts back what it took.
-            return await self._db.call(claims.claim, free, True), True
+            return await self._db.call(claims.claim, free, True)
 
     def _hold(self, rows: list[ClaimedRow], first: bool = False) -> None:
         """Take claimed rows in: start as many as there are free slots, keep the rest waiting
@@ -476,9 +410,6 @@ class Producer:
         """A task may have been enqueued (from the wake-up thread): claim without waiting."""
         if not self._serves(queue_name):
             return
-        native = self._native  # read unlocked: a stale answer costs one wake-up, or a poll
-        if native is not None and native.listening:
-            return  # its NOTIFY wakes this worker, naming the task where it can be claimed by id
         if self._wake_pending or self._loop is None:
             return
         self._wake_pending = True
@@ -487,10 +418,6 @@ class Producer:
 
     def _woken(self) -> None:
         self._wake_pending = False
-        self._unannounced = True
-        self._wake_now()
-
-    def _wake_now(self) -> None:
         if self._claiming:
             self._woken_in_claim = True
         self._idle_sleep = BUSY_POLL

@@ -400,37 +400,6 @@ def operations() -> list[Operation]:
             ),
         ),
         Operation(
-            "claim_announced",
-            "the claim of announced tasks by their ids (worker/producer.py: a listening worker "
-            "that drained its queues, told of new tasks by id), unless a task the claim "
-            "would take comes first",
-            (
-                Variant(
-                    "claim_announced_sql(task_ids=[id, id]): any queue",
-                    lambda d, c: c.execute(
-                        *d.claim_announced_sql(
-                            backend_name=BACKEND,
-                            queue_names=None,
-                            worker_id=WORKER,
-                            task_ids=[_id(1), _id(2)],
-                        )
-                    ),
-                ),
-                Variant(
-                    "claim_announced_sql(queue_names=['default'], task_ids=[id]): one queue",
-                    lambda d, c: c.execute(
-                        *d.claim_announced_sql(
-                            backend_name=BACKEND,
-                            queue_names=["default"],
-                            worker_id=WORKER,
-                            task_ids=[_id(1)],
-                        )
-                    ),
-                ),
-            ),
-            vendors=("postgresql",),
-        ),
-        Operation(
             "claim_fair",
             "the fair claim (worker/fair.py): the priorities of a round's keys, then one pass "
             "per priority",

@@ -73,7 +73,7 @@ def _loop_database(**kwargs: Any) -> LoopDatabase:
         "worker_id": WORKER,
         "scope": UNLIMITED,
         "listen": False,
-        "on_wake": lambda queue, task_id: None,
+        "on_wake": lambda queue: None,
     }
     values.update(kwargs)
     return LoopDatabase(**values)
@@ -157,7 +157,7 @@ def test_a_notify_wakes_the_loop_listener() -> None:
     woken: list[str | None] = []
 
     async def scenario() -> None:
-        loop_database = _loop_database(listen=True, on_wake=lambda queue, _: woken.append(queue))
+        loop_database = _loop_database(listen=True, on_wake=woken.append)
         await loop_database.start()
         try:
             for _ in range(100):  # the listener's own None comes once it listens
@@ -193,8 +193,8 @@ def test_a_killed_claim_connection_falls_back_and_runs_each_task_once(
             cursor.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND application_name = %s "
-                "AND (query LIKE %s OR query LIKE %s) AND pid <> pg_backend_pid()",
-                [WORKER_APPLICATION_NAME, "%priorities(p) AS%", "%WITH announced AS%"],
+                "AND query LIKE %s AND pid <> pg_backend_pid()",
+                [WORKER_APPLICATION_NAME, "%priorities(p) AS%"],
             )
     events.wait("task_finished", count=count, timeout=60)
     worker.signal(signal.SIGTERM)
@@ -328,58 +328,3 @@ def test_a_retry_due_soon_runs_when_due_with_the_poll_an_hour_away(
     counter = tmp_path / "calls"
     _run_until_finished(worker, 1, lambda: [tasks.flaky_with_backoff.enqueue(str(counter), 1).id])
     assert counter.read_text().splitlines() == ["call", "call"]
-
-
-def test_a_drained_worker_claims_each_announced_task_by_its_id(
-    monkeypatch: pytest.MonkeyPatch, settings: Any
-) -> None:
-    """One task enqueued at a time, each after the last finished: after the first, the
-    worker has drained its queues and claims each new task by the id its notification
-    carries; a task the claim of the queues would take first (a higher priority, even one not
-    yet due) sends it back to that claim, and the announced task still runs."""
-    set_backend_options(settings, HEARTBEAT_INTERVAL=3600, LEASE_TIMEOUT=7200)
-    claims: list[tuple[str, int]] = []
-    by_id, of_queues = LoopDatabase.claim_announced, LoopDatabase.claim
-
-    async def claim_announced(self: Any, task_ids: Any) -> Any:
-        rows = await by_id(self, task_ids)
-        claims.append(("id", len(rows)))
-        return rows
-
-    async def claim(self: Any, limit: int) -> Any:
-        rows = await of_queues(self, limit)
-        claims.append(("queues", len(rows)))
-        return rows
-
-    monkeypatch.setattr(LoopDatabase, "claim_announced", claim_announced)
-    monkeypatch.setattr(LoopDatabase, "claim", claim)
-    worker = Worker(concurrency=2, queue_names=["*"], poll_interval=3600)
-    finished = threading.Event()
-    ids: list[str] = []
-
-    def on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        if task_result.id == ids[-1]:
-            finished.set()
-
-    task_finished.connect(on_finished)
-    try:
-        with worker_thread(worker):
-            for _ in range(3):
-                finished.clear()
-                ids.append(tasks.add.enqueue(1, 2).id)
-                assert finished.wait(30), "an announced task did not run"
-            first_by_id = len(claims)
-            # Waiting, not due for an hour: a higher priority than the next new task.
-            tasks.add.using(priority=9, run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
-            finished.clear()
-            ids.append(tasks.add.enqueue(1, 2).id)
-            assert finished.wait(30), "a task held back from its claim by id did not run"
-    finally:
-        task_finished.disconnect(on_finished)
-    # The first task may have been found either way; the next two were claimed by id.
-    taken = [c for c in claims[:first_by_id] if c[1]]
-    assert taken[-2:] == [("id", 1), ("id", 1)]
-    # The deferred task came in a notification without an id (it was not due), and the
-    # last task's claim by id found a higher priority waiting: the claim of the queues took it.
-    assert ("queues", 1) in claims[first_by_id:]
-    assert all(c != ("id", 1) for c in claims[first_by_id:])

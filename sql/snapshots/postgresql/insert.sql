@@ -34,11 +34,9 @@ WITH inserted AS (INSERT INTO "django_sqltasks_taskrecord" (id, task_path, backe
     priority, status, args, kwargs, errors, worker_ids, attempts, enqueued_at, run_after,
     available_at, dedupe_key, limit_key, trace_parent, workflow_id, tags) VALUES (%s, %s, %s, %s,
     %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s, %s, COALESCE(%s,
-    statement_timestamp()), %s, %s, %s, %s, %s::jsonb) RETURNING queue_name, id, limit_key,
-    available_at)
-SELECT pg_notify('sqltasks', CASE WHEN limit_key IS NULL AND available_at <= statement_timestamp()
-    THEN queue_name || chr(31) || id::text ELSE queue_name END)
-FROM inserted;
+    statement_timestamp()), %s, %s, %s, %s, %s::jsonb) RETURNING queue_name)
+SELECT pg_notify('sqltasks', q)
+FROM (SELECT DISTINCT queue_name AS q FROM inserted) AS queues;
 -- %s 1: UUID('01940000-0000-7000-8000-000000000001')
 -- %s 2: 'shop.tasks.send_receipt'
 -- %s 3: 'shop'

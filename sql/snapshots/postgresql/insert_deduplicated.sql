@@ -8,7 +8,7 @@ WITH inserted AS (INSERT INTO "django_sqltasks_taskrecord" (id, task_path, backe
     available_at, dedupe_key, limit_key, trace_parent, workflow_id, tags) VALUES (%s, %s, %s, %s,
     %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s, %s, COALESCE(%s,
     statement_timestamp()), %s, %s, %s, %s, %s::jsonb) ON CONFLICT DO NOTHING RETURNING id,
-    queue_name, limit_key, available_at)
+    queue_name)
 SELECT id
 FROM inserted;
 -- %s 1: UUID('01940000-0000-7000-8000-000000000001')
@@ -38,9 +38,8 @@ WITH inserted AS (INSERT INTO "django_sqltasks_taskrecord" (id, task_path, backe
     available_at, dedupe_key, limit_key, trace_parent, workflow_id, tags) VALUES (%s, %s, %s, %s,
     %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s, %s, COALESCE(%s,
     statement_timestamp()), %s, %s, %s, %s, %s::jsonb) ON CONFLICT DO NOTHING RETURNING id,
-    queue_name, limit_key, available_at)
-SELECT id, pg_notify('sqltasks', CASE WHEN limit_key IS NULL AND available_at <=
-    statement_timestamp() THEN queue_name || chr(31) || id::text ELSE queue_name END)
+    queue_name)
+SELECT id, pg_notify('sqltasks', queue_name)
 FROM inserted;
 -- %s 1: UUID('01940000-0000-7000-8000-000000000001')
 -- %s 2: 'shop.tasks.send_receipt'
