@@ -45,7 +45,7 @@ def report_and_fail(context: Any) -> None:
 @task(takes_context=True)
 def report_hostile(context: Any) -> None:
     context.set_progress(0.5, "nul \x00 and lone \udc80 surrogate")
-    context.set_metadata({"k\x00": "v\ud800", "big": 1e300, "nested": {"list": ["\x00"]}})
+    context.set_metadata({"k\x00": "v\ud800", "big": 2**62, "nested": {"list": ["\x00"]}})
 
 
 @task(takes_context=True)
@@ -58,6 +58,8 @@ def report_bad(context: Any, kind: str) -> None:
         context.set_progress(0.5, "x" * 1000)
     elif kind == "metadata":
         context.set_metadata(value=float("inf"))
+    elif kind == "big":
+        context.set_metadata(big=1e300)
 
 
 @task(takes_context=True)
