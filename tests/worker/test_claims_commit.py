@@ -152,6 +152,10 @@ def test_a_durable_task_claimed_again_before_its_attempt_ends_runs_on(tmp_path: 
 
     handler = Between(logging.INFO)
     logger = logging.getLogger("django_sqltasks")
+    # The handler acts on INFO records, which a worker command run in this process before
+    # (tasks_worker -v 0) may have turned off on this logger.
+    level = logger.level
+    logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     try:
         result = tasks_durable.waiter.enqueue(str(tmp_path / "log"), "order.paid", "between")
@@ -159,6 +163,7 @@ def test_a_durable_task_claimed_again_before_its_attempt_ends_runs_on(tmp_path: 
             result.wait(timeout=30)
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
     assert reclaimed.is_set()
     record = TaskRecord.objects.get(id=result.id)
     assert (record.status, record.return_value) == (TaskResultStatus.SUCCESSFUL, "paid")
