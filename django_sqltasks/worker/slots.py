@@ -89,17 +89,18 @@ class Slots:
             self._finished += 1
             self._active -= 1
             self._held.discard(task_id)
-            again = self._again.pop(task_id, None)
             dropped = None
-            if task_id in self._suspended:
-                self._suspended.discard(task_id)
-                if again is not None and not self._closing:
-                    # The task's next run: first in line, in the slot just freed.
-                    self._claimed += 1
-                    self._held.add(task_id)
-                    self._waiting.appendleft(again)
-            else:
-                dropped = again
+            if self._again or self._suspended:  # rare: no id hashed for a task's end otherwise
+                again = self._again.pop(task_id, None)
+                if task_id in self._suspended:
+                    self._suspended.discard(task_id)
+                    if again is not None and not self._closing:
+                        # The task's next run: first in line, in the slot just freed.
+                        self._claimed += 1
+                        self._held.add(task_id)
+                        self._waiting.appendleft(again)
+                else:
+                    dropped = again
             ready = self._take_waiting() if self._waiting else []
             wake = self._claimed - self._finished <= self._wake_below
             if wake:
