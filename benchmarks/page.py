@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report
+from benchmarks import report, targets
 from benchmarks.scenarios import BUSY_PROBES_PER_PROBE
 from benchmarks.systems import SYSTEMS
 
@@ -310,10 +310,11 @@ def write(docs_dir: Path, page: Path) -> None:
         "sqltasks-sqlite,sqltasks-mariadb,vtasks-valkey,raw-sql --scenarios noop -n 50000 "
         "--repeat 3 --profile local-50k` (the steady state, where start-up weighs little) and "
         "`python -m "
-        "benchmarks run --rtt 2ms --systems sqltasks-pg,vtasks-valkey --scenarios "
+        "benchmarks run --rtt 2ms --systems sqltasks-pg,vtasks-valkey,sql-floor --scenarios "
         "noop,sleep,latency --repeat 1 --probes 10`; the `semaphore` profile, where present, "
         "is `--systems sqltasks-pg,vtasks-valkey --scenarios noop --arrival semaphore --repeat 3 "
-        "--profile semaphore`; the `fairness` profile is `--systems sqltasks-pg,sqltasks-sqlite,"
+        "--profile semaphore`, and `semaphore-50k` the same with `-n 50000`; the `fairness` "
+        "profile is `--systems sqltasks-pg,sqltasks-sqlite,"
         "sqltasks-mariadb --scenarios fairness -n 100000 --repeat 1 --profile fairness` and the "
         "`waiters` profile the same systems with `--scenarios waiters --profile waiters` "
         "(django-sqltasks only: no other system has fair keys or a wait on results). "
@@ -323,6 +324,7 @@ def write(docs_dir: Path, page: Path) -> None:
         "bench` (see `compose.yml` for netem). CI runs `python -m benchmarks run --smoke`. "
         "Where the time goes, and the targets not met yet: [Performance](performance.md).\n",
     ]
+    parts.append(targets.section(summaries))
     parts += [_profile_section(s, docs_dir) for s in summaries]
     trips = docs_dir / ROUND_TRIPS
     if trips.exists():  # python -m benchmarks roundtrips

@@ -34,6 +34,8 @@ THROUGHPUT_COLUMNS: dict[str, tuple[str, Formatter]] = {
     "enqueue_ops": ("Enqueue ops/s", _int),
     "process_ops": ("Process ops/s", _int),
     "cold_start_s": ("Cold start s", _s),
+    # The worker tree's CPU from its start to the last task, start-up included.
+    "worker_cpu_us_per_task": ("Worker CPU µs/task", _ms),
     "peak_rss_mb": ("Peak RSS MB (tree)", _int),
     "parent_hwm_mb": ("VmHWM MB (parent)", _int),
     "max_connections": ("Max conns", _int),
