@@ -27,6 +27,7 @@ if find_spec("django.tasks") is not None:
         TaskResultDoesNotExist,
         TaskResultMismatch,
     )
+    from django.tasks.signals import log_task_enqueued as logs_task_enqueued
     from django.tasks.signals import log_task_finished as logs_task_finished
     from django.tasks.signals import log_task_started as logs_task_started
     from django.tasks.signals import task_enqueued, task_finished, task_started
@@ -59,6 +60,9 @@ elif find_spec("django_tasks") is not None:  # pragma: no cover - exercised by t
     from django_tasks.exceptions import (  # type: ignore[no-redef]
         TaskResultDoesNotExist,
         TaskResultMismatch,
+    )
+    from django_tasks.signals import (  # type: ignore[no-redef]
+        log_task_enqueued as logs_task_enqueued,
     )
     from django_tasks.signals import (  # type: ignore[no-redef]
         log_task_finished as logs_task_finished,
@@ -104,6 +108,7 @@ __all__ = [
     "TaskResultDoesNotExist",
     "TaskResultMismatch",
     "TaskResultStatus",
+    "logs_task_enqueued",
     "logs_task_finished",
     "logs_task_started",
     "normalize_json",

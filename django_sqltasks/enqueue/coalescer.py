@@ -25,7 +25,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from ..compat import TaskResultDoesNotExist, task_enqueued
+from ..compat import TASKS_LOGGER, TaskResultDoesNotExist, logs_task_enqueued, task_enqueued
 from ..core.backends import SQLBackend
 from ..ids import finished_not_before
 from ..sql import NewTask, dialect_for, packet
@@ -114,10 +114,13 @@ class Coalescer:
         _settle(batch, [e if e is not None else next(sent) for e in errors])
 
     async def _send_enqueued(self, results: list[Any]) -> list[Exception | None]:
-        """Send ``task_enqueued`` for each written task in one thread hop; return each one's
-        receiver error (which fails that caller's ``aenqueue`` only: its row is written)."""
+        """Send ``task_enqueued`` for each written task in one thread hop (none when no
+        receiver would act: ``enqueued_unheard``); return each one's receiver error (which
+        fails that caller's ``aenqueue`` only: its row is written)."""
         if not results:
             return []
+        if enqueued_unheard(type(self.backend)):
+            return [None] * len(results)
         try:
             return await sync_to_async(_send_enqueued)(type(self.backend), results)
         except Exception as e:  # the hop itself failed: no caller may wait forever
@@ -151,6 +154,25 @@ class Coalescer:
 def _read_result(backend: SQLBackend, result_id: str) -> Any:
     drop_if_broken(connections[backend.database])  # a read before failed on a lost connection
     return backend.get_result(result_id)
+
+
+def enqueued_unheard(sender: type) -> bool:
+    """Whether sending ``task_enqueued`` from ``sender`` would call no receiver that does
+    anything: none is connected, or only Django's own, which logs at DEBUG to a logger that
+    drops DEBUG (as a project's default LOGGING does). Then a batch skips the send and the
+    thread hop it needs. Asked once per batch (it costs what one send does): a receiver
+    connected, or the logger's level changed, is seen by the next batch."""
+    if not task_enqueued.receivers:
+        return True
+    try:
+        receivers, async_receivers = task_enqueued._live_receivers(sender)
+    except Exception:  # pragma: no cover - a Django whose private API changed
+        return False
+    return (
+        not async_receivers
+        and all(receiver is logs_task_enqueued for receiver in receivers)
+        and not logging.getLogger(TASKS_LOGGER).isEnabledFor(logging.DEBUG)
+    )
 
 
 def _send_enqueued(sender: type, results: list[Any]) -> list[Exception | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import uuid
 from typing import Any
@@ -14,7 +15,7 @@ from django.http import HttpRequest, JsonResponse
 from django.test import Client
 from django.urls import path
 
-from django_sqltasks.compat import TaskResultStatus, task_backends, task_enqueued
+from django_sqltasks.compat import TASKS_LOGGER, TaskResultStatus, task_backends, task_enqueued
 from django_sqltasks.enqueue import coalescer as aio
 from django_sqltasks.exceptions import InvalidTaskArguments
 from django_sqltasks.models import TaskRecord
@@ -109,6 +110,44 @@ async def test_aenqueue_sends_task_enqueued_for_each_task() -> None:
     finally:
         task_enqueued.disconnect(receiver)
     assert sorted(received) == sorted((type(task_backends["default"]), r.id) for r in results)
+    await close_thread_connections()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_aenqueue_logs_through_djangos_receiver_when_its_logger_takes_debug(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch skips task_enqueued only while no receiver would act: Django's own receiver
+    logs at DEBUG, so with that level on, each task is logged; with it off, nothing is sent
+    (and no thread is hopped to for it)."""
+    backend = type(task_backends["default"])
+    sends: list[int] = []
+    original = aio._send_enqueued
+
+    def send(sender: type, results: list[Any]) -> list[Exception | None]:
+        sends.append(len(results))
+        return original(sender, results)
+
+    monkeypatch.setattr(aio, "_send_enqueued", send)
+    with caplog.at_level(logging.WARNING, logger=TASKS_LOGGER):
+        assert aio.enqueued_unheard(backend)
+        await asyncio.gather(*(tasks.noop.aenqueue() for _ in range(5)))
+    assert sends == []
+    with caplog.at_level(logging.DEBUG, logger=TASKS_LOGGER):
+        assert not aio.enqueued_unheard(backend)
+        results = await asyncio.gather(*(tasks.noop.aenqueue() for _ in range(5)))
+    logged = {r.args[0] for r in caplog.records if r.name == TASKS_LOGGER and r.args}
+    assert {r.id for r in results} <= logged and sum(sends) == 5
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        pass
+
+    task_enqueued.connect(receiver)
+    try:
+        with caplog.at_level(logging.WARNING, logger=TASKS_LOGGER):
+            assert not aio.enqueued_unheard(backend)
+    finally:
+        task_enqueued.disconnect(receiver)
     await close_thread_connections()
 
 
