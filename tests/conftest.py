@@ -256,6 +256,17 @@ def expire_lease(worker_id: str) -> None:
         assert not TaskRecord.objects.filter(owner=worker_id, status="RUNNING").exists()
 
 
+class Clock:
+    """A stand-in for a module's ``time`` (``monkeypatch.setattr(module, "time", clock)``) whose
+    monotonic clock is ``ahead`` seconds off the real one: a test moves time as data."""
+
+    def __init__(self, ahead: float = 0.0) -> None:
+        self.ahead = ahead
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
