@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import tempfile
@@ -17,6 +18,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from django_sqltasks.management import logs
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker import Worker
 from tests import forkserver
@@ -71,6 +73,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for title, text in report.sections
     ]
     return report
+
+
+@pytest.fixture(autouse=True)
+def _worker_loggers_restored() -> Iterator[None]:
+    """Give the loggers ``tasks_worker`` configures back as the test found them.
+
+    The command run in this process (``call_command``) sets their levels for the whole process:
+    after ``-v 0``, ``django_sqltasks`` drops INFO for every later test, and a test that acts on
+    INFO records (a handler that sets an event) waits out its timeout. Restored after every
+    test, not only the command's, so that no test's outcome depends on which ran before it.
+    """
+    saved = [
+        (logger, logger.level, list(logger.handlers), logger.propagate)
+        for logger in map(logging.getLogger, logs.LOGGERS)
+    ]
+    yield
+    for logger, level, handlers, propagate in saved:
+        logger.setLevel(level)
+        for handler in [h for h in logger.handlers if h not in handlers]:
+            logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 @pytest.fixture
