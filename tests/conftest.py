@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import tempfile
@@ -17,6 +18,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from django_sqltasks.management import logs
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.worker import Worker
 from tests import forkserver
@@ -71,6 +73,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for title, text in report.sections
     ]
     return report
+
+
+@pytest.fixture(autouse=True)
+def _worker_loggers_restored() -> Iterator[None]:
+    """Give the loggers ``tasks_worker`` configures back as the test found them.
+
+    The command run in this process (``call_command``) sets their levels for the whole process:
+    after ``-v 0``, ``django_sqltasks`` drops INFO for every later test, and a test that acts on
+    INFO records (a handler that sets an event) waits out its timeout. Restored after every
+    test, not only the command's, so that no test's outcome depends on which ran before it.
+    """
+    saved = [
+        (logger, logger.level, list(logger.handlers), logger.propagate)
+        for logger in map(logging.getLogger, logs.LOGGERS)
+    ]
+    yield
+    for logger, level, handlers, propagate in saved:
+        logger.setLevel(level)
+        for handler in [h for h in logger.handlers if h not in handlers]:
+            logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 @pytest.fixture
@@ -254,6 +277,17 @@ def expire_lease(worker_id: str) -> None:
         # these tests) had run out, which on a loaded machine can happen before this line.
         # The rescue that deleted it requeued its tasks first (worker/lease.py: rescue).
         assert not TaskRecord.objects.filter(owner=worker_id, status="RUNNING").exists()
+
+
+class Clock:
+    """A stand-in for a module's ``time`` (``monkeypatch.setattr(module, "time", clock)``) whose
+    monotonic clock is ``ahead`` seconds off the real one: a test moves time as data."""
+
+    def __init__(self, ahead: float = 0.0) -> None:
+        self.ahead = ahead
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05) -> Any:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOTS = ROOT / "sql" / "snapshots"
@@ -875,11 +876,18 @@ def _file(
 def render() -> dict[Path, str]:
     """Every snapshot file, by its path under SNAPSHOTS, as the dialects render it now."""
     from django.test import override_settings
+    from django.utils import timezone as dj_timezone
 
     files: dict[Path, str] = {}
-    # What the statements depend on in settings: datetimes stored with their time zone.
-    with override_settings(USE_TZ=True, TIME_ZONE="UTC"):
-        now = datetime.now(UTC)
+    now = datetime.now(UTC)
+    # What the statements depend on in settings: datetimes stored with their time zone. The
+    # dialects' clock stands still at ``now`` while they render, so that a value made "now"
+    # reads as now however long rendering takes (on a loaded machine, over half a second made
+    # it "now +1 s").
+    with (
+        override_settings(USE_TZ=True, TIME_ZONE="UTC"),
+        mock.patch.object(dj_timezone, "now", return_value=now),
+    ):
         for vendor in VENDORS:
             dialect = offline_dialect(vendor)
             for operation in operations():

@@ -27,6 +27,7 @@ from django_sqltasks.worker.native import LoopDatabase
 from tests import tasks
 from tests.conftest import (
     WORKER_APPLICATION_NAME,
+    Clock,
     WorkerProcess,
     set_backend_options,
     worker_thread,
@@ -131,10 +132,11 @@ def test_the_loop_claims_what_the_thread_would_with_times_read_as_django_reads_t
 def test_a_lost_claim_connection_raises_then_comes_back_after_a_delay(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(native, "RECONNECT_DELAY", 0.3)
+    clock = Clock()  # moved past the delay below, instead of waiting it out
+    monkeypatch.setattr(native, "time", clock)
     _insert(2)
 
-    async def scenario() -> tuple[int, bool, bool, int]:
+    async def scenario() -> tuple[int, bool, bool, bool, int]:
         loop_database = _loop_database()
         await loop_database.start()
         try:
@@ -143,32 +145,38 @@ def test_a_lost_claim_connection_raises_then_comes_back_after_a_delay(
             with pytest.raises(Exception, match="terminat"):
                 await loop_database.claim(1)
             down = loop_database.ready
-            await asyncio.sleep(0.4)
+            clock.ahead = native.RECONNECT_DELAY * 0.9
+            still_down = loop_database.ready
+            clock.ahead = native.RECONNECT_DELAY
             back = loop_database.ready
             second = await loop_database.claim(1)
-            return len(first), down, back, len(second)
+            return len(first), down, still_down, back, len(second)
         finally:
             await loop_database.close()
 
-    assert asyncio.run(scenario()) == (1, False, True, 1)
+    assert asyncio.run(scenario()) == (1, False, False, True, 1)
 
 
 def test_a_notify_wakes_the_loop_listener() -> None:
     woken: list[str | None] = []
 
     async def scenario() -> None:
-        loop_database = _loop_database(listen=True, on_wake=woken.append)
-        await loop_database.start()
+        by_default = asyncio.Event()
+
+        def on_wake(queue: str | None) -> None:  # on the loop's thread, as its reader is
+            woken.append(queue)
+            if queue == "default":
+                by_default.set()
+
+        loop_database = _loop_database(listen=True, on_wake=on_wake)
+        await loop_database.start()  # listens before it returns, then wakes with None
         try:
-            for _ in range(100):  # the listener's own None comes once it listens
-                if woken:
-                    break
-                await asyncio.sleep(0.05)
+            assert woken == [None]
             await asyncio.to_thread(_insert_and_close, 1)
-            for _ in range(100):
-                if "default" in woken:
-                    break
-                await asyncio.sleep(0.05)
+            try:
+                await asyncio.wait_for(by_default.wait(), 30)  # a bound only
+            except TimeoutError:
+                pytest.fail(f"no wake-up for queue 'default' within 30 s; woken: {woken}")
         finally:
             await loop_database.close()
 

@@ -22,14 +22,14 @@ from django.utils import timezone
 from django_sqltasks.compat import TaskResultStatus, task_backends
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import Outcome
-from django_sqltasks.worker import identity, threads
+from django_sqltasks.worker import identity, liveness, threads
 from django_sqltasks.worker.completer import MAX_BATCH, Completer
 from django_sqltasks.worker.lease import Lease, WorkerIdInUse
 from django_sqltasks.worker.liveness import FailingRoles
 from django_sqltasks.worker.maintenance import Maintenance
 from django_sqltasks.worker.outcomes import Ended
 from django_sqltasks.worker.threads import ReceiverThread, TaskThreads, _Look
-from tests.conftest import wait_for
+from tests.conftest import Clock, wait_for
 from tests.factories import task_row
 
 WORKER = "parts-worker"
@@ -240,10 +240,14 @@ def test_the_pool_judges_no_look_that_may_span_idle_time() -> None:
 
 def test_the_pool_gives_back_tasks_no_thread_has_taken() -> None:
     pool = TaskThreads(1, spawn_after=3600)
-    release = threading.Event()
-    pool.submit_many(lambda n: release.wait(10), [0])
-    wait_for(lambda: pool.started == 1)
-    time.sleep(0.05)
+    taken, release = threading.Event(), threading.Event()
+
+    def hold(n: int) -> None:
+        taken.set()
+        release.wait(10)
+
+    pool.submit_many(hold, [0])
+    assert taken.wait(10), "the pool's thread never took task 0"
     pool.submit_many(lambda n: None, [1, 2, 3])
     assert pool.take_queued() == [1, 2, 3]
     release.set()
@@ -356,10 +360,15 @@ def test_a_lease_rescues_the_tasks_of_a_silent_worker_and_reads_cancel_requests(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_that_makes_no_progress_stops_renewing_its_lease(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lease = _lease(timeout=0.05)
+    lease = _lease(timeout=30)
     lease.register()
+    # Time is data, not a wait: the lease was renewed ten seconds ago, so a renewal shows
+    # whatever the clock's resolution, and the outcome writer failed a minute ago (below),
+    # twice the lease's timeout.
+    renewed = timezone.now() - timedelta(seconds=10)
+    WorkerRecord.objects.filter(id=WORKER).update(heartbeat_at=renewed)
     failing = FailingRoles()
     db = ThreadPoolExecutor(1)
     maintenance = Maintenance(
@@ -372,13 +381,14 @@ def test_a_worker_that_makes_no_progress_stops_renewing_its_lease(
     )
     try:
         before = WorkerRecord.objects.get(id=WORKER).heartbeat_at
-        failing.failed("writing outcomes")
-        time.sleep(0.1)
+        with monkeypatch.context() as clock:
+            clock.setattr(liveness, "time", Clock(ahead=-60))
+            failing.failed("writing outcomes")
         with caplog.at_level(logging.ERROR, logger="django_sqltasks"):
             maintenance.beat()
         assert WorkerRecord.objects.get(id=WORKER).heartbeat_at == before
         assert "Not renewing the lease" in caplog.text
-        assert "writing outcomes has failed" in caplog.text
+        assert re.search(r"writing outcomes has failed for 6\ds", caplog.text)
         failing.succeeded("writing outcomes")
         maintenance.beat()
         assert WorkerRecord.objects.get(id=WORKER).heartbeat_at > before
