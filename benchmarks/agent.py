@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import random
 import socket
@@ -97,7 +98,8 @@ async def latency(
         async def send(seq: int, at: float, port: int) -> None:
             await rawsql.enqueue_one("probe", [seq, at, port])
     elif current_system().enqueue_kind == "sql-floor":
-        from benchmarks import floor  # only the floor's agent needs its connection
+        # Only the floor's agent needs its module and connection.
+        floor = importlib.import_module(current_system().sql_module)
 
         async def send(seq: int, at: float, port: int) -> None:
             await floor.enqueue_one("probe", [seq, at, port])

@@ -54,28 +54,33 @@ CLAIM = (
 DONE = "UPDATE floor_task SET state = 2 WHERE id = %s"
 
 
-def create_schema(endpoints: Endpoints) -> None:
-    create_database(endpoints, "postgresql", DATABASE_NAME)
-    with psycopg.connect(**conninfo(endpoints, DATABASE_NAME), autocommit=True) as conn:
-        conn.execute(SCHEMA)
+def create_schema(
+    endpoints: Endpoints, database: str = DATABASE_NAME, schema: str = SCHEMA
+) -> None:
+    create_database(endpoints, "postgresql", database)
+    with psycopg.connect(**conninfo(endpoints, database), autocommit=True) as conn:
+        conn.execute(schema)
 
 
-def truncate(endpoints: Endpoints) -> None:
-    with psycopg.connect(**conninfo(endpoints, DATABASE_NAME), autocommit=True) as conn:
-        conn.execute("TRUNCATE floor_task RESTART IDENTITY")
+def truncate(
+    endpoints: Endpoints, database: str = DATABASE_NAME, tables: str = "floor_task"
+) -> None:
+    with psycopg.connect(**conninfo(endpoints, database), autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {tables} RESTART IDENTITY")
 
 
-_enqueue_conn: psycopg.AsyncConnection[Any] | None = None
+_enqueue_conns: dict[str, psycopg.AsyncConnection[Any]] = {}
 
 
-async def enqueue_one(task: str, args: list[Any]) -> None:
+async def enqueue_one(
+    task: str, args: list[Any], database: str = DATABASE_NAME, statement: str = ENQUEUE
+) -> None:
     """Insert one task and notify the worker, in one statement on a connection kept open."""
-    global _enqueue_conn
-    if _enqueue_conn is None:
-        _enqueue_conn = await psycopg.AsyncConnection.connect(
-            **conninfo(Endpoints.from_env(), DATABASE_NAME), autocommit=True
+    if (conn := _enqueue_conns.get(database)) is None:
+        conn = _enqueue_conns[database] = await psycopg.AsyncConnection.connect(
+            **conninfo(Endpoints.from_env(), database), autocommit=True
         )
-    await _enqueue_conn.execute(ENQUEUE, (task, json.dumps(args)))
+    await conn.execute(statement, (task, json.dumps(args)))
 
 
 def run_task(task: str, args: list[Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -60,9 +61,8 @@ def prepare(system: System, endpoints: Endpoints) -> None:
         rawsql.create_schema(endpoints)
         return
     if system.enqueue_kind == "sql-floor":
-        from benchmarks import floor  # only the floor's runs need its module
-
-        floor.create_schema(endpoints)
+        # Only the floor's runs need its module.
+        importlib.import_module(system.sql_module).create_schema(endpoints)
         return
     if system.database is not None:
         create_database(endpoints, *system.database)
@@ -77,9 +77,8 @@ def reset(system: System, endpoints: Endpoints) -> None:
         rawsql.truncate(endpoints)
         return
     if system.enqueue_kind == "sql-floor":
-        from benchmarks import floor  # only the floor's runs need its module
-
-        floor.truncate(endpoints)
+        # Only the floor's runs need its module.
+        importlib.import_module(system.sql_module).truncate(endpoints)
         return
     if system.database is not None:
         manage(system, endpoints, "flush", "--noinput", "-v", "0")

@@ -9,6 +9,7 @@ from benchmarks.systems.celery import CELERY
 from benchmarks.systems.raw_sql import RAW_SQL
 from benchmarks.systems.rq import RQ
 from benchmarks.systems.sql_floor import SQL_FLOOR
+from benchmarks.systems.sql_handoff import SQL_HANDOFF
 from benchmarks.systems.sqltasks import SQLTASKS_MARIADB, SQLTASKS_PG, SQLTASKS_SQLITE
 from benchmarks.systems.tasks_db import TASKS_DB
 from benchmarks.systems.vtasks import VTASKS_DB, VTASKS_VALKEY
@@ -26,9 +27,10 @@ SYSTEMS: dict[str, System] = {
         TASKS_DB,
         RAW_SQL,
         SQL_FLOOR,
+        SQL_HANDOFF,
     )
 }
-SMOKE_SYSTEMS = ("sqltasks-pg", "sqltasks-sqlite", "tasks-db", "sql-floor")
+SMOKE_SYSTEMS = ("sqltasks-pg", "sqltasks-sqlite", "tasks-db", "sql-floor", "sql-handoff")
 
 
 def current_system() -> System:

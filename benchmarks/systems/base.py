@@ -18,7 +18,7 @@ CORE_PATH_ENV = "BENCH_CORE_PATH"
 SUBPROCESS_CWD = Path(tempfile.gettempdir())
 
 # How the enqueue side talks to the system: Django Tasks' ``aenqueue``, Celery's ``delay``
-# through ``sync_to_async``, the plain psycopg loop, or the bare-SQL floor's INSERT + NOTIFY.
+# through ``sync_to_async``, the plain psycopg loop, or a bare-SQL floor's one statement.
 EnqueueKind = Literal["django-tasks", "celery", "raw-sql", "sql-floor"]
 Service = Literal["postgresql", "mariadb", "redis"]
 
@@ -94,6 +94,8 @@ class System:
     supports_bulk: bool = False
     # The only scenarios it runs (the bare-SQL floor: latency); None for every one it supports.
     only_scenarios: tuple[str, ...] | None = None
+    # A bare-SQL system's module (enqueue kind "sql-floor"): its schema, reset and enqueue.
+    sql_module: str = "benchmarks.floor"
 
     def runs(self, scenario: str) -> bool:
         """Whether the scenario applies to this system at all."""
