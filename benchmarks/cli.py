@@ -121,7 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Django's LOGGING for every system: what a new project has (default), or every "
         "logger at WARNING (quiet)",
     )
-    run.add_argument("--smoke", action="store_true", help="few tasks; our PostgreSQL and SQLite rows, a peer, the bare-SQL rows; 1 repeat (CI)")
+    run.add_argument(
+        "--smoke",
+        action="store_true",
+        help="few tasks; our PostgreSQL and SQLite rows, a peer, the bare-SQL rows; 1 repeat (CI)",
+    )
     sub.add_parser("report", help="rebuild tables, charts and docs/benchmarks.md from the JSON")
     sub.add_parser("setup", help="install the peers and tools into the current environment")
     trips = sub.add_parser(
