@@ -22,7 +22,11 @@ from .rows import RETURNED_COLUMNS, UTC, ClaimedRow, TableHealth, json_column
 
 json_loads = orjson.loads
 _new_object = object.__new__
-_set_field = object.__setattr__
+# UUID's two slots, set through their descriptors: no look-up of the name in the class.
+_set_uuid_int = vars(uuid.UUID)["int"].__set__
+_set_uuid_safe = vars(uuid.UUID)["is_safe"].__set__
+_UNKNOWN_SAFETY = uuid.SafeUUID.unknown
+_from_iso = datetime.fromisoformat
 
 
 def driver_error(error: BaseException) -> BaseException:
@@ -38,8 +42,8 @@ def uuid_from_text(text: str) -> uuid.UUID:
     if len(digits) != 32:
         return uuid.UUID(text)
     value = _new_object(uuid.UUID)
-    _set_field(value, "int", int(digits, 16))
-    _set_field(value, "is_safe", uuid.SafeUUID.unknown)
+    _set_uuid_int(value, int(digits, 16))
+    _set_uuid_safe(value, _UNKNOWN_SAFETY)
     return value
 
 
@@ -237,10 +241,10 @@ class Vendor:
         (or an exception) if not."""
         (
             id_,
-            task_path,
-            backend_name,
-            queue_name,
-            priority,
+            _task_path,  # these four pass through as they came (values[1:5])
+            _backend_name,
+            _queue_name,
+            _priority,
             args,
             kwargs,
             enqueued_at,
@@ -267,7 +271,14 @@ class Vendor:
         ):
             return None
         decode = self._decode_datetime
-        enqueued = decode(enqueued_at)
+        enqueued: datetime | None
+        if type(enqueued_at) is str and self.use_tz:
+            # The common case inline (a claim decodes one per row): aware text, kept aware.
+            enqueued = _from_iso(enqueued_at)
+            if enqueued.tzinfo is None:
+                enqueued = enqueued.replace(tzinfo=UTC)
+        else:
+            enqueued = decode(enqueued_at)
         # The rows of one claim share its clock, and a first attempt's two times are one:
         # decode each text once (a tuple, replaced whole: threads may share this dialect).
         memo_text, memo_value = self._claim_clock
@@ -279,25 +290,32 @@ class Vendor:
         attempted = started if last_attempted_at == started_at else decode(last_attempted_at)
         if enqueued is None or started is None or attempted is None:
             return None
+        if type(id_) is str:
+            task_id = uuid_from_text(id_)
+            text_id = id_ if len(id_) == 36 else ""  # as _text_id, without its call
+        else:
+            task_id, text_id = (id_ if type(id_) is uuid.UUID else uuid_from_text(id_)), ""
+        # Positional, in ClaimedRow's field order: its 18 keywords cost a row about 0.2 us.
         return ClaimedRow(
-            id=id_ if type(id_) is uuid.UUID else uuid_from_text(id_),
-            text_id=_text_id(id_),
-            task_path=task_path,
-            backend_name=backend_name,
-            queue_name=queue_name,
-            priority=priority,
-            args=args,
-            kwargs=kwargs,
-            enqueued_at=enqueued,
-            run_after=None if run_after is None else decode(run_after),
-            started_at=started,
-            last_attempted_at=attempted,
-            errors=errors,
-            worker_ids=worker_ids,
-            attempts=attempts,
-            snoozes=snoozes,
-            workflow_id=None if workflow_id is None else self._decode_id(workflow_id),
-            trace_parent=trace_parent,
+            task_id,
+            values[1],  # task_path, backend_name, queue_name and priority, as they came
+            values[2],
+            values[3],
+            values[4],
+            args,
+            kwargs,
+            enqueued,
+            None if run_after is None else decode(run_after),
+            started,
+            attempted,
+            errors,
+            worker_ids,
+            attempts,
+            snoozes,
+            None if workflow_id is None else self._decode_id(workflow_id),
+            None,  # corrupt
+            trace_parent,
+            text_id,
         )
 
     def _checked_claimed_row(
