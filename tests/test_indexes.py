@@ -96,6 +96,36 @@ def test_the_claim_reads_due_rows_in_order_without_sorting_them(
     assert sorted_all[connection.vendor] not in plan, plan
 
 
+@pytest.mark.parametrize("priority", [None, 0])
+def test_a_claim_beside_rows_never_analyzed_finds_them_by_their_ids(priority: int | None) -> None:
+    """PostgreSQL: right after a burst into a table without statistics (emptied by TRUNCATE,
+    and not analyzed since), the claim's UPDATE must still find the picked rows through the
+    primary key. As a join, the planner took the table for a few rows and joined each picked
+    id against a scan of it: 84 ms a claim of 200 beside 5,000 ready rows, against 3 ms."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the plan of PostgreSQL's claim statement")
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {TaskRecord._meta.db_table}")
+    now = timezone.now()
+    template = TaskRecord(
+        task_path="tests.tasks.noop",
+        backend_name="default",
+        status=TaskResultStatus.READY,
+        queue_name="default",
+        priority=0,
+    )
+    insert_rows(template, 5_000, lambda i: {"enqueued_at": now, "available_at": now})
+    sql, params = dialect_for(connection).claim_sql(
+        backend_name="default",
+        queue_names=None,
+        worker_id="w",
+        limit=200,
+        scope=Scope(priority=priority),
+    )
+    plan = explain(sql, params)
+    assert "Seq Scan" not in plan, plan
+
+
 def test_rescue_uses_the_running_index() -> None:
     fill(ready=500, finished=8_000)
     TaskRecord.objects.filter(

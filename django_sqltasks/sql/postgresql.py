@@ -297,7 +297,7 @@ class PostgreSQLDialect(Dialect):
                 ), claimed AS (
                     UPDATE {self.tasks} AS t
                     SET {CLAIM_SET}
-                    FROM picked WHERE t.id = picked.id
+                    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
                     RETURNING {RETURNING}
                 )
                 SELECT json_agg(json_build_array({COLUMNS}))::text{commit}
@@ -311,6 +311,13 @@ class PostgreSQLDialect(Dialect):
         # each priority are read in turn (LATERAL), and the recursive CTE probes the next
         # priority only when those of the last one did not fill the batch. The rows come
         # back as one JSON document: one value to decode instead of fourteen per row.
+        # The UPDATE finds the picked rows by their ids as one array (a probe of the primary
+        # key), not by a join with ``picked``: a join is planned from the table's statistics,
+        # and where they are stale (a burst into a table not analyzed since, as after a
+        # TRUNCATE or between autovacuum's passes) the planner took the table for a few rows
+        # and joined each picked id against a scan of it: 84 ms a claim of 200 beside 5,000
+        # ready rows, against 3 ms. ``status = 'READY'`` keeps the UPDATE on the partition
+        # of live tasks where the table is partitioned.
         return (
             f"""
             WITH RECURSIVE {priorities}, picked AS (
@@ -325,7 +332,7 @@ class PostgreSQLDialect(Dialect):
             ), claimed AS (
                 UPDATE {self.tasks} AS t
                 SET {CLAIM_SET}
-                FROM picked WHERE t.id = picked.id AND t.status = 'READY'
+                WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
                 RETURNING {RETURNING}
             )
             SELECT json_agg(json_build_array({COLUMNS}))::text{commit}
@@ -403,7 +410,7 @@ class PostgreSQLDialect(Dialect):
             ), claimed AS (
                 UPDATE {self.tasks} AS t
                 SET {CLAIM_SET}
-                FROM picked WHERE t.id = picked.id
+                WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
                 RETURNING {RETURNING}, t.limit_key AS claimed_key
             )
             SELECT json_agg(json_build_array({COLUMNS}))::text,

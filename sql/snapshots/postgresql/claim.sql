@@ -31,7 +31,7 @@ priorities(p) AS (
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    FROM picked WHERE t.id = picked.id AND t.status = 'READY'
+    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
         t.attempts, t.snoozes, t.workflow_id, t.trace_parent
@@ -78,7 +78,7 @@ priorities(p) AS (
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    FROM picked WHERE t.id = picked.id AND t.status = 'READY'
+    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
         t.attempts, t.snoozes, t.workflow_id, t.trace_parent
@@ -128,7 +128,7 @@ priorities(p) AS (
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    FROM picked WHERE t.id = picked.id AND t.status = 'READY'
+    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
         t.attempts, t.snoozes, t.workflow_id, t.trace_parent
@@ -177,7 +177,7 @@ priorities(p) AS (
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    FROM picked WHERE t.id = picked.id AND t.status = 'READY'
+    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
         t.attempts, t.snoozes, t.workflow_id, t.trace_parent
@@ -226,7 +226,7 @@ priorities(p) AS (
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    FROM picked WHERE t.id = picked.id AND t.status = 'READY'
+    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
         t.attempts, t.snoozes, t.workflow_id, t.trace_parent

@@ -43,7 +43,7 @@ WITH picked AS (
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    FROM picked WHERE t.id = picked.id
+    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
         t.attempts, t.snoozes, t.workflow_id, t.trace_parent
@@ -80,7 +80,7 @@ WITH picked AS (
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    FROM picked WHERE t.id = picked.id
+    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
         t.attempts, t.snoozes, t.workflow_id, t.trace_parent, t.limit_key AS claimed_key
