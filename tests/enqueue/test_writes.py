@@ -151,9 +151,12 @@ async def test_aenqueue_logs_through_djangos_receiver_when_its_logger_takes_debu
     await close_thread_connections()
 
 
-def hold_write_lock(release: threading.Event, locked: threading.Event) -> None:
+def hold_write_lock(
+    release: threading.Event, locked: threading.Event, released: list[bool] | None = None
+) -> None:
     """Block writes to the task table from another connection until ``release`` is set (or
-    30 s have passed: a test that never sets it fails on what it finds then)."""
+    30 s have passed: a test that never sets it fails on what it finds then). ``released``
+    gets whether ``release`` ended the hold (True) or the 30 s did (False)."""
     other = connections.create_connection("default")
     table = TaskRecord._meta.db_table
     try:
@@ -167,7 +170,9 @@ def hold_write_lock(release: threading.Event, locked: threading.Event) -> None:
             else:
                 cursor.execute(f"LOCK TABLES {table} WRITE")
             locked.set()
-            release.wait(30)
+            ended_by_release = release.wait(30)
+            if released is not None:
+                released.append(ended_by_release)
             if other.vendor == "mysql":
                 cursor.execute("UNLOCK TABLES")
             else:
@@ -177,22 +182,30 @@ def hold_write_lock(release: threading.Event, locked: threading.Event) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_enqueue_never_blocks_the_event_loop() -> None:
-    """Fifty ``aenqueue()`` calls wait for a table lock another connection holds; meanwhile the
-    event loop still runs this coroutine, which is what releases the lock. Had an enqueue
-    blocked the loop, the lock would be released only by the holder's 30 s timeout, with the
-    enqueues done by the time this coroutine ran again."""
-    locked, release = threading.Event(), threading.Event()
-    blocker = threading.Thread(target=hold_write_lock, args=(release, locked))
+async def test_enqueue_never_blocks_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fifty ``aenqueue()`` calls write while another connection holds a table lock; meanwhile
+    the event loop still runs this coroutine, which is what releases the lock. Had the write
+    blocked the loop, this coroutine could not run: the lock would end by the holder's 30 s
+    timeout, which the holder reports."""
+    locked, release, released = threading.Event(), threading.Event(), []
+    writing = threading.Event()
+    flush = aio.Coalescer._flush
+
+    async def noting_flush(self: aio.Coalescer, batch: Any) -> None:
+        writing.set()
+        await flush(self, batch)
+
+    monkeypatch.setattr(aio.Coalescer, "_flush", noting_flush)
+    blocker = threading.Thread(target=hold_write_lock, args=(release, locked, released))
     blocker.start()
     await asyncio.to_thread(locked.wait, 10)
     enqueues = asyncio.gather(*(tasks.noop.aenqueue() for _ in range(50)))
-    # Let the enqueues start and reach the lock (on their threads): the loop is free meanwhile.
-    await asyncio.sleep(0.05)
-    assert not enqueues.done()  # they wait for the lock...
-    release.set()  # ...and the loop, still running, ends the wait
+    assert await asyncio.to_thread(writing.wait, 10)  # a write has begun, against the lock
+    assert not enqueues.done()  # it cannot end while the lock is held...
+    release.set()  # ...and the loop, still running, ends the hold
     results = await asyncio.wait_for(enqueues, 30)
     await asyncio.to_thread(blocker.join)
+    assert released == [True]
     assert len(results) == 50
     assert await TaskRecord.objects.acount() == 50
     await close_thread_connections()

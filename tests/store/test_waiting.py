@@ -163,7 +163,9 @@ def test_wait_raises_wait_timeout_at_about_the_timeout(how: str, registered: Reg
     with pytest.raises(WaitTimeout) as caught:
         wait()
     elapsed = time.monotonic() - started
-    assert 0.3 <= elapsed < 1.5, elapsed
+    # Never before the timeout; the upper bound only says the wait ended by it, not by a hang
+    # (a loaded machine may be late to wake the waiter).
+    assert 0.3 <= elapsed < 10, elapsed
     assert isinstance(caught.value, TimeoutError)
     assert caught.value.result.status == TaskResultStatus.READY
     assert str(caught.value) == f"Task {result.id} did not finish within 0.3s (it is READY)."

@@ -184,11 +184,11 @@ def test_the_pool_adds_threads_for_short_blocking_tasks_that_keep_threads_busy()
     while not done.is_set() and time.monotonic() - started < 30:
         pool.balance()  # the claim loop calls it while tasks wait
         time.sleep(0.02)
-    elapsed = time.monotonic() - started
     pool.stop()
     assert done.is_set()
+    # Two threads would take 1.5 s (300 x 10 ms / 2); the thread count shows the pool grew
+    # without timing the run, which a busy machine would stretch.
     assert pool.started > 10, f"{pool.started} threads for {count} blocking tasks"
-    assert elapsed < 1.0, f"{elapsed:.2f}s: 300 x 10 ms on 2 threads would take 1.5 s"
 
 
 def _look(at: float, cpu: float, taken: int, ran: float, waited: float) -> _Look:
