@@ -187,7 +187,8 @@ async def test_enqueue_never_blocks_the_event_loop(monkeypatch: pytest.MonkeyPat
     the event loop still runs this coroutine, which is what releases the lock. Had the write
     blocked the loop, this coroutine could not run: the lock would end by the holder's 30 s
     timeout, which the holder reports."""
-    locked, release, released = threading.Event(), threading.Event(), []
+    locked, release = threading.Event(), threading.Event()
+    released: list[bool] = []
     writing = threading.Event()
     flush = aio.Coalescer._flush
 
