@@ -19,10 +19,10 @@ import pytest
 from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 
-from django_sqltasks.models import TaskRecord
+from django_sqltasks.models import StepRecord, TaskRecord
 from django_sqltasks.worker import Worker
 from django_sqltasks.worker.retries import run_with_retries
-from tests import gauntlet_tasks
+from tests import gauntlet_tasks, tasks_durable
 from tests.conftest import ROOT, WORKER_APPLICATION_NAME, WorkerProcess, worker_env
 from tests.events import EventLog
 from tests.gauntlet_postgres import PrivatePostgres, find_bindir
@@ -71,6 +71,19 @@ def private_postgres() -> Iterator[PrivatePostgres]:
         server.stop()
 
 
+MIGRATE = "from django.core.management import call_command\ncall_command('migrate', verbosity=0)\n"
+
+
+def private_env(server: PrivatePostgres) -> dict[str, str]:
+    """A worker's environment on ``server``: a short lease and heartbeat, to see a restart."""
+    return {
+        "DATABASE_URL": server.url,
+        "SQLTASKS_TEST_DB_NAME": server.database,
+        "SQLTASKS_LEASE_TIMEOUT": "10",
+        "SQLTASKS_HEARTBEAT_INTERVAL": "1",
+    }
+
+
 @postgres_only
 @pytest.mark.worker_process
 def test_workers_ride_out_a_postgres_restart(
@@ -81,18 +94,11 @@ def test_workers_ride_out_a_postgres_restart(
 ) -> None:
     import psycopg
 
-    env = {
-        "DATABASE_URL": private_postgres.url,
-        "SQLTASKS_TEST_DB_NAME": private_postgres.database,
-        "SQLTASKS_LEASE_TIMEOUT": "10",
-        "SQLTASKS_HEARTBEAT_INTERVAL": "1",
-    }
+    env = private_env(private_postgres)
     log = tmp_path / "executions"
     count = 2000
     setup = run_python(
-        "from django.core.management import call_command\n"
-        "call_command('migrate', verbosity=0)\n"
-        "from tests import gauntlet_tasks as g\n"
+        MIGRATE + "from tests import gauntlet_tasks as g\n"
         f"calls = [(({str(log)!r}, f't{{i}}', 0.02), {{}}) for i in range({count})]\n"
         "g.mark_slowly.get_backend().enqueue_many(g.mark_slowly, calls)\n",
         **env,
@@ -121,6 +127,68 @@ def test_workers_ride_out_a_postgres_restart(
     output = "".join(w.output for w in workers)
     assert "Transient database error" in output
     print(f"\nrestart: all done {time.monotonic() - restarted:.1f}s later; {retried} claimed again")
+
+
+@postgres_only
+@pytest.mark.worker_process
+def test_durable_tasks_ride_out_a_postgres_restart(
+    private_postgres: PrivatePostgres,
+    worker_process: StartWorker,
+    events: EventLog,
+    tmp_path: Path,
+) -> None:
+    """Durable tasks parked at a wait when the server restarts; half their events sent just
+    before it (so tasks resume across it), half after. Every task ends once with its own
+    payload, no event is lost, and a step whose record committed never runs again."""
+    import psycopg
+
+    env = private_env(private_postgres)
+    log = tmp_path / "steps"
+    count = 40
+    setup = run_python(
+        MIGRATE + "from tests import tasks_durable as d\n"
+        f"for i in range({count}): d.waiter.enqueue({str(log)!r}, 'paid', str(i))\n",
+        **env,
+    )
+    assert setup.returncode == 0, setup.stderr
+
+    def send(keys: range) -> None:
+        sent = run_python(
+            "from django_sqltasks import send_event\n"
+            f"assert all([send_event('paid', str(i), {{'key': i}}) for i in {keys!r}])\n",
+            **env,
+        )
+        assert sent.returncode == 0, sent.stderr
+
+    worker = worker_process("--concurrency", "8", "--worker-id", "w", env=env)
+    with psycopg.connect(private_postgres.url, autocommit=True) as c:
+
+        def parked() -> bool:
+            sql = f"SELECT count(*) FROM {TABLE} WHERE status = 'READY' AND available_at >= %s"
+            return c.execute(sql, ["9999-01-01"]).fetchone()[0] == count
+
+        events.until(parked, f"{count} tasks parked at their wait")
+    send(range(count // 2))
+    private_postgres.restart()
+    send(range(count // 2, count))
+    events.wait("task_finished", count=count, timeout=120)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, worker.output
+    with psycopg.connect(private_postgres.url) as c:
+        rows = c.execute(f"SELECT status, return_value FROM {TABLE}").fetchall()
+        steps = c.execute(
+            f"SELECT name, count(*) FROM {StepRecord._meta.db_table} "
+            "WHERE state = 'done' GROUP BY 1"
+        ).fetchall()
+    assert sorted(rows, key=lambda r: r[1]["key"]) == [
+        ("SUCCESSFUL", {"key": i}) for i in range(count)
+    ]
+    assert dict(steps)["before"] == count
+    done = Counter(tasks_durable.effects(log))
+    assert done["before"] == count, "a recorded step ran again"
+    # An "after" step the restart cut short before its record committed may run again.
+    assert {f"after:{i}" for i in range(count)} == {k for k in done if k.startswith("after")}
+    assert len(events.all("task_finished")) == count  # each task ended once
 
 
 @postgres_only
