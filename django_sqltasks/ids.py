@@ -13,10 +13,11 @@ _VERSION_7 = 0x7 << 12  # in the second 16 bits of the high half
 _VARIANT = 0b10 << 62  # the top bits of the low half
 _RAND_B = (1 << 62) - 1
 _new_object = object.__new__
-# UUID's slots, written through their descriptors (UUID refuses attribute writes): faster than
-# object.__setattr__, which looks each one up on the class.
-_set_int = vars(uuid.UUID)["int"].__set__
-_set_is_safe = vars(uuid.UUID)["is_safe"].__set__
+# UUID's two slots, written through their descriptors (UUID refuses attribute writes): faster
+# than object.__setattr__, which looks each one up on the class. A UUID made with object.__new__
+# and both set is uuid.UUID(int=...) without its range check (for ids made or decoded in bulk).
+set_uuid_int = vars(uuid.UUID)["int"].__set__
+set_uuid_safe = vars(uuid.UUID)["is_safe"].__set__
 # How far the clock of the machine that made a task's id (the enqueuing client) may be ahead of
 # the clock that writes its finished_at (the worker's, or the database's) for a read by id to
 # still find the finished task in PostgreSQL's partitioned table (see finished_not_before).
@@ -60,8 +61,8 @@ def new_task_id() -> uuid.UUID:
         _last = value
     # uuid.UUID(int=value) without its range check (value has 128 bits by construction).
     task_id = _new_object(uuid.UUID)
-    _set_int(task_id, value)
-    _set_is_safe(task_id, uuid.SafeUUID.unknown)
+    set_uuid_int(task_id, value)
+    set_uuid_safe(task_id, uuid.SafeUUID.unknown)
     return task_id
 
 

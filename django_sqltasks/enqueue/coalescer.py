@@ -25,8 +25,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from ..compat import TASKS_LOGGER, TaskResultDoesNotExist, logs_task_enqueued, task_enqueued
+from ..compat import TaskResultDoesNotExist, logs_task_enqueued, task_enqueued
 from ..core.backends import SQLBackend
+from ..core.receivers import acting, sync_receivers
 from ..ids import finished_not_before
 from ..sql import NewTask, dialect_for, packet
 from ..sql import partitions as layout
@@ -162,17 +163,8 @@ def enqueued_unheard(sender: type) -> bool:
     drops DEBUG (as a project's default LOGGING does). Then a batch skips the send and the
     thread hop it needs. Asked once per batch (it costs what one send does): a receiver
     connected, or the logger's level changed, is seen by the next batch."""
-    if not task_enqueued.receivers:
-        return True
-    try:
-        receivers, async_receivers = task_enqueued._live_receivers(sender)
-    except Exception:  # pragma: no cover - a Django whose private API changed
-        return False
-    return (
-        not async_receivers
-        and all(receiver is logs_task_enqueued for receiver in receivers)
-        and not logging.getLogger(TASKS_LOGGER).isEnabledFor(logging.DEBUG)
-    )
+    receivers = sync_receivers(task_enqueued, sender)
+    return receivers is not None and not acting(receivers, (logs_task_enqueued,), logging.DEBUG)
 
 
 def _send_enqueued(sender: type, results: list[Any]) -> list[Exception | None]:

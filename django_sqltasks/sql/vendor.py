@@ -18,13 +18,11 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone as dj_timezone
 
+from ..ids import set_uuid_int, set_uuid_safe
 from .rows import RETURNED_COLUMNS, UTC, ClaimedRow, TableHealth, json_column
 
 json_loads = orjson.loads
 _new_object = object.__new__
-# UUID's two slots, set through their descriptors: no look-up of the name in the class.
-_set_uuid_int = vars(uuid.UUID)["int"].__set__
-_set_uuid_safe = vars(uuid.UUID)["is_safe"].__set__
 _UNKNOWN_SAFETY = uuid.SafeUUID.unknown
 _from_iso = datetime.fromisoformat
 
@@ -42,8 +40,8 @@ def uuid_from_text(text: str) -> uuid.UUID:
     if len(digits) != 32:
         return uuid.UUID(text)
     value = _new_object(uuid.UUID)
-    _set_uuid_int(value, int(digits, 16))
-    _set_uuid_safe(value, _UNKNOWN_SAFETY)
+    set_uuid_int(value, int(digits, 16))
+    set_uuid_safe(value, _UNKNOWN_SAFETY)
     return value
 
 

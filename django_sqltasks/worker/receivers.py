@@ -9,13 +9,8 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from ..compat import (
-    TASKS_LOGGER,
-    TaskResult,
-    TaskResultStatus,
-    logs_task_finished,
-    logs_task_started,
-)
+from ..compat import TaskResult, TaskResultStatus, logs_task_finished, logs_task_started
+from ..core.receivers import acting, sync_receivers
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -42,21 +37,11 @@ class Receivers:
     def __init__(self, signal: Signal, sender: Any) -> None:
         self.signal = signal
         self.sender = sender
-        self._sync: list[Callable[..., Any]] | None = None
+        self._sync = sync_receivers(signal, sender)
         # The receivers that do something for a result that did not fail (see LOGS_AT_INFO).
-        self._acting: list[Callable[..., Any]] | None = None
-        if not signal.receivers:
-            self._sync = self._acting = []
-            return
-        try:
-            sync, asynchronous = signal._live_receivers(sender)
-        except Exception:  # pragma: no cover - a Django whose private API changed
-            return
-        if not asynchronous:
-            self._sync = list(sync)
-            self._acting = self._sync
-            if not logging.getLogger(TASKS_LOGGER).isEnabledFor(logging.INFO):
-                self._acting = [r for r in self._sync if r not in LOGS_AT_INFO]
+        self._acting = (
+            None if self._sync is None else acting(self._sync, LOGS_AT_INFO, logging.INFO)
+        )
 
     @property
     def idle(self) -> bool:
