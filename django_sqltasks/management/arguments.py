@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from ..compat import InvalidTaskBackend
 from ..core import backends
@@ -210,3 +210,49 @@ def refuse_unknown_queues(backend: Any, names: Iterable[str]) -> None:
             f"{'is not a queue' if len(unknown) == 1 else 'are not queues'} of backend "
             f"{backend.alias!r}, whose QUEUES are: {', '.join(sorted(known))}" + "."
         )
+
+
+# The scope of a command that looks at every backend (tasks_health, tasks_check) ----------------
+
+
+def add_scope_arguments(parser: CommandParser, queues_help: str) -> None:
+    """``--backend`` (repeatable; default: every django_sqltasks backend) and ``-Q/--queue``."""
+    parser.add_argument(
+        "--backend",
+        metavar="ALIAS",
+        action="append",
+        type=backend_alias,
+        help="Check this TASKS alias (repeat for several; default: every django_sqltasks backend).",
+    )
+    parser.add_argument(
+        "-Q",
+        "--queue",
+        metavar="NAME[,NAME...]",
+        action="append",
+        type=queue_names,
+        help=queues_help,
+    )
+
+
+def chosen_scope(options: dict[str, Any]) -> tuple[list[Any], list[str] | None]:
+    """The backends ``--backend`` names (in order; default: every django_sqltasks backend, by
+    alias) and the queues ``-Q`` names (None: every queue; so does ``*``). Raise
+    ``CommandError`` for an alias that is not a django_sqltasks backend, or a queue outside the
+    QUEUES of a chosen backend, before any of them is looked at."""
+    configured = backends.sql_backends()
+    aliases = options["backend"] or sorted(configured)
+    unknown = [alias for alias in aliases if alias not in configured]
+    if unknown:
+        known = ", ".join(sorted(configured)) or "none"
+        raise CommandError(
+            f"--backend: {', '.join(map(repr, unknown))} is not a django_sqltasks backend "
+            f"(those configured: {known})."
+        )
+    chosen = [configured[alias] for alias in aliases]
+    queues = [name for names in options["queue"] or [] for name in names] or None
+    if queues is not None and "*" in queues:
+        queues = None
+    if queues is not None:
+        for backend in chosen:
+            refuse_unknown_queues(backend, queues)
+    return chosen, queues

@@ -7,10 +7,9 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
-from ...core.backends import sql_backends
 from ...ops.stranded import DEFAULT_SAMPLE, Problem, check_live_tasks
 from ...sql.installation import is_missing_table, not_migrated
-from ..arguments import backend_alias, queue_names, refuse_unknown_queues, whole_number
+from ..arguments import add_scope_arguments, chosen_scope, whole_number
 from ..help import HelpFormatter, package_version, terminal_safe
 from ..pipes import QuietWhenPipeCloses
 from ..startup import OneLineWhenUnreachable
@@ -42,22 +41,7 @@ class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
         )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--backend",
-            metavar="ALIAS",
-            action="append",
-            type=backend_alias,
-            help="Check this TASKS alias (repeat for several; default: every django_sqltasks "
-            "backend).",
-        )
-        parser.add_argument(
-            "-Q",
-            "--queue",
-            metavar="NAME[,NAME...]",
-            action="append",
-            type=queue_names,
-            help="Check these queues only (default: every queue).",
-        )
+        add_scope_arguments(parser, "Check these queues only (default: every queue).")
         parser.add_argument(
             "--sample",
             metavar="N",
@@ -68,29 +52,15 @@ class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        backends = sql_backends()
-        aliases = options["backend"] or sorted(backends)
-        unknown = [alias for alias in aliases if alias not in backends]
-        if unknown:
-            known = ", ".join(sorted(backends)) or "none"
-            raise CommandError(
-                f"--backend: {', '.join(map(repr, unknown))} is not a django_sqltasks backend "
-                f"(those configured: {known})."
-            )
-        queues = None
-        if options["queue"]:
-            queues = [name for names in options["queue"] for name in names]
-            queues = None if "*" in queues else queues
+        chosen, queues = chosen_scope(options)
         problems: list[Problem] = []
         tasks = paths = sampled = 0
-        for alias in aliases:
-            if queues is not None:
-                refuse_unknown_queues(backends[alias], queues)
+        for backend in chosen:
             try:
-                report = check_live_tasks(backends[alias], queues, options["sample"])
+                report = check_live_tasks(backend, queues, options["sample"])
             except DatabaseError as e:
                 if is_missing_table(e):
-                    raise CommandError(not_migrated(backends[alias].database)) from e
+                    raise CommandError(not_migrated(backend.database)) from e
                 raise
             problems.extend(report.problems or [])
             tasks, paths, sampled = (

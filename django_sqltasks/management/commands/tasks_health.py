@@ -8,10 +8,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from ...core.backends import sql_backends
 from ...ops.probe import DEFAULT_MAX_AGE, Exit, Report, probe
 from ...sql.installation import is_missing_table, not_migrated
-from ..arguments import backend_alias, positive_seconds, queue_names, refuse_unknown_queues
+from ..arguments import add_scope_arguments, chosen_scope, positive_seconds
 from ..help import HelpFormatter, package_version, terminal_safe
 
 EPILOG = f"""exit status:
@@ -47,22 +46,10 @@ class Command(BaseCommand):
         )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--backend",
-            metavar="ALIAS",
-            action="append",
-            type=backend_alias,
-            help="Check this TASKS alias (repeat for several; default: every django_sqltasks "
-            "backend).",
-        )
-        parser.add_argument(
-            "-Q",
-            "--queue",
-            metavar="NAME[,NAME...]",
-            action="append",
-            type=queue_names,
-            help="Check these queues only (default: the backend's QUEUES and every queue "
-            "holding a due task).",
+        add_scope_arguments(
+            parser,
+            "Check these queues only (default: the backend's QUEUES and every queue holding a "
+            "due task).",
         )
         parser.add_argument(
             "--max-age",
@@ -76,29 +63,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        backends = sql_backends()
-        aliases = options["backend"] or sorted(backends)
-        unknown = [alias for alias in aliases if alias not in backends]
-        if unknown:
-            known = ", ".join(sorted(backends)) or "none"
-            raise CommandError(
-                f"--backend: {', '.join(map(repr, unknown))} is not a django_sqltasks backend "
-                f"(those configured: {known})."
-            )
-        queues = None
-        if options["queue"]:
-            queues = [name for names in options["queue"] for name in names]
-            queues = None if "*" in queues else queues
-        if queues is not None:
-            for alias in aliases:
-                refuse_unknown_queues(backends[alias], queues)
+        chosen, queues = chosen_scope(options)
         report = Report([], [])
-        for alias in aliases:
+        for backend in chosen:
             try:
-                found = probe([backends[alias]], queues, options["max_age"])
+                found = probe([backend], queues, options["max_age"])
             except DatabaseError as e:
                 if is_missing_table(e):
-                    raise CommandError(not_migrated(backends[alias].database)) from e
+                    raise CommandError(not_migrated(backend.database)) from e
                 raise
             report.backends.extend(found.backends)
             report.problems.extend(found.problems)
