@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
-from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
+from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, task_backends
 from .rows import (
     ANY_LIMIT,
     SUSPECT,
@@ -24,6 +24,17 @@ from .rows import (
     stored,
 )
 from .vendor import Vendor
+
+
+def claims_commit_relaxed(backend_name: str) -> bool:
+    """Whether ``backend_name``'s claims commit without waiting for the disk: its OPTIONS
+    CLAIM_SYNCHRONOUS_COMMIT is False (the default). Enqueues, outcomes and requeues always
+    wait. False for a name that is not a configured SQLTaskBackend (a test's dialect call)."""
+    try:
+        config: Any = getattr(task_backends[backend_name], "config", None)
+        return config.claim_synchronous_commit is False
+    except Exception:  # not a configured SQLTaskBackend: durable
+        return False
 
 
 class ClaimStatements(Vendor):
@@ -66,7 +77,7 @@ class ClaimStatements(Vendor):
         ready = self._ready_where(backend_name, queue_names, scope)
         index = self._ready_index(queue_names, scope)
         step = self._priorities_a_statement
-        with self._claim_transaction():
+        with self._claim_transaction(backend_name):
             taken: list[Any] = []
             for start in range(0, len(priorities), step):
                 chosen = priorities[start : start + step]
@@ -96,8 +107,9 @@ class ClaimStatements(Vendor):
         through ``index`` (``_ready_index``) where the database must be told."""
         raise NotImplementedError
 
-    def _claim_transaction(self) -> AbstractContextManager[object]:
-        """The transaction a claim's statements share: none, each claims and commits alone."""
+    def _claim_transaction(self, backend_name: str) -> AbstractContextManager[object]:
+        """The transaction a claim's statements share, for ``backend_name``'s claim: none,
+        each claims and commits alone."""
         return nullcontext()
 
     def _claim_step_rows(self, cursor: CursorWrapper) -> list[Any]:

@@ -161,7 +161,7 @@ class MySQLDialect(Dialect):
     # (the walk in ClaimStatements.claim), then marks them RUNNING at once (_take).
     _priorities_a_statement = PRIORITIES_A_SELECT
 
-    def _claim_transaction(self) -> contextlib.AbstractContextManager[object]:
+    def _claim_transaction(self, backend_name: str) -> contextlib.AbstractContextManager[object]:
         # The selected rows stay locked until this transaction commits: keep it to the
         # claim's statements (one SELECT, unless the first PRIORITIES_A_SELECT priorities with
         # due tasks do not fill the batch, and the UPDATE).

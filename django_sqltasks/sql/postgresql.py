@@ -10,9 +10,9 @@ from django.db import InterfaceError, OperationalError
 from django.db.backends.utils import CursorWrapper
 from orjson import Fragment
 
-from ..compat import task_backends
 from ..core.serialization import dumps, loads
 from . import health
+from .claims import claims_commit_relaxed
 from .dialect import Dialect
 from .rows import (
     ANY_LIMIT,
@@ -539,11 +539,7 @@ def _commit_setting(backend_name: str) -> str:
     False: ``synchronous_commit`` off for the claim's own transaction (``set_config`` with
     is_local, as SET LOCAL), so its commit does not wait for the WAL flush. Enqueues,
     outcomes and requeues keep the session's setting."""
-    try:
-        config: Any = getattr(task_backends[backend_name], "config", None)
-        relaxed = config.claim_synchronous_commit is False
-    except Exception:  # not a configured SQLTaskBackend (a test's dialect call): durable
-        return ""
+    relaxed = claims_commit_relaxed(backend_name)
     return ", set_config('synchronous_commit', 'off', true)" if relaxed else ""
 
 

@@ -12,6 +12,7 @@ from django.db import DatabaseError, OperationalError, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
+from .claims import claims_commit_relaxed
 from .dialect import Dialect
 from .rows import (
     OUTCOME_COLUMNS,
@@ -29,6 +30,9 @@ CLAIM_SET = """status = 'RUNNING', owner = %s, attempts = attempts + 1,
 MIN_VERSION = (3, 35)  # UPDATE ... RETURNING, used by the claim
 # The statement that tells whether another connection has committed since it last ran.
 DATA_VERSION_SQL = "PRAGMA data_version"
+# PRAGMA synchronous: a commit in WAL mode waits for its fsync at FULL (2, the default) and
+# EXTRA (3), not at NORMAL (1).
+SYNCHRONOUS_NORMAL = 1
 MISSING_MESSAGES = ("no such table", "no such column", "has no column named")
 
 
@@ -90,6 +94,40 @@ class SQLiteDialect(Dialect):
     # "priority IN (...)" with a SeekScan step that in 3.40 returned tasks not yet due, and
     # builds a Bloom filter of every task of the backend for a join.
     _priorities_a_statement = 1
+
+    @contextlib.contextmanager
+    def _claim_transaction(self, backend_name: str) -> Iterator[None]:
+        """The claim's statements commit at ``synchronous=NORMAL`` where the backend's
+        CLAIM_SYNCHRONOUS_COMMIT is False (the default): in WAL mode such a commit does not wait
+        for its fsync. A crash of the process loses nothing (the commit is in the file); a crash
+        of the machine may lose the claims since the last commit that waited, any connection's
+        (the WAL is one file, written in order), and their tasks are READY again. The
+        connection's own level is back for its next statement. Inside a transaction (a test's,
+        a caller's atomic block) SQLite cannot change the level, and the claim keeps it."""
+        if not claims_commit_relaxed(backend_name):
+            yield
+            return
+        connection = self._current_connection()
+        if connection.in_atomic_block or not connection.get_autocommit():
+            yield
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA synchronous")
+            level = int(cursor.fetchone()[0])
+            if level <= SYNCHRONOUS_NORMAL:  # the project's own choice, already as relaxed
+                yield
+                return
+            cursor.execute(f"PRAGMA synchronous = {SYNCHRONOUS_NORMAL}")
+            try:
+                yield
+            finally:
+                try:
+                    cursor.execute(f"PRAGMA synchronous = {level}")
+                except Exception:
+                    # Never leave this connection's enqueues and outcomes relaxed: a new
+                    # connection starts at the project's level.
+                    connection.close()
+                    raise
 
     def _claim_step_sql(
         self,

@@ -372,7 +372,9 @@ def operations() -> list[Operation]:
             "claim",
             "the claim: up to a batch of due tasks marked RUNNING for a worker (on PostgreSQL, "
             "its SELECT adds \", set_config('synchronous_commit', 'off', true)\" on a backend "
-            "whose OPTIONS CLAIM_SYNCHRONOUS_COMMIT is False, the default)",
+            "whose OPTIONS CLAIM_SYNCHRONOUS_COMMIT is False, the default; on SQLite, the "
+            "statements then run at PRAGMA synchronous = 1, the connection's level read before "
+            "and set back after, outside a transaction)",
             (
                 Variant("claim(cursor, limit=10): any queue", _claim(), _claim_results),
                 Variant(

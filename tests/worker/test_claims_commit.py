@@ -1,9 +1,11 @@
 """OPTIONS CLAIM_SYNCHRONOUS_COMMIT: False turns PostgreSQL's synchronous_commit off for the
-claim's own transaction, and for nothing else (enqueues, outcomes and requeues stay durable)."""
+claim's own transaction, and SQLite's synchronous down to NORMAL for the claim's statements, and
+for nothing else (enqueues, outcomes and requeues stay durable)."""
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 from django.core import checks
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
 from django_sqltasks import send_event
 from django_sqltasks.compat import TaskResultStatus, task_backends
@@ -26,6 +28,10 @@ from tests.events import EventLog, Gate
 postgres_only = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="runs in the PostgreSQL leg of the suite"
 )
+sqlite_only = pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="runs in the SQLite leg of the suite"
+)
+FULL = 2  # SQLite's default synchronous level: a WAL commit waits for its fsync
 
 
 @pytest.mark.parametrize("value", [0, "off", None, "False"])
@@ -97,6 +103,100 @@ def test_a_worker_claims_and_stores_outcomes_with_it_off(
         result.refresh()
         assert result.status == TaskResultStatus.SUCCESSFUL
     assert _show() == "on"
+
+
+def _sqlite_level() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA synchronous")
+        level: int = cursor.fetchone()[0]
+    return level
+
+
+def _claim_seeing_levels() -> tuple[list[Any], list[tuple[str, int]]]:
+    """Claim on this connection, as a worker's database thread does; return the rows, and the
+    level of every statement of the claim that wrote (its UPDATE), as SQLite had it then."""
+    seen: list[tuple[str, int]] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.lstrip().upper().startswith("UPDATE"):
+            raw = connection.connection.execute("PRAGMA synchronous").fetchone()[0]
+            seen.append(("UPDATE", raw))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record), connection.cursor() as cursor:
+        rows = dialect_for(connection).claim(
+            cursor, backend_name="default", queue_names=None, worker_id="w", limit=10
+        )
+    return rows, seen
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("option", [False, True])
+def test_sqlite_claims_commit_at_normal_and_the_connection_keeps_its_level(
+    settings: Any, option: bool
+) -> None:
+    set_backend_options(settings, CLAIM_SYNCHRONOUS_COMMIT=option)
+    # Two priorities: two claim statements, each committed alone.
+    results = [tasks.noop.enqueue(), tasks.noop.using(priority=5).enqueue()]
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA synchronous = {FULL}")  # SQLite's default
+    rows, seen = _claim_seeing_levels()
+    assert sorted(str(r.id) for r in rows) == sorted(r.id for r in results)
+    assert seen == [("UPDATE", FULL if option else 1)] * 2
+    assert _sqlite_level() == FULL  # the connection's next commit waits for its fsync again
+    tasks.noop.enqueue()
+    assert _sqlite_level() == FULL
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_a_sqlite_claim_that_fails_leaves_the_connection_at_its_level(settings: Any) -> None:
+    """The claim meets the write lock another connection holds past the busy timeout: it
+    fails (transient, retried by the worker), and the connection is back at its level."""
+    set_backend_options(settings, CLAIM_SYNCHRONOUS_COMMIT=False)
+    tasks.noop.enqueue()
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA synchronous = {FULL}")
+        cursor.execute("PRAGMA busy_timeout = 50")
+    other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(OperationalError, match="locked"):
+            _claim_seeing_levels()
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert _sqlite_level() == FULL
+    rows, seen = _claim_seeing_levels()
+    assert len(rows) == 1 and seen == [("UPDATE", 1)]
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_a_sqlite_claim_inside_a_transaction_keeps_the_level(settings: Any) -> None:
+    """SQLite cannot change the level inside a transaction: the claim keeps it, and works."""
+    set_backend_options(settings, CLAIM_SYNCHRONOUS_COMMIT=False)
+    tasks.noop.enqueue()
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA synchronous = {FULL}")
+    with transaction.atomic():
+        rows, seen = _claim_seeing_levels()
+    assert len(rows) == 1 and seen == [("UPDATE", FULL)]
+    assert _sqlite_level() == FULL
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_a_sqlite_connection_already_at_normal_or_off_is_left_alone(settings: Any) -> None:
+    set_backend_options(settings, CLAIM_SYNCHRONOUS_COMMIT=False)
+    for level in (1, 0):
+        tasks.noop.enqueue()
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA synchronous = {level}")
+        rows, seen = _claim_seeing_levels()
+        assert len(rows) == 1 and seen == [("UPDATE", level)]
+        assert _sqlite_level() == level
 
 
 @pytest.mark.django_db(transaction=True)
