@@ -31,8 +31,14 @@ MIN_VERSION = (3, 35)  # UPDATE ... RETURNING, used by the claim
 # The statement that tells whether another connection has committed since it last ran.
 DATA_VERSION_SQL = "PRAGMA data_version"
 # PRAGMA synchronous: a commit in WAL mode waits for its fsync at FULL (2, the default) and
-# EXTRA (3), not at NORMAL (1).
+# EXTRA (3), not at NORMAL (1) or OFF (0). A PRAGMA takes no parameter: one fixed text a level.
 SYNCHRONOUS_NORMAL = 1
+SET_SYNCHRONOUS = (
+    "PRAGMA synchronous = 0",
+    "PRAGMA synchronous = 1",
+    "PRAGMA synchronous = 2",
+    "PRAGMA synchronous = 3",
+)
 MISSING_MESSAGES = ("no such table", "no such column", "has no column named")
 
 
@@ -114,15 +120,15 @@ class SQLiteDialect(Dialect):
         with connection.cursor() as cursor:
             cursor.execute("PRAGMA synchronous")
             level = int(cursor.fetchone()[0])
-            if level <= SYNCHRONOUS_NORMAL:  # the project's own choice, already as relaxed
+            if not SYNCHRONOUS_NORMAL < level < len(SET_SYNCHRONOUS):  # already relaxed
                 yield
                 return
-            cursor.execute(f"PRAGMA synchronous = {SYNCHRONOUS_NORMAL}")
+            cursor.execute(SET_SYNCHRONOUS[SYNCHRONOUS_NORMAL])
             try:
                 yield
             finally:
                 try:
-                    cursor.execute(f"PRAGMA synchronous = {level}")
+                    cursor.execute(SET_SYNCHRONOUS[level])
                 except Exception:
                     # Never leave this connection's enqueues and outcomes relaxed: a new
                     # connection starts at the project's level.
