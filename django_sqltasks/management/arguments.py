@@ -234,7 +234,7 @@ def add_scope_arguments(parser: CommandParser, queues_help: str) -> None:
     )
 
 
-def chosen_scope(options: dict[str, Any]) -> tuple[list[Any], list[str] | None]:
+def chosen_scope(options: dict[str, Any]) -> tuple[list[backends.SQLBackend], list[str] | None]:
     """The backends ``--backend`` names (in order; default: every django_sqltasks backend, by
     alias) and the queues ``-Q`` names (None: every queue; so does ``*``). Raise
     ``CommandError`` for an alias that is not a django_sqltasks backend, or a queue outside the

@@ -20,6 +20,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 
 from django_sqltasks.models import StepRecord, TaskRecord
+from django_sqltasks.sql.rows import PARKED
 from django_sqltasks.worker import Worker
 from django_sqltasks.worker.retries import run_with_retries
 from tests import gauntlet_tasks, tasks_durable
@@ -165,7 +166,7 @@ def test_durable_tasks_ride_out_a_postgres_restart(
 
         def parked() -> bool:
             sql = f"SELECT count(*) FROM {TABLE} WHERE status = 'READY' AND available_at >= %s"
-            return c.execute(sql, ["9999-01-01"]).fetchone()[0] == count
+            return c.execute(sql, [PARKED]).fetchone()[0] == count
 
         events.until(parked, f"{count} tasks parked at their wait")
     send(range(count // 2))
