@@ -12,6 +12,7 @@ from typing import Any
 from django.db.backends.utils import CursorWrapper
 
 from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, task_backends
+from .marks import ClaimMarks
 from .rows import (
     ANY_LIMIT,
     SUSPECT,
@@ -64,8 +65,11 @@ class ClaimStatements(Vendor):
         worker_id: str,
         limit: int,
         scope: Scope = UNLIMITED,
+        marks: ClaimMarks | None = None,
     ) -> list[ClaimedRow]:
-        """Mark up to ``limit`` due tasks RUNNING for ``worker_id`` and return them."""
+        """Mark up to ``limit`` due tasks RUNNING for ``worker_id`` and return them; where the
+        database supports it, each priority read from its place in ``marks`` (sql/marks.py),
+        which the claim moves on. Here, from the start: ``marks`` is not used."""
         # First the priorities that have due tasks, without a lock; then one claim statement
         # for the highest of them (``_priorities_a_statement`` at a time), then the next,
         # until the batch is full: each reads one index range of due tasks per priority, never

@@ -39,6 +39,19 @@ UPKEEP_LOCK_KEY = 0x5174_6173  # "Qtas"
 DDL_LOCK_TIMEOUT = "500ms"
 LAYOUT_RECHECK = 60.0  # seconds a read by id trusts the last look at the table's layout
 KIND_SQL = "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)"  # param: quoted name
+# The live tasks' autovacuum settings (docs/operations.md, "A busy database"). The partition
+# holds few live rows beside many dead versions (each claim and each finish leaves one): the
+# default trigger, 20% of the live rows, means nothing there, and the default cost delay makes a
+# pass over a bloated partition crawl. Vacuum it whenever 1,000 versions are dead, at full
+# speed (it is small once vacuumed), and analyze it as often, so the claim is never planned
+# from statistics taken while it held a handful of rows. Autovacuum's naptime (one visit per
+# database a minute by default) still bounds how often; a project tunes these with ALTER TABLE.
+LIVE_STORAGE = (
+    "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000, "
+    "autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 1000, "
+    "autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 1000, "
+    "autovacuum_vacuum_cost_delay = 0"
+)
 
 
 def q(name: str) -> str:
@@ -122,7 +135,7 @@ def layout_statements(table: str) -> list[str]:
         f"CREATE TABLE {q(staging)} (LIKE {q(table)} INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
         "INCLUDING GENERATED INCLUDING STORAGE) PARTITION BY LIST (status)",
         f"CREATE TABLE {q(live(table))} PARTITION OF {q(staging)} "
-        "FOR VALUES IN ('READY', 'RUNNING')",
+        f"FOR VALUES IN ('READY', 'RUNNING') WITH ({LIVE_STORAGE})",
         _unique_id(live(table)),
     ]
     for status in HISTORY:

@@ -10,10 +10,12 @@ from django.db import InterfaceError, OperationalError
 from django.db.backends.utils import CursorWrapper
 from orjson import Fragment
 
+from ..compat import TASK_MIN_PRIORITY
 from ..core.serialization import dumps, loads
 from . import health
 from .claims import claims_commit_relaxed
 from .dialect import Dialect
+from .marks import MARK_BASE, NO_MARKS, WALK_START, ClaimFeedback, ClaimMarks, parse_time
 from .rows import (
     ANY_LIMIT,
     INSERT_COLUMNS,
@@ -261,6 +263,7 @@ class PostgreSQLDialect(Dialect):
         worker_id: str,
         limit: int,
         scope: Scope = UNLIMITED,
+        marks: ClaimMarks | None = None,
     ) -> list[ClaimedRow]:
         # One statement (claim_sql) walks the priorities and claims: no walk here.
         sql, params = self.claim_sql(
@@ -269,8 +272,17 @@ class PostgreSQLDialect(Dialect):
             worker_id=worker_id,
             limit=limit,
             scope=scope,
+            marks=marks.begin() if marks is not None else NO_MARKS,
         )
-        return self._run_claim(cursor, sql, params)
+        try:
+            values = self._run_claim(cursor, sql, params)
+        except BaseException:
+            if marks is not None:
+                marks.end(None)
+            raise
+        if marks is not None:
+            marks.end(claim_feedback(values))
+        return self.claimed_rows(values[0])
 
     def claim_sql(
         self,
@@ -280,7 +292,12 @@ class PostgreSQLDialect(Dialect):
         worker_id: str,
         limit: int,
         scope: Scope = UNLIMITED,
+        marks: tuple[str, str] = NO_MARKS,
     ) -> tuple[str, list[Any]]:
+        """The claim statement; ``marks`` (``ClaimMarks.begin()``) says where it starts
+        reading each priority, None from the start. Its first value is the claimed rows'
+        document (``claimed_rows``); the main claim's next four, what ``claim_feedback``
+        reads."""
         where, where_params = self._ready_where(backend_name, queue_names, scope)
         commit = _commit_setting(backend_name)  # constant SQL text, or none
         if scope.priority is not None:
@@ -305,40 +322,80 @@ class PostgreSQLDialect(Dialect):
                 """,
                 [*where_params, limit, worker_id, worker_id],
             )
-        priorities, priority_params = self._priorities_sql(backend_name, queue_names, scope)
+        prefix, prefix_params = self._ready_prefix(backend_name, queue_names, scope)
+        below, starts = marks
         # One statement: the row locks live only as long as this UPDATE; SKIP LOCKED lets
-        # concurrent workers take the next rows instead of waiting on these. The due tasks of
-        # each priority are read in turn (LATERAL), and the recursive CTE probes the next
-        # priority only when those of the last one did not fill the batch. The rows come
-        # back as one JSON document: one value to decode instead of fourteen per row.
-        # The UPDATE finds the picked rows by their ids as one array (a probe of the primary
-        # key), not by a join with ``picked``: a join is planned from the table's statistics,
-        # and where they are stale (a burst into a table not analyzed since, as after a
-        # TRUNCATE or between autovacuum's passes) the planner took the table for a few rows
-        # and joined each picked id against a scan of it: 84 ms a claim of 200 beside 5,000
-        # ready rows, against 3 ms. ``status = 'READY'`` keeps the UPDATE on the partition
-        # of live tasks where the table is partitioned.
+        # concurrent workers take the next rows instead of waiting on these. The recursive
+        # CTE walks the priorities that have READY tasks, highest first (sql/marks.py): the
+        # next one below p is the nearest with a mark (``below``), or one found between the
+        # two by a probe of the ready index, whichever is higher; the due tasks of each are
+        # read in turn (LATERAL) from the priority's mark (``starts``), and the walk goes on
+        # only while the batch is not full. The rows come back as one JSON document: one
+        # value to decode instead of fourteen per row; then the latest available_at taken of
+        # each priority, and the statement's snapshot, from which the marks move on.
+        # The UPDATE finds the picked rows by their row versions' addresses (ctid, which the
+        # row locks keep in place), one TID scan, not by a plan from the table's statistics:
+        # a join with ``picked`` was planned, where they were stale (a burst into a table not
+        # analyzed since, as after a TRUNCATE or between autovacuum's passes), as a scan of
+        # the table per picked id (84 ms a claim of 200 beside 5,000 ready rows, against
+        # 3 ms); and a probe of the ids was planned as a scan of the whole partition where a
+        # held snapshot had left its id index bloated beside few live rows (its cost is
+        # estimated from pages per tuple: 900 buffers a claim, until autovacuum truncated the
+        # heap). ``status = 'READY'`` keeps the UPDATE on the partition of live tasks where
+        # the table is partitioned. A row another statement updated after this one's
+        # snapshot is left READY, for the next claim.
+        offset = MARK_BASE - TASK_MIN_PRIORITY
         return (
             f"""
-            WITH RECURSIVE {priorities}, picked AS (
-                SELECT due.id FROM priorities CROSS JOIN LATERAL (
-                    SELECT id FROM {self.tasks}
+            WITH RECURSIVE marks AS (
+                SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
+            ), priorities(p) AS (
+                SELECT {WALK_START}
+                UNION ALL
+                SELECT GREATEST(m.below[w.p + {offset}], (
+                    SELECT priority FROM {self.tasks}
+                    WHERE {prefix} AND priority < w.p
+                        AND priority > COALESCE(m.below[w.p + {offset}], {TASK_MIN_PRIORITY - 1})
+                    ORDER BY priority DESC LIMIT 1
+                ))
+                FROM priorities AS w, marks AS m WHERE w.p IS NOT NULL
+            ), picked AS (
+                SELECT due.ctid FROM priorities CROSS JOIN marks AS m CROSS JOIN LATERAL (
+                    SELECT ctid FROM {self.tasks}
                     WHERE {where} AND priority = priorities.p AND available_at <= now()
+                        AND available_at >= COALESCE(
+                            m.starts[priorities.p + {offset}], '-infinity'::timestamptz)
                     ORDER BY available_at
                     LIMIT %s
                     FOR UPDATE SKIP LOCKED
                 ) AS due
+                WHERE priorities.p < {WALK_START}
                 LIMIT %s
             ), claimed AS (
                 UPDATE {self.tasks} AS t
                 SET {CLAIM_SET}
-                WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
-                RETURNING {RETURNING}
+                WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND t.status = 'READY'
+                RETURNING {RETURNING}, t.available_at AS claimed_at
             )
-            SELECT json_agg(json_build_array({COLUMNS}))::text{commit}
+            SELECT json_agg(json_build_array({COLUMNS}) ORDER BY priority DESC, claimed_at)::text,
+                (SELECT json_agg(json_build_array(f.priority, {_utc_text("f.at")}))::text
+                    FROM (SELECT priority, max(claimed_at) AS at FROM claimed GROUP BY priority)
+                    AS f),
+                pg_snapshot_xmin(pg_current_snapshot())::text,
+                pg_snapshot_xmax(pg_current_snapshot())::text,
+                {_utc_text("statement_timestamp()")}{commit}
             FROM claimed
             """,
-            [*priority_params, *where_params, limit, limit, worker_id, worker_id],
+            [
+                below,
+                starts,
+                *prefix_params,
+                *where_params,
+                limit,
+                limit,
+                worker_id,
+                worker_id,
+            ],
         )
 
     def due_priorities_of_keys(
@@ -450,12 +507,12 @@ class PostgreSQLDialect(Dialect):
         rows = self._fetch_claimed(cursor)
         return rows[0] if rows else None
 
-    def _run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[ClaimedRow]:
-        """Run the claim statement and read the rows it claimed."""
+    def _run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> tuple[Any, ...]:
+        """Run the claim statement and read its one row (``claim_sql``)."""
         raw: Any = getattr(cursor.cursor, "connection", None)
         if not _can_prepare(raw):
             cursor.execute(sql, params)
-            return self._fetch_claimed(cursor)
+            return tuple(cursor.fetchone())
         # A prepared statement, where the project allows them: the claim is then planned
         # once per connection, not at each call (planning its walk over priorities is a
         # large part of its cost). Django's cursors bind parameters on the client.
@@ -463,7 +520,9 @@ class PostgreSQLDialect(Dialect):
 
         with self.connection.wrap_database_errors, psycopg.Cursor(raw) as prepared:
             prepared.execute(sql, params, prepare=True)
-            return self._fetch_claimed(prepared)
+            values = prepared.fetchone()
+            assert values is not None  # json_agg() returns one row, NULL when nothing was claimed
+            return tuple(values)
 
     def _fetch_claimed(self, cursor: Any) -> list[ClaimedRow]:
         return self.claimed_rows(cursor.fetchone()[0])
@@ -532,6 +591,23 @@ def _announce_finished_sql(rows: str, where: str) -> str:
 # the tasks a rescue failed out of rescues, each as the CTE ``done`` returns them.
 ANNOUNCE_OUTCOMES = _announce_finished_sql("done", "status <> 'READY'")
 ANNOUNCE_GIVEN_UP = _announce_finished_sql("done", "status = 'FAILED'")
+
+
+def _utc_text(value: str) -> str:
+    """SQL for ``value`` (a timestamptz) as ISO 8601 text in UTC with microseconds, which
+    ``sql.marks.parse_time`` reads and the claim reads back exactly."""
+    return f"""to_char({value} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
+
+
+def claim_feedback(values: Sequence[Any]) -> ClaimFeedback | None:
+    """What the main claim's row (``PostgreSQLDialect.claim_sql``) says besides its rows: the
+    latest available_at taken of each priority and its snapshot. None for another claim's."""
+    if len(values) < 5 or values[2] is None:
+        return None
+    taken = {int(p): parse_time(at) for p, at in loads(values[1])} if values[1] else {}
+    return ClaimFeedback(
+        taken=taken, xmin=int(values[2]), xmax=int(values[3]), at=parse_time(values[4])
+    )
 
 
 def _commit_setting(backend_name: str) -> str:

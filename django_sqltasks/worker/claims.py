@@ -13,6 +13,7 @@ from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
 from ..sql import ClaimedRow, Dialect, Scope, dialect_for
+from ..sql.marks import ClaimMarks
 from .completer import Completer
 from .limited import limited_claim_for
 from .slots import Slots
@@ -48,6 +49,7 @@ class Claims:
         self._limited = limited_claim_for(backend, worker_id, queue_names)
         self._main_scope = Scope(exclude_queues=self._limited.excluded)
         self._main_excluded = self._limited.excluded
+        self._main_marks = ClaimMarks()  # where the main claim starts reading (sql/marks.py)
         self._claim_uncertain = False  # a claim failed without telling us what it took
 
     @property
@@ -58,6 +60,7 @@ class Claims:
         if excluded is not self._main_excluded:
             self._main_scope = Scope(exclude_queues=excluded)
             self._main_excluded = excluded
+            self._main_marks.reset()
         return self._main_scope
 
     @property
@@ -89,6 +92,7 @@ class Claims:
                     worker_id=self.worker_id,
                     limit=limit - len(rows),
                     scope=self.main_scope,
+                    marks=self._main_marks,
                 )
             )
         self._claim_uncertain = False

@@ -21,8 +21,9 @@ from typing import Any
 from django.db import connections
 
 from ..sql import ClaimedRow, Scope, dialect_for
+from ..sql.marks import ClaimMarks
 from ..sql.pg import connection_params, open_async
-from ..sql.postgresql import PostgreSQLDialect
+from ..sql.postgresql import PostgreSQLDialect, claim_feedback
 from . import events
 
 logger = logging.getLogger("django_sqltasks")
@@ -65,6 +66,7 @@ class LoopDatabase:
         self._connection: Any = None  # the AsyncConnection; None while down
         self._watched: int | None = None  # the socket the loop watches between claims
         self._retry_at = 0.0  # monotonic time before which a lost connection stays down
+        self.marks = ClaimMarks()  # where the main claim starts reading (sql/marks.py)
 
     @staticmethod
     def available(database: str) -> bool:
@@ -110,16 +112,19 @@ class LoopDatabase:
             worker_id=self.worker_id,
             limit=limit,
             scope=self.scope,
+            marks=self.marks.begin(),
         )
         try:
             connection = self._connection or await self._connect()
             self._unwatch()  # psycopg reads the socket while the statement runs
-            rows = await self._run(connection, sql, params)
+            values = await self._run(connection, sql, params)
         except BaseException:
+            self.marks.end(None)
             await self._drop()
             raise
+        self.marks.end(claim_feedback(values))
         self._watch()
-        return rows
+        return self.dialect.claimed_rows(values[0])
 
     async def close(self) -> None:
         await self._drop()
@@ -152,7 +157,7 @@ class LoopDatabase:
             events.emit("listening", worker_id=self.worker_id)
         return connection
 
-    async def _run(self, connection: Any, sql: str, params: list[Any]) -> list[ClaimedRow]:
+    async def _run(self, connection: Any, sql: str, params: list[Any]) -> tuple[Any, ...]:
         import psycopg  # optional dependency (the postgres extra)
 
         if connection.prepare_threshold is None:
@@ -167,7 +172,7 @@ class LoopDatabase:
                 await cursor.execute(sql, params, prepare=True)
                 row = await cursor.fetchone()
         assert row is not None  # json_agg() returns one row, NULL when nothing was claimed
-        return self.dialect.claimed_rows(row[0])
+        return tuple(row)
 
     def _notified(self, notify: Any) -> None:
         self._on_wake(notify.payload or None)

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from django_sqltasks.sql import NewTask
 from django_sqltasks.sql.dialect import Dialect
+from django_sqltasks.sql.marks import ClaimMarks
 
 WORKER = "dialect-worker"
 
@@ -31,7 +32,12 @@ def new_task(dedupe_key: str | None = None, **fields: object) -> NewTask:
     return NewTask(**values)
 
 
-def claim_batch(dialect: Dialect, limit: int = 10, queues: list[str] | None = None) -> list:
+def claim_batch(
+    dialect: Dialect,
+    limit: int = 10,
+    queues: list[str] | None = None,
+    marks: ClaimMarks | None = None,
+) -> list:
     with connection.cursor() as cursor:
         return dialect.claim(
             cursor,
@@ -39,4 +45,5 @@ def claim_batch(dialect: Dialect, limit: int = 10, queues: list[str] | None = No
             queue_names=queues,
             worker_id=WORKER,
             limit=limit,
+            marks=marks,
         )

@@ -348,3 +348,21 @@ def test_the_steps_of_a_dropped_days_tasks_go_with_them() -> None:
 
     assert pruned.partitions >= 1 and where_is(gone) is None
     assert list(StepRecord.objects.values_list("task_id", flat=True)) == [asleep.pk]
+
+
+def test_the_live_partition_has_a_queues_autovacuum_settings() -> None:
+    """The live tasks' partition is vacuumed and analyzed by a count of dead versions, not by
+    a share of its few live rows, at full speed (sql/partitions.py, LIVE_STORAGE)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT option_name, option_value FROM pg_class, pg_options_to_table(reloptions) "
+            "WHERE oid = to_regclass(%s)",
+            [sql.q(sql.live(TABLE))],
+        )
+        options = dict(cursor.fetchall())
+    assert options == {
+        name.strip(): value.strip()
+        for name, value in (item.split("=") for item in sql.LIVE_STORAGE.split(","))
+    }
+    assert options["autovacuum_vacuum_cost_delay"] == "0"
+    assert options["autovacuum_vacuum_scale_factor"] == "0"

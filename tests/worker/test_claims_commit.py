@@ -83,7 +83,7 @@ def test_off_applies_inside_the_claims_transaction_only(settings: Any) -> None:
     assert _show() == "on"
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
-        document, setting = cursor.fetchone()
+        document, *_, setting = cursor.fetchone()
         assert document is not None and setting == "off"
         assert _show() == "off"  # SET LOCAL: the rest of the claim's transaction
     assert _show() == "on"  # and no further: the session's next statements are durable

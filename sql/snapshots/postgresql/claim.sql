@@ -7,90 +7,119 @@
 
 -- claim(cursor, limit=10): any queue
 --   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
-WITH RECURSIVE
-priorities(p) AS (
-    SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key
-        IS NULL AND backend_name = %s ORDER BY priority DESC LIMIT 1)
+WITH RECURSIVE marks AS (
+    SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
+), priorities(p) AS (
+    SELECT 101
     UNION ALL
-    SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key
-        IS NULL AND backend_name = %s AND priority < priorities.p ORDER BY priority DESC LIMIT 1)
-    FROM priorities WHERE priorities.p IS NOT NULL
-)
-, picked AS (
-    SELECT due.id FROM priorities CROSS JOIN LATERAL (
-        SELECT id FROM "django_sqltasks_taskrecord"
+    SELECT GREATEST(m.below[w.p + 101], (
+        SELECT priority FROM "django_sqltasks_taskrecord"
+        WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND priority < w.p
+            AND priority > COALESCE(m.below[w.p + 101], -101)
+        ORDER BY priority DESC LIMIT 1
+    ))
+    FROM priorities AS w, marks AS m WHERE w.p IS NOT NULL
+), picked AS (
+    SELECT due.ctid FROM priorities CROSS JOIN marks AS m CROSS JOIN LATERAL (
+        SELECT ctid FROM "django_sqltasks_taskrecord"
         WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name NOT IN
             (SELECT p.queue_name FROM "django_sqltasks_pausedqueue" p WHERE p.backend_name = %s AND
             p.queue_name = "django_sqltasks_taskrecord".queue_name OFFSET 0) AND priority =
             priorities.p AND available_at <= now()
+            AND available_at >= COALESCE(
+                m.starts[priorities.p + 101], '-infinity'::timestamptz)
         ORDER BY available_at
         LIMIT %s
         FOR UPDATE SKIP LOCKED
     ) AS due
+    WHERE priorities.p < 101
     LIMIT %s
 ), claimed AS (
     UPDATE "django_sqltasks_taskrecord" AS t
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
+    WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
-        t.attempts, t.snoozes, t.workflow_id, t.trace_parent
+        t.attempts, t.snoozes, t.workflow_id, t.trace_parent, t.available_at AS claimed_at
 )
 SELECT json_agg(json_build_array(id, task_path, backend_name, queue_name, priority, args::text,
     kwargs::text, enqueued_at, run_after, started_at, last_attempted_at, errors::text,
-    worker_ids::text, attempts, snoozes, workflow_id, trace_parent))::text
+    worker_ids::text, attempts, snoozes, workflow_id, trace_parent) ORDER BY priority DESC,
+    claimed_at)::text,
+    (SELECT json_agg(json_build_array(f.priority, to_char(f.at AT TIME ZONE 'UTC',
+        'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')))::text
+        FROM (SELECT priority, max(claimed_at) AS at FROM claimed GROUP BY priority)
+        AS f),
+    pg_snapshot_xmin(pg_current_snapshot())::text,
+    pg_snapshot_xmax(pg_current_snapshot())::text,
+    to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')
 FROM claimed;
--- %s 1: 'shop'
--- %s 2: 'shop'
+-- %s 1: '{}'
+-- %s 2: '{}'
 -- %s 3: 'shop'
 -- %s 4: 'shop'
--- %s 5: 10
+-- %s 5: 'shop'
 -- %s 6: 10
--- %s 7: 'host-1234-abcd'
+-- %s 7: 10
 -- %s 8: 'host-1234-abcd'
+-- %s 9: 'host-1234-abcd'
 
 -- claim(cursor, queue_names=['default'], limit=10): one queue
 --   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
-WITH RECURSIVE
-priorities(p) AS (
-    SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key
-        IS NULL AND backend_name = %s AND queue_name = %s ORDER BY priority DESC LIMIT 1)
+WITH RECURSIVE marks AS (
+    SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
+), priorities(p) AS (
+    SELECT 101
     UNION ALL
-    SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key
-        IS NULL AND backend_name = %s AND queue_name = %s AND priority < priorities.p ORDER BY
-        priority DESC LIMIT 1)
-    FROM priorities WHERE priorities.p IS NOT NULL
-)
-, picked AS (
-    SELECT due.id FROM priorities CROSS JOIN LATERAL (
-        SELECT id FROM "django_sqltasks_taskrecord"
+    SELECT GREATEST(m.below[w.p + 101], (
+        SELECT priority FROM "django_sqltasks_taskrecord"
+        WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name = %s AND
+            priority < w.p
+            AND priority > COALESCE(m.below[w.p + 101], -101)
+        ORDER BY priority DESC LIMIT 1
+    ))
+    FROM priorities AS w, marks AS m WHERE w.p IS NOT NULL
+), picked AS (
+    SELECT due.ctid FROM priorities CROSS JOIN marks AS m CROSS JOIN LATERAL (
+        SELECT ctid FROM "django_sqltasks_taskrecord"
         WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name IN (%s)
             AND queue_name NOT IN (SELECT p.queue_name FROM "django_sqltasks_pausedqueue" p WHERE
             p.backend_name = %s AND p.queue_name = "django_sqltasks_taskrecord".queue_name OFFSET 0)
             AND priority = priorities.p AND available_at <= now()
+            AND available_at >= COALESCE(
+                m.starts[priorities.p + 101], '-infinity'::timestamptz)
         ORDER BY available_at
         LIMIT %s
         FOR UPDATE SKIP LOCKED
     ) AS due
+    WHERE priorities.p < 101
     LIMIT %s
 ), claimed AS (
     UPDATE "django_sqltasks_taskrecord" AS t
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
+    WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
-        t.attempts, t.snoozes, t.workflow_id, t.trace_parent
+        t.attempts, t.snoozes, t.workflow_id, t.trace_parent, t.available_at AS claimed_at
 )
 SELECT json_agg(json_build_array(id, task_path, backend_name, queue_name, priority, args::text,
     kwargs::text, enqueued_at, run_after, started_at, last_attempted_at, errors::text,
-    worker_ids::text, attempts, snoozes, workflow_id, trace_parent))::text
+    worker_ids::text, attempts, snoozes, workflow_id, trace_parent) ORDER BY priority DESC,
+    claimed_at)::text,
+    (SELECT json_agg(json_build_array(f.priority, to_char(f.at AT TIME ZONE 'UTC',
+        'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')))::text
+        FROM (SELECT priority, max(claimed_at) AS at FROM claimed GROUP BY priority)
+        AS f),
+    pg_snapshot_xmin(pg_current_snapshot())::text,
+    pg_snapshot_xmax(pg_current_snapshot())::text,
+    to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')
 FROM claimed;
--- %s 1: 'shop'
--- %s 2: 'default'
+-- %s 1: '{}'
+-- %s 2: '{}'
 -- %s 3: 'shop'
 -- %s 4: 'default'
 -- %s 5: 'shop'
@@ -103,93 +132,122 @@ FROM claimed;
 
 -- claim(cursor, queue_names=['default', 'mail'], limit=10, scope=Scope(exclude_queues=('reports',))): queues, some limited
 --   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
-WITH RECURSIVE
-priorities(p) AS (
-    SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key
-        IS NULL AND backend_name = %s ORDER BY priority DESC LIMIT 1)
+WITH RECURSIVE marks AS (
+    SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
+), priorities(p) AS (
+    SELECT 101
     UNION ALL
-    SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key
-        IS NULL AND backend_name = %s AND priority < priorities.p ORDER BY priority DESC LIMIT 1)
-    FROM priorities WHERE priorities.p IS NOT NULL
-)
-, picked AS (
-    SELECT due.id FROM priorities CROSS JOIN LATERAL (
-        SELECT id FROM "django_sqltasks_taskrecord"
+    SELECT GREATEST(m.below[w.p + 101], (
+        SELECT priority FROM "django_sqltasks_taskrecord"
+        WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND priority < w.p
+            AND priority > COALESCE(m.below[w.p + 101], -101)
+        ORDER BY priority DESC LIMIT 1
+    ))
+    FROM priorities AS w, marks AS m WHERE w.p IS NOT NULL
+), picked AS (
+    SELECT due.ctid FROM priorities CROSS JOIN marks AS m CROSS JOIN LATERAL (
+        SELECT ctid FROM "django_sqltasks_taskrecord"
         WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name IN (%s,
             %s) AND queue_name NOT IN (SELECT p.queue_name FROM "django_sqltasks_pausedqueue" p
             WHERE p.backend_name = %s AND p.queue_name = "django_sqltasks_taskrecord".queue_name
             OFFSET 0) AND queue_name NOT IN (%s) AND priority = priorities.p AND available_at <=
             now()
+            AND available_at >= COALESCE(
+                m.starts[priorities.p + 101], '-infinity'::timestamptz)
         ORDER BY available_at
         LIMIT %s
         FOR UPDATE SKIP LOCKED
     ) AS due
+    WHERE priorities.p < 101
     LIMIT %s
 ), claimed AS (
     UPDATE "django_sqltasks_taskrecord" AS t
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
+    WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
-        t.attempts, t.snoozes, t.workflow_id, t.trace_parent
+        t.attempts, t.snoozes, t.workflow_id, t.trace_parent, t.available_at AS claimed_at
 )
 SELECT json_agg(json_build_array(id, task_path, backend_name, queue_name, priority, args::text,
     kwargs::text, enqueued_at, run_after, started_at, last_attempted_at, errors::text,
-    worker_ids::text, attempts, snoozes, workflow_id, trace_parent))::text
+    worker_ids::text, attempts, snoozes, workflow_id, trace_parent) ORDER BY priority DESC,
+    claimed_at)::text,
+    (SELECT json_agg(json_build_array(f.priority, to_char(f.at AT TIME ZONE 'UTC',
+        'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')))::text
+        FROM (SELECT priority, max(claimed_at) AS at FROM claimed GROUP BY priority)
+        AS f),
+    pg_snapshot_xmin(pg_current_snapshot())::text,
+    pg_snapshot_xmax(pg_current_snapshot())::text,
+    to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')
 FROM claimed;
--- %s 1: 'shop'
--- %s 2: 'shop'
+-- %s 1: '{}'
+-- %s 2: '{}'
 -- %s 3: 'shop'
--- %s 4: 'default'
--- %s 5: 'mail'
--- %s 6: 'shop'
--- %s 7: 'reports'
--- %s 8: 10
+-- %s 4: 'shop'
+-- %s 5: 'default'
+-- %s 6: 'mail'
+-- %s 7: 'shop'
+-- %s 8: 'reports'
 -- %s 9: 10
--- %s 10: 'host-1234-abcd'
+-- %s 10: 10
 -- %s 11: 'host-1234-abcd'
+-- %s 12: 'host-1234-abcd'
 
 -- claim(cursor, limit=10, scope=Scope(limit_key='tenant-9')): one limit key
 --   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
-WITH RECURSIVE
-priorities(p) AS (
-    SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key =
-        %s AND backend_name = %s ORDER BY priority DESC LIMIT 1)
+WITH RECURSIVE marks AS (
+    SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
+), priorities(p) AS (
+    SELECT 101
     UNION ALL
-    SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key =
-        %s AND backend_name = %s AND priority < priorities.p ORDER BY priority DESC LIMIT 1)
-    FROM priorities WHERE priorities.p IS NOT NULL
-)
-, picked AS (
-    SELECT due.id FROM priorities CROSS JOIN LATERAL (
-        SELECT id FROM "django_sqltasks_taskrecord"
+    SELECT GREATEST(m.below[w.p + 101], (
+        SELECT priority FROM "django_sqltasks_taskrecord"
+        WHERE status = 'READY' AND limit_key = %s AND backend_name = %s AND priority < w.p
+            AND priority > COALESCE(m.below[w.p + 101], -101)
+        ORDER BY priority DESC LIMIT 1
+    ))
+    FROM priorities AS w, marks AS m WHERE w.p IS NOT NULL
+), picked AS (
+    SELECT due.ctid FROM priorities CROSS JOIN marks AS m CROSS JOIN LATERAL (
+        SELECT ctid FROM "django_sqltasks_taskrecord"
         WHERE status = 'READY' AND limit_key = %s AND backend_name = %s AND queue_name NOT IN
             (SELECT p.queue_name FROM "django_sqltasks_pausedqueue" p WHERE p.backend_name = %s AND
             p.queue_name = "django_sqltasks_taskrecord".queue_name OFFSET 0) AND priority =
             priorities.p AND available_at <= now()
+            AND available_at >= COALESCE(
+                m.starts[priorities.p + 101], '-infinity'::timestamptz)
         ORDER BY available_at
         LIMIT %s
         FOR UPDATE SKIP LOCKED
     ) AS due
+    WHERE priorities.p < 101
     LIMIT %s
 ), claimed AS (
     UPDATE "django_sqltasks_taskrecord" AS t
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
+    WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
-        t.attempts, t.snoozes, t.workflow_id, t.trace_parent
+        t.attempts, t.snoozes, t.workflow_id, t.trace_parent, t.available_at AS claimed_at
 )
 SELECT json_agg(json_build_array(id, task_path, backend_name, queue_name, priority, args::text,
     kwargs::text, enqueued_at, run_after, started_at, last_attempted_at, errors::text,
-    worker_ids::text, attempts, snoozes, workflow_id, trace_parent))::text
+    worker_ids::text, attempts, snoozes, workflow_id, trace_parent) ORDER BY priority DESC,
+    claimed_at)::text,
+    (SELECT json_agg(json_build_array(f.priority, to_char(f.at AT TIME ZONE 'UTC',
+        'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')))::text
+        FROM (SELECT priority, max(claimed_at) AS at FROM claimed GROUP BY priority)
+        AS f),
+    pg_snapshot_xmin(pg_current_snapshot())::text,
+    pg_snapshot_xmax(pg_current_snapshot())::text,
+    to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')
 FROM claimed;
--- %s 1: 'tenant-9'
--- %s 2: 'shop'
+-- %s 1: '{}'
+-- %s 2: '{}'
 -- %s 3: 'tenant-9'
 -- %s 4: 'shop'
 -- %s 5: 'tenant-9'
@@ -202,46 +260,61 @@ FROM claimed;
 
 -- claim(cursor, limit=10, scope=Scope(limit_key=ANY_LIMIT)): limited or not
 --   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
-WITH RECURSIVE
-priorities(p) AS (
-    SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND
-        backend_name = %s ORDER BY priority DESC LIMIT 1)
+WITH RECURSIVE marks AS (
+    SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
+), priorities(p) AS (
+    SELECT 101
     UNION ALL
-    SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND
-        backend_name = %s AND priority < priorities.p ORDER BY priority DESC LIMIT 1)
-    FROM priorities WHERE priorities.p IS NOT NULL
-)
-, picked AS (
-    SELECT due.id FROM priorities CROSS JOIN LATERAL (
-        SELECT id FROM "django_sqltasks_taskrecord"
+    SELECT GREATEST(m.below[w.p + 101], (
+        SELECT priority FROM "django_sqltasks_taskrecord"
+        WHERE status = 'READY' AND backend_name = %s AND priority < w.p
+            AND priority > COALESCE(m.below[w.p + 101], -101)
+        ORDER BY priority DESC LIMIT 1
+    ))
+    FROM priorities AS w, marks AS m WHERE w.p IS NOT NULL
+), picked AS (
+    SELECT due.ctid FROM priorities CROSS JOIN marks AS m CROSS JOIN LATERAL (
+        SELECT ctid FROM "django_sqltasks_taskrecord"
         WHERE status = 'READY' AND backend_name = %s AND queue_name NOT IN (SELECT p.queue_name FROM
             "django_sqltasks_pausedqueue" p WHERE p.backend_name = %s AND p.queue_name =
             "django_sqltasks_taskrecord".queue_name OFFSET 0) AND priority = priorities.p AND
             available_at <= now()
+            AND available_at >= COALESCE(
+                m.starts[priorities.p + 101], '-infinity'::timestamptz)
         ORDER BY available_at
         LIMIT %s
         FOR UPDATE SKIP LOCKED
     ) AS due
+    WHERE priorities.p < 101
     LIMIT %s
 ), claimed AS (
     UPDATE "django_sqltasks_taskrecord" AS t
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.status = 'READY'
+    WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND t.status = 'READY'
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
-        t.attempts, t.snoozes, t.workflow_id, t.trace_parent
+        t.attempts, t.snoozes, t.workflow_id, t.trace_parent, t.available_at AS claimed_at
 )
 SELECT json_agg(json_build_array(id, task_path, backend_name, queue_name, priority, args::text,
     kwargs::text, enqueued_at, run_after, started_at, last_attempted_at, errors::text,
-    worker_ids::text, attempts, snoozes, workflow_id, trace_parent))::text
+    worker_ids::text, attempts, snoozes, workflow_id, trace_parent) ORDER BY priority DESC,
+    claimed_at)::text,
+    (SELECT json_agg(json_build_array(f.priority, to_char(f.at AT TIME ZONE 'UTC',
+        'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')))::text
+        FROM (SELECT priority, max(claimed_at) AS at FROM claimed GROUP BY priority)
+        AS f),
+    pg_snapshot_xmin(pg_current_snapshot())::text,
+    pg_snapshot_xmax(pg_current_snapshot())::text,
+    to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')
 FROM claimed;
--- %s 1: 'shop'
--- %s 2: 'shop'
+-- %s 1: '{}'
+-- %s 2: '{}'
 -- %s 3: 'shop'
 -- %s 4: 'shop'
--- %s 5: 10
+-- %s 5: 'shop'
 -- %s 6: 10
--- %s 7: 'host-1234-abcd'
+-- %s 7: 10
 -- %s 8: 'host-1234-abcd'
+-- %s 9: 'host-1234-abcd'

@@ -7,7 +7,10 @@ CREATE TABLE "django_sqltasks_taskrecord_partitioned" (LIKE "django_sqltasks_tas
     DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE)
 PARTITION BY LIST (status);
 CREATE TABLE "django_sqltasks_taskrecord_live" PARTITION OF "django_sqltasks_taskrecord_partitioned"
-    FOR VALUES IN ('READY', 'RUNNING');
+    FOR VALUES IN ('READY', 'RUNNING') WITH (autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_insert_scale_factor = 0,
+    autovacuum_vacuum_insert_threshold = 1000, autovacuum_analyze_scale_factor = 0,
+    autovacuum_analyze_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
 CREATE UNIQUE INDEX IF NOT EXISTS "django_sqltasks_taskrecord_live_id" ON
     "django_sqltasks_taskrecord_live" (id);
 CREATE TABLE "django_sqltasks_taskrecord_successful" PARTITION OF
