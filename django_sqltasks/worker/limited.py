@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,6 +39,7 @@ from ..core.limits import (
 from ..core.resolve import resolve_task
 from ..models import TaskLimit, TaskRecord
 from ..sql import ClaimedRow, Dialect, Scope, SuspectRow
+from ..sql.marks import ClaimMarks
 from ..store.queue_limits import overrides
 from . import events
 from .fair import FairTasks, claim_fair, counted_on, write_transaction
@@ -57,6 +59,7 @@ FRESH_A_ROUND = GROUPS_A_ROUND // 2  # of a round's groups, at most this many ar
 # seen, for per-customer keys) and make them again when a task needs one.
 STALE_AFTER = timedelta(hours=2)
 FORGET_EVERY = 600.0  # seconds between two deletions of stale limit rows by one worker
+MARKS_KEPT = 1_000  # groups whose claim marks a worker keeps (each a few hundred bytes)
 
 
 class LimitedClaim:
@@ -91,7 +94,20 @@ class LimitedClaim:
         self._offset = 0  # where the next round starts among the groups
         self._task_limits: dict[str, Limit] = {}  # limits by task path, as this code has them
         self._fair = FairTasks(backend_name)  # which keys are taken round robin (fair.py)
+        # Where each limit key's claim starts reading (sql/marks.py), most recently used last.
+        self._marks: OrderedDict[tuple[Any, ...], ClaimMarks] = OrderedDict()
         self._next_forget = time.monotonic() + FORGET_EVERY
+
+    def _marks_of(self, key: tuple[Any, ...]) -> ClaimMarks:
+        """The marks of one group's claims, kept for the MARKS_KEPT groups claimed last."""
+        marks = self._marks.get(key)
+        if marks is None:
+            marks = self._marks[key] = ClaimMarks()
+            if len(self._marks) > MARKS_KEPT:
+                self._marks.popitem(last=False)
+        else:
+            self._marks.move_to_end(key)
+        return marks
 
     @property
     def active(self) -> bool:
@@ -204,6 +220,7 @@ class LimitedClaim:
                 take = min([room - len(rows), *allowed])
                 if take <= 0:
                     continue
+                scope = Scope(limit_key=group.limit_key, exclude_queues=group.exclude)
                 got = dialect.claim(
                     cursor,
                     backend_name=self.backend_name,
@@ -212,7 +229,8 @@ class LimitedClaim:
                     else self.queue_names,
                     worker_id=self.worker_id,
                     limit=take,
-                    scope=Scope(limit_key=group.limit_key, exclude_queues=group.exclude),
+                    scope=scope,
+                    marks=self._marks_of((scope, group.queues)),
                 )
                 for gate in held:
                     assert gate is not None

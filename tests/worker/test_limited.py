@@ -188,6 +188,26 @@ def test_a_concurrency_limit_counts_running_tasks_of_every_worker(tmp_path: Path
     assert limit.concurrency == 2
 
 
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="PostgreSQL's claim marks")
+@pytest.mark.django_db(transaction=True)  # the marks follow the database's snapshots
+def test_a_limit_keys_claims_go_on_from_where_they_took(tmp_path: Path) -> None:
+    """Each limited group's claim reads its key's due tasks from its marks (sql/marks.py),
+    kept per group: the second claim of one worker goes on past what the first took."""
+    log = str(tmp_path / "log")
+    for i in range(4):
+        tasks_limits.two_at_once.enqueue(log, f"l{i}")
+    make_due()
+    limited = limited_claim("w1")
+    first = claim(limited)
+    assert len(first) == 2
+    (marks,) = limited._marks.values()
+    assert set(marks.marks) == {0} and marks.full_passes == 1
+    finish(first)
+    second = claim(limited)
+    assert len(second) == 2 and {r.id for r in second}.isdisjoint(r.id for r in first)
+    assert list(limited._marks.values()) == [marks]  # the same group's marks
+
+
 def test_a_concurrency_key_limits_each_key_apart(tmp_path: Path) -> None:
     log = str(tmp_path / "log")
     for customer in ("acme", "acme", "globex", "globex", "initech"):
