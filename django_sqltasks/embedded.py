@@ -29,6 +29,11 @@ logger = logging.getLogger("django_sqltasks")
 DEFAULT_CONCURRENCY = 2  # tasks at once: a web process's spare capacity, not a worker's
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0  # seconds running tasks get at a stop (a reload, Ctrl-C)
 STOP_JOIN_MARGIN = 35.0  # seconds past the shutdown timeout to wait for outcome writes
+# Seconds between attempts to start while the database cannot be used (down, or its tables not
+# migrated yet), doubling from the first to the last: a web process may start before its
+# database, and serves (and enqueues) meanwhile.
+FIRST_RETRY = 0.5
+MAX_RETRY = 30.0
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -52,6 +57,7 @@ class EmbeddedWorker:
         self.worker: Any = None  # the Worker, once started
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._stopping = threading.Event()  # set by stop(): no more attempts to start
 
     @property
     def running(self) -> bool:
@@ -68,6 +74,7 @@ class EmbeddedWorker:
             from .worker import Worker
 
             self.worker = Worker(**self.options)
+            self._stopping.clear()
             self._thread = threading.Thread(
                 target=self._run, name="sqltasks-embedded-worker", daemon=True
             )
@@ -81,6 +88,7 @@ class EmbeddedWorker:
         thread, worker = self._thread, self.worker
         if thread is None or worker is None:
             return True
+        self._stopping.set()
         worker.stop()
         if timeout is None:
             timeout = (worker.shutdown_timeout or 0.0) + STOP_JOIN_MARGIN
@@ -92,8 +100,8 @@ class EmbeddedWorker:
         from django.db import connections
 
         try:
-            self.worker.check_database()
-            self.worker.run()
+            if self._wait_for_database():
+                self.worker.run()
         except Exception:  # the web server goes on without its worker, and says why
             logger.exception(
                 "The embedded worker stopped on an error; tasks wait for another worker",
@@ -101,6 +109,31 @@ class EmbeddedWorker:
             )
         finally:
             connections.close_all()
+
+    def _wait_for_database(self) -> bool:
+        """Check the database the worker will use until it passes, as ``tasks_worker
+        --wait-for-database`` does but for as long as the process runs: a connection that
+        fails, or tables not migrated yet, are tried again with backoff, each attempt logged.
+        Return False if the worker was stopped first."""
+        from django.db import InterfaceError, OperationalError, connections
+
+        pause = FIRST_RETRY
+        while not self._stopping.is_set():
+            try:
+                self.worker.check_database()
+                return True
+            except (OperationalError, InterfaceError, RuntimeError) as e:
+                logger.warning(
+                    "The embedded worker cannot start yet (%s); trying again in %.1fs",
+                    " ".join(str(e).split()),
+                    pause,
+                    extra={"action": "embedded_worker_wait"},
+                )
+            connections.close_all()  # this thread's; the next attempt connects anew
+            if self._stopping.wait(pause):
+                break
+            pause = min(pause * 2, MAX_RETRY)
+        return False
 
 
 def _stop_before_exit(embedded: EmbeddedWorker) -> None:

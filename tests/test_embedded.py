@@ -5,18 +5,24 @@ server's process, started and stopped with it: by an ASGI server's lifespan, and
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import signal
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connection, connections
 
 from django_sqltasks import EmbeddedWorker, embed_in_asgi
 from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.embedded import STOP_JOIN_MARGIN
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from tests import tasks
 from tests.conftest import ROOT, worker_env
@@ -136,3 +142,68 @@ def test_runserver_runs_tasks_in_its_process_and_stops_its_worker_on_ctrl_c(
     assert "Traceback" not in output, output
     assert "Worker stopped worker_id=" in output, output
     assert not WorkerRecord.objects.filter(id=started["worker_id"]).exists()
+
+
+class Waits(logging.Handler):
+    """Sets ``seen`` when the embedded worker logs that it cannot start yet."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "action", None) == "embedded_worker_wait":
+            self.seen.set()
+
+
+@contextlib.contextmanager
+def database_refused() -> Iterator[Waits]:
+    """New connections of the default alias go to a port where nothing listens (every
+    connection of the alias reads the one settings dict), until the block ends."""
+    config = connections.settings["default"]
+    port = config["PORT"]
+    config["PORT"] = free_port()
+    waits = Waits()
+    logger = logging.getLogger("django_sqltasks")
+    logger.addHandler(waits)
+    try:
+        yield waits
+    finally:
+        config["PORT"] = port
+        logger.removeHandler(waits)
+
+
+postgres_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="a refused connection: a server's port"
+)
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_an_embedded_worker_started_before_its_database_runs_tasks_once_it_is_up(
+    events: EventLog,
+) -> None:
+    embedded = EmbeddedWorker(concurrency=1)
+    try:
+        with database_refused() as waits:
+            embedded.start()
+            assert waits.seen.wait(60), "no attempt logged"
+            assert embedded.running  # waiting, not given up
+        [started] = events.wait("worker_started")
+        result = tasks.add.enqueue(20, 22)
+        events.wait("task_finished", id=str(result.id), status=TaskResultStatus.SUCCESSFUL)
+        assert TaskRecord.objects.get(id=result.id).worker_ids == [started["worker_id"]]
+    finally:
+        assert embedded.stop()
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_an_embedded_worker_waiting_for_its_database_stops_at_once() -> None:
+    embedded = EmbeddedWorker(concurrency=1)
+    with database_refused() as waits:
+        embedded.start()
+        assert waits.seen.wait(60), "no attempt logged"
+        # Its next attempt is up to MAX_RETRY away: the stop does not wait for it.
+        assert embedded.stop(timeout=STOP_JOIN_MARGIN)
+    assert not embedded.running
