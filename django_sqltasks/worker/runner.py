@@ -29,6 +29,7 @@ from .completer import Completer
 from .executor import Executor, TaskWatch
 from .lease import Lease
 from .liveness import FailingRoles
+from .loop import run as event_loop_run
 from .maintenance import Maintenance
 from .native import LoopDatabase
 from .producer import Producer
@@ -159,7 +160,7 @@ class Worker:
 
     def run(self) -> None:
         """Run until stopped; install SIGINT/SIGTERM handlers when on the main thread."""
-        asyncio.run(self._main())
+        event_loop_run(self._main())
 
     def stop(self) -> None:
         """Stop claiming and let running tasks finish; safe to call from any thread."""
