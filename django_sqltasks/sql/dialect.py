@@ -13,13 +13,21 @@ from __future__ import annotations
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .claims import ClaimStatements
+from .health import ProbeStatements
 from .outcomes import OutcomeStatements
 from .steps import StepStatements
 from .tasks import TaskStatements
 from .workers import WorkerStatements
 
 
-class Dialect(TaskStatements, ClaimStatements, OutcomeStatements, WorkerStatements, StepStatements):
+class Dialect(
+    TaskStatements,
+    ClaimStatements,
+    OutcomeStatements,
+    WorkerStatements,
+    StepStatements,
+    ProbeStatements,
+):
     """Raw SQL for one database vendor, run on a Django connection's cursor, and the facts
     about that database that the rest of the package acts on."""
 

@@ -9,14 +9,16 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import PausedQueue, TaskRecord, WorkerRecord
-from django_sqltasks.ops.probe import Exit, due_queries
+from django_sqltasks.ops.probe import Exit
+from django_sqltasks.sql import dialect_for
 from tests.factories import task_row
 from tests.management.test_tasks_worker import closed_port, manage, url_for_port
-from tests.test_indexes import analyze, explain, fill
+from tests.test_indexes import analyze, explain, fill, plan_uses
 
 pytestmark = pytest.mark.django_db
 
@@ -149,18 +151,41 @@ def test_an_unreachable_database_exits_3_in_one_line() -> None:
 
 
 @pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits on MySQL
-def test_the_probe_reads_the_ready_indexes_not_the_history() -> None:
-    fill(ready=200, finished=10_000)
+def test_the_probe_reads_one_entry_of_a_ready_index_per_queue_and_priority() -> None:
+    fill(ready=3_000, finished=10_000)
     analyze()
-    unlimited, limited = due_queries("default", "default", timezone.now())
-    for query, index in (
-        (unlimited, "sqltasks_ready_"),  # either of the two ready indexes of this predicate
-        # Either of the two of this one: by limit key, or by due time (the suspects' look)
-        (limited, "sqltasks_ready_limited_"),
-    ):
-        plan = explain(*query.query.sql_with_params())
-        # A table partitioned by status (PostgreSQL) answers from its live leaf alone, which
-        # holds only READY and RUNNING tasks: there a scan of that leaf is as good.
-        live_leaf_only = "_live " in plan and "_successful" not in plan and "_failed" not in plan
-        assert index in plan or live_leaf_only, plan
-    assert TaskRecord.objects.count() == 10_200
+    dialect = dialect_for(connection)
+    plan = explain(*dialect._oldest_ready_sql("default", "default"))
+    assert plan_uses(plan, "sqltasks_ready_idx"), plan
+    assert "_successful" not in plan and "_failed" not in plan, plan  # no history read
+    plan = explain(*dialect._oldest_limited_sql("default", 100))
+    # A table partitioned by status (PostgreSQL) may answer from its live leaf alone, which
+    # holds only READY and RUNNING tasks.
+    assert plan_uses(plan, "sqltasks_ready_limited_at_idx") or "_live" in plan, plan
+    with connection.cursor() as cursor:
+        # fill() spreads 3,000 READY tasks over three queues and seven priorities, one a
+        # second back in time: the oldest of queue 'default' is row 0's, due now.
+        oldest = dialect.oldest_ready(cursor, "default", "default")
+        assert (
+            oldest
+            == TaskRecord.objects.filter(queue_name="default", status="READY")
+            .order_by("available_at")
+            .values_list("available_at", flat=True)
+            .first()
+        )
+        assert dialect.oldest_ready(cursor, "default", "nowhere") is None
+
+
+@pytest.mark.django_db
+def test_the_probe_asks_as_much_whatever_the_backlog() -> None:
+    """The statements a probe sends do not depend on how many tasks wait (each oldest due task
+    is one statement a queue): the same count for 3 due tasks and for 3,000."""
+    worker(["*"])
+    counts = []
+    for backlog in (3, 3_000):
+        TaskRecord.objects.all().delete()
+        fill(ready=backlog, finished=0)
+        with CaptureQueriesContext(connection) as queries:
+            health()
+        counts.append(len(queries))
+    assert counts[0] == counts[1], counts
