@@ -20,7 +20,7 @@ from tests.conftest import wait_for
 from tests.factories import task_row
 from tests.management.test_tasks_worker import closed_port, manage, url_for_port
 from tests.ops.test_health import INNODB_TRX_IDLE
-from tests.ops.test_health import snapshot as snapshot_fixture  # noqa: F401 (pytest's)
+from tests.ops.test_health import snapshot as held_snapshot  # noqa: F401 (a fixture)
 from tests.test_indexes import analyze, explain, fill, plan_uses
 
 pytestmark = pytest.mark.django_db
@@ -182,9 +182,9 @@ def test_the_probe_reads_one_entry_of_a_ready_index_per_queue_and_priority() -> 
 @pytest.mark.skipif("connection.vendor == 'sqlite'", reason="SQLite has no vacuum horizon")
 @pytest.mark.django_db(transaction=True)  # the snapshot is another connection's
 def test_the_probe_names_the_snapshot_that_holds_the_horizon_back(
-    snapshot: tuple[Any, int],
+    held_snapshot: tuple[Any, int],  # noqa: F811 (the fixture imported above)
 ) -> None:
-    _, pid = snapshot  # REPEATABLE READ, application 'h3-report' (PostgreSQL), idle
+    _, pid = held_snapshot  # REPEATABLE READ, application 'h3-report' (PostgreSQL), idle
     worker(["*"])
 
     def named() -> dict[str, Any] | None:
