@@ -512,3 +512,34 @@ def test_autovacuum_is_not_judged_for_a_table_that_does_not_exist_yet() -> None:
         health = read_postgresql(cursor, connection.ops.quote_name("never_migrated_tasks"))
     assert health.autovacuum is None and health.autovacuum_off_by == ()
     assert health.live_rows is None and health.dead_rows is None
+
+
+@pytest.mark.skipif("connection.vendor == 'sqlite'", reason="SQLite has no vacuum horizon")
+@pytest.mark.django_db(transaction=True)  # the snapshot is another connection's
+def test_the_overview_and_the_metrics_name_the_horizon_holder(
+    operator: Client, snapshot: tuple[Any, int]
+) -> None:
+    _, pid = snapshot
+
+    def named() -> bool:
+        holder = health.horizon_holder(health.read())
+        return holder is not None and holder.pid == pid
+
+    wait_for(named, timeout=30, interval=INNODB_TRX_IDLE)
+    seen = look(operator)
+    assert 'id="sqltasks-horizon"' in seen.page
+    assert f'<td class="num">{pid}</td>' in seen.page
+    if connection.vendor == "postgresql":
+        assert "application &#x27;h3-report&#x27;" in seen.page
+        assert f"<code>SELECT count(*) FROM {TABLE}</code>" in seen.page
+    if seen.metrics is not None:
+        labels = {
+            "database": "default",
+            "kind": "session",
+            "pid": str(pid),
+            "state": "idle in transaction" if connection.vendor == "postgresql" else "RUNNING",
+            "application_name": "h3-report" if connection.vendor == "postgresql" else "",
+            "query": f"SELECT count(*) FROM {TABLE}" if connection.vendor == "postgresql" else "",
+        }
+        age = seen.metrics.get_sample_value("sqltasks_horizon_holder", labels)
+        assert age is not None and age >= 0, labels
