@@ -325,6 +325,11 @@ def session(health: TableHealth) -> str:
     return ", ".join(parts)
 
 
+def one_line(text: str) -> str:
+    """``text`` on one line: a driver's or a check's message may span several."""
+    return " ".join(text.split())
+
+
 def short(seconds: float) -> str:
     """A duration as an operator reads it: 42s, 17m, 5h, 3d."""
     return short_age(timedelta(seconds=seconds))

@@ -19,17 +19,15 @@ from datetime import datetime, timedelta
 from enum import IntEnum
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from ..compat import InvalidTaskBackend, task_backends
-from ..core.backends import SQLBackend, sql_backends
-from ..core.tasks_check import OUR_PATHS, unloadable
+from ..core.backends import SQLBackend
 from ..models import PausedQueue, TaskRecord, WorkerRecord
 from ..sql import dialect_for
 from ..sql.installation import is_missing_table, not_migrated, unapplied_migrations, unreachable
 from ..sql.lists import ready_queue_names
 from . import health as table_health
+from .health import one_line
 
 DEFAULT_MAX_AGE = 300.0  # seconds a due task may wait before the probe fails: as check W001
 # Seconds each database has to answer: under a Kubernetes probe's timeoutSeconds (the docs'
@@ -159,62 +157,6 @@ class Limits:
 
 class OutOfTime(Exception):
     """The probe's time on a database ran out between two statements."""
-
-
-def configuration_problems(backends: list[SQLBackend]) -> list[Problem]:
-    """What keeps anything from running before a database is read: a ``TASKS`` entry whose
-    backend cannot be loaded (a typo in ``BACKEND``), no backend of this package at all (no
-    ``TASKS`` setting, or one that names none), and a chosen backend that refuses to enqueue
-    (its ``OPTIONS`` break a rule, or the app is not in ``INSTALLED_APPS``)."""
-    found = [
-        Problem(Exit.MISCONFIGURED, alias, one_line(message), code="backend_unloadable")
-        for alias, message in unloadable_backends()
-    ]
-    if not found and not sql_backends():
-        configured = (
-            ", ".join(
-                f"{alias!r} is {entry.get('BACKEND', '?') if isinstance(entry, dict) else '?'}"
-                for alias, entry in settings.TASKS.items()
-            )
-            or "none"
-        )
-        found.append(
-            Problem(
-                Exit.MISCONFIGURED,
-                None,
-                "No TASKS backend is a django_sqltasks backend, so no task is stored for a "
-                f"worker to run (TASKS: {configured}). Set BACKEND to "
-                f"{OUR_PATHS[0]!r} (docs/quickstart.md).",
-                code="no_backend",
-            )
-        )
-    for backend in backends:
-        try:
-            backend.check_usable()
-        except InvalidTaskBackend as e:
-            found.append(
-                Problem(
-                    Exit.MISCONFIGURED, backend.alias, one_line(str(e)), code="backend_unusable"
-                )
-            )
-    return found
-
-
-def unloadable_backends() -> list[tuple[str, str]]:
-    """Each ``TASKS`` alias whose backend cannot be loaded, and the E020 check's message."""
-    found = []
-    for alias in settings.TASKS:
-        try:
-            task_backends[alias]
-        except InvalidTaskBackend as e:
-            error = unloadable(alias, e)
-            found.append((alias, f"{error.msg.rstrip('.')}. {error.hint}"))
-    return found
-
-
-def one_line(text: str) -> str:
-    """``text`` on one line: a driver's or a check's message may span several."""
-    return " ".join(text.split())
 
 
 def probe(

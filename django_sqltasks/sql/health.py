@@ -7,13 +7,15 @@ database besides its reads: a time limit on its statements, and a write that cha
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError
 from django.db.backends.utils import CursorWrapper
 
-from .rows import TableHealth
-from .vendor import Vendor, driver_error
+from .claims import ClaimStatements
+from .rows import UNLIMITED, TableHealth
+from .vendor import driver_error
 
 # PostgreSQL ----------------------------------------------------------------------------------
 
@@ -176,9 +178,62 @@ def read_mysql(cursor: CursorWrapper) -> TableHealth:
 # The health probe's bounds: a time limit on its statements, and a write that changes nothing
 
 
-class ProbeStatements(Vendor):
-    """What ``tasks_health`` runs besides its reads: each database's time limit on a
+class ProbeStatements(ClaimStatements):
+    """What ``tasks_health`` runs: each queue's oldest READY task and the earliest due tasks
+    under a limit (through the claim's ready indexes), each database's time limit on a
     statement and on its lock waits, and a write that changes nothing."""
+
+    def _oldest_ready_sql(self, backend_name: str, queue_name: str) -> tuple[str, list[Any]]:
+        """The earliest ``available_at`` of the READY tasks of no limit in one queue: the
+        earliest task of each priority in ``_priorities_sql``, one probe of
+        ``sqltasks_ready_idx`` each (which leads with the queue, then the priority)."""
+        prefix, prefix_params = self._ready_prefix(backend_name, [queue_name], UNLIMITED)
+        priorities, priority_params = self._priorities_sql(backend_name, [queue_name], UNLIMITED)
+        return (
+            f"""
+            WITH RECURSIVE {priorities}
+            SELECT MIN((
+                SELECT available_at FROM {self.tasks} WHERE {prefix} AND priority = priorities.p
+                ORDER BY available_at LIMIT 1
+            )) FROM priorities WHERE p IS NOT NULL
+            """,
+            [*priority_params, *prefix_params],
+        )
+
+    def oldest_ready(
+        self, cursor: CursorWrapper, backend_name: str, queue_name: str
+    ) -> datetime | None:
+        """When the oldest READY task of no limit in ``queue_name`` became (or becomes) due;
+        None if it has none. Its cost is one index probe per priority, whatever the backlog:
+        if that task is due, it is the queue's oldest due task."""
+        cursor.execute(*self._oldest_ready_sql(backend_name, queue_name))
+        row = cursor.fetchone()
+        return None if row is None else self._decode_datetime(row[0])
+
+    def _oldest_limited_sql(self, backend_name: str, count: int) -> tuple[str, list[Any]]:
+        """The ``count`` earliest due READY tasks under a limit, through
+        ``sqltasks_ready_limited_at_idx`` (backend, due time): their queue and due time."""
+        now, now_params = self._now_sql()
+        return (
+            f"SELECT queue_name, available_at FROM {self.tasks} "
+            "WHERE status = 'READY' AND limit_key IS NOT NULL AND backend_name = %s "
+            f"AND available_at <= {now} ORDER BY available_at LIMIT %s",
+            [backend_name, *now_params, count],
+        )
+
+    def oldest_limited(
+        self, cursor: CursorWrapper, backend_name: str, count: int
+    ) -> list[tuple[str, datetime]]:
+        """The queue and due time of the ``count`` earliest due tasks under a limit, earliest
+        first: a queue's first one is its oldest due limited task (one range of one index,
+        however many wait behind them)."""
+        cursor.execute(*self._oldest_limited_sql(backend_name, count))
+        found = []
+        for queue, at in cursor.fetchall():
+            due = self._decode_datetime(at)
+            if due is not None:
+                found.append((queue, due))
+        return found
 
     def limit_connect(self, seconds: float) -> None:
         """Give up connecting after about ``seconds``, if this process has not connected yet

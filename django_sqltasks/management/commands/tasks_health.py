@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...ops.configuration import configuration_problems
 from ...ops.probe import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_TRANSACTION_AGE,
@@ -14,7 +15,6 @@ from ...ops.probe import (
     Exit,
     Limits,
     Report,
-    configuration_problems,
     probe,
 )
 from ..arguments import add_scope_arguments, chosen_scope, positive_seconds

@@ -3,7 +3,7 @@
 -- READY task, the earliest due tasks under a limit, its time limit, a write that changes nothing.
 
 -- oldest_ready(cursor, backend_name, 'emails')
---   ClaimStatements.oldest_ready (django_sqltasks/sql/claims.py)
+--   ProbeStatements.oldest_ready (django_sqltasks/sql/health.py)
 WITH RECURSIVE span(p, low) AS (
     SELECT (SELECT priority FROM `django_sqltasks_taskrecord` FORCE INDEX (sqltasks_ready_idx) WHERE
         status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name = %s ORDER BY
@@ -24,7 +24,7 @@ SELECT MIN((SELECT available_at FROM `django_sqltasks_taskrecord` FORCE INDEX (s
 -- %s 6: 'emails'
 
 -- oldest_limited(cursor, backend_name, 100)
---   ClaimStatements.oldest_limited (django_sqltasks/sql/claims.py)
+--   ProbeStatements.oldest_limited (django_sqltasks/sql/health.py)
 SELECT queue_name, available_at
 FROM `django_sqltasks_taskrecord` FORCE INDEX (sqltasks_ready_limited_at_idx)
 WHERE status = 'READY' AND limit_key IS NOT NULL AND backend_name = %s AND available_at <=
