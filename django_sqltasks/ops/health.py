@@ -367,7 +367,8 @@ def summary(health: TableHealth) -> str:
             f"replication slot {health.slot_name!r} xmin {health.slot_xids or 0:,} transactions old"
         )
     holder = horizon_holder(health)
-    if holder is not None and (holder.xids or holder.kind == "session"):
+    # Several kinds open at once: say which one holds the horizon furthest back.
+    if holder is not None and (health.prepared_gid is not None or health.slot_name is not None):
         parts.append(f"horizon held by the {holder.kind} ({holder.name})")
     return "; ".join(parts)
 
