@@ -173,6 +173,7 @@ STRUCTURAL = {
     "source",
     "probe",
     "earliest",
+    "span",
     "priorities",
     "order",
     # A PostgreSQL-only index's condition (indexes.py): fixed text the model's Meta gives, as
@@ -193,6 +194,9 @@ STRUCTURAL = {
     "self.steps",
     "', '.join(STEP_COLUMNS)",
     "values",
+    # SQLite's busy timeout for the health probe (sql/health.py): an int it computes (a
+    # PRAGMA takes no parameter).
+    "busy_ms",
 }
 
 

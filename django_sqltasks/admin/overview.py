@@ -20,6 +20,7 @@ from ..compat import InvalidTaskBackend
 from ..core.backends import sql_backend
 from ..exceptions import UnknownQueue
 from ..models import PausedQueue, QueueOverview, TaskRecord
+from ..ops import health as table_health
 from ..ops import overview
 from .chart import throughput_chart
 
@@ -75,6 +76,9 @@ class QueueOverviewAdmin(OverviewAdminBase):
             "overview": snapshot,
             "rows": [(q, overview.short_age(q.oldest_age(snapshot.now))) for q in snapshot.queues],
             "window": overview.short_age(snapshot.finished_window),
+            # The task table's upkeep in one line, and what holds the horizon back, if known.
+            "upkeep": table_health.summary(snapshot.health),
+            "holder": table_health.horizon_holder(snapshot.health),
             "chart": throughput_chart(snapshot.throughput),
             "tasks_url": reverse("admin:django_sqltasks_taskrecord_changelist"),
             "breadcrumbs_list": BREADCRUMBS_LIST,

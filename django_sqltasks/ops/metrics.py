@@ -21,7 +21,7 @@ from django.db import connections
 from ..compat import TaskResultStatus, task_enqueued, task_finished, task_started
 from ..core.progress import live_writers
 from . import overview
-from .health import CODES
+from .health import CODES, QUERY_SHOWN, horizon_holder
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -240,6 +240,42 @@ class QueueCollector:
                 "Age of the oldest transaction of another session (0: none open).",
                 {"": health.oldest_transaction_seconds or 0.0},
             )
+        if health.vacuumed_seconds_ago is not None:
+            yield gauge(
+                "sqltasks_table_vacuumed_seconds_ago",
+                "Since the task table's live partition was last vacuumed (by autovacuum or "
+                "by hand; since the server started if never).",
+                {"": health.vacuumed_seconds_ago},
+            )
+        holder = horizon_holder(health)
+        if holder is not None:
+            # One series at a time: the holder of the moment, named by its labels.
+            info = family(
+                "sqltasks_horizon_holder",
+                "How long (seconds) the oldest transaction, prepared transaction or replication "
+                "slot has held back the cleanup of the task table's dead rows (0 for a slot, "
+                "whose age is not known in time); its labels name it.",
+                labels=["database", "kind", "pid", "state", "application_name", "query"],
+            )
+            session = holder.kind == "session"
+            info.add_metric(
+                [
+                    self.using,
+                    holder.kind,
+                    "" if holder.pid is None else str(holder.pid),
+                    (health.oldest_transaction_state or "") if session else "",
+                    (health.oldest_transaction_application or "") if session else "",
+                    (holder.query or "")[:QUERY_SHOWN],
+                ],
+                holder.seconds or 0.0,
+            )
+            yield info
+            if holder.xids is not None:
+                yield gauge(
+                    "sqltasks_horizon_holder_xids",
+                    "How many transactions ago the horizon's holder began (PostgreSQL).",
+                    {"": holder.xids},
+                )
         if health.history_length is not None:
             yield gauge(
                 "sqltasks_innodb_history_length",

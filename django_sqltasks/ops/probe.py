@@ -1,27 +1,45 @@
-"""The health probe behind ``manage.py tasks_health``: is some worker alive, is every queue
-served, has the oldest due task waited too long, can the database be reached.
+"""The health probe behind ``manage.py tasks_health``: can anything run at all (a backend of
+this package configured and loadable, its tables migrated, its database reachable and
+writable), is some worker alive, is every queue served, has the oldest due task waited too
+long, and does a transaction hold back the cleanup of the task table.
 
-Fast at any table size: it reads the worker table and the READY rows only, through the ready
-indexes (the history of finished tasks is never touched), and the database's clock, so a probe
-on a machine whose clock drifts judges workers and tasks as the workers themselves do.
+Its cost does not grow with the backlog or the history: it reads the worker table, and each
+queue's oldest due task with one probe of a ready index per priority (``oldest_ready``), the
+tasks under a limit with one bounded range of theirs; finished tasks are never read. Every
+statement runs under a time limit (statements and lock waits), so that a table locked by a
+migration or a server that stalls gets an answer with one of its codes, never a hang. It
+judges by the database's clock, as the workers judge each other.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import IntEnum
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, connections
-from django.db.models import Min, QuerySet
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
 from ..core.backends import SQLBackend
 from ..models import PausedQueue, TaskRecord, WorkerRecord
 from ..sql import dialect_for
-from ..sql.installation import is_missing_table, unreachable
+from ..sql.installation import is_missing_table, not_migrated, unapplied_migrations, unreachable
+from ..sql.lists import ready_queue_names
+from . import health as table_health
+from .health import one_line
 
 DEFAULT_MAX_AGE = 300.0  # seconds a due task may wait before the probe fails: as check W001
+# Seconds each database has to answer: under a Kubernetes probe's timeoutSeconds (the docs'
+# example gives 10), and far above what the probe's reads take (a few milliseconds).
+DEFAULT_TIMEOUT = 5.0
+# Seconds a transaction may hold back the cleanup of the task table before the probe fails:
+# ten times the age at which W005 warns (a minute), past which the dead rows it keeps cost
+# every claim (at 800 tasks/s, about 100,000 of them a minute).
+DEFAULT_MAX_TRANSACTION_AGE = 600.0
+# The due tasks under a limit read, earliest first: each queue among them gets its exact
+# oldest; a queue whose first is further back has waited less than the last one read.
+LIMITED_READ = 100
 
 
 class Exit(IntEnum):
@@ -29,11 +47,15 @@ class Exit(IntEnum):
     (the one that explains the others) is returned."""
 
     HEALTHY = 0
-    # 1 is a CommandError (an unknown backend, a database not migrated); 2 is a usage error.
+    # Nothing can run, whatever the workers do: no backend of this package, one that cannot be
+    # loaded or whose OPTIONS are wrong, tables not migrated. (2 is a usage error.)
+    MISCONFIGURED = 1
+    # A database holding tasks cannot be reached, takes no writes, or did not answer in time.
     DATABASE_UNREACHABLE = 3
     NO_LIVE_WORKER = 4
     QUEUE_UNSERVED = 5
     BACKLOG_TOO_OLD = 6
+    HORIZON_HELD = 7  # a transaction has held back the task table's cleanup too long
 
 
 @dataclass(frozen=True)
@@ -41,13 +63,14 @@ class Problem:
     """One condition that makes the probe fail."""
 
     exit: Exit
-    backend: str
+    backend: str | None
     message: str
     queue: str | None = None
+    code: str = ""  # the JSON's code: the exit's name, unless a finer one is given
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "code": self.exit.name.lower(),
+            "code": self.code or self.exit.name.lower(),
             "exit": int(self.exit),
             "backend": self.backend,
             "queue": self.queue,
@@ -75,13 +98,16 @@ class QueueHealth:
 
 @dataclass
 class BackendHealth:
-    """One backend: its live workers and its queues."""
+    """One backend: its live workers, its queues, and its database's horizon."""
 
     backend: str
     database: str
     reachable: bool = True
     live_workers: list[str] = field(default_factory=list)
     queues: list[QueueHealth] = field(default_factory=list)
+    holder: table_health.Holder | None = None  # what holds back the horizon, if anything
+    upkeep: str = ""  # the task table's upkeep in one line (health.summary)
+    notes: list[str] = field(default_factory=list)  # what the probe could not look at
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +116,8 @@ class BackendHealth:
             "reachable": self.reachable,
             "live_workers": self.live_workers,
             "queues": [q.as_dict() for q in self.queues],
+            "horizon": None if self.holder is None else self.holder.as_dict(),
+            "notes": self.notes,
         }
 
 
@@ -99,6 +127,7 @@ class Report:
 
     backends: list[BackendHealth]
     problems: list[Problem]
+    warnings: list[table_health.HealthWarning] = field(default_factory=list)
 
     @property
     def exit(self) -> Exit:
@@ -109,52 +138,182 @@ class Report:
             "healthy": not self.problems,
             "exit": int(self.exit),
             "problems": [p.as_dict() for p in self.problems],
+            "warnings": [
+                {"id": w.check_id, "message": w.message, "hint": w.hint} for w in self.warnings
+            ],
             "backends": [b.as_dict() for b in self.backends],
         }
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How long a due task may wait, how long each database has to answer, and how long a
+    transaction may hold back the task table's cleanup, in seconds."""
+
+    max_age: float = DEFAULT_MAX_AGE
+    timeout: float = DEFAULT_TIMEOUT
+    max_transaction_age: float = DEFAULT_MAX_TRANSACTION_AGE
+
+
+class OutOfTime(Exception):
+    """The probe's time on a database ran out between two statements."""
+
+
 def probe(
-    backends: list[SQLBackend],
-    queues: list[str] | None = None,
-    max_age: float = DEFAULT_MAX_AGE,
+    backends: list[SQLBackend], queues: list[str] | None = None, limits: Limits | None = None
 ) -> Report:
-    """Check each backend: a live worker, every queue served, no due task older than
-    ``max_age`` seconds. ``queues`` (default: the backend's QUEUES and every queue with a
-    due task) narrows the queues checked."""
-    found: list[BackendHealth] = []
-    problems: list[Problem] = []
+    """Check each backend: its tables, its database, a live worker, every queue served, no
+    due task older than ``limits.max_age``, no transaction holding back the task table's
+    cleanup for over ``limits.max_transaction_age``. ``queues`` (default: the backend's QUEUES
+    and every queue with a due task) narrows the queues checked."""
+    limits = limits or Limits()
+    report = Report([], [])
+    horizons: dict[str, table_health.Holder | None] = {}  # per database, read once
     for backend in backends:
         health = BackendHealth(backend.alias, backend.database)
-        found.append(health)
+        report.backends.append(health)
         try:
-            problems.extend(_check(backend, health, queues, max_age))
-        except (OperationalError, InterfaceError) as e:  # a refused or lost connection
-            if is_missing_table(e):
-                raise
-            health.reachable = False
-            problems.append(
-                Problem(Exit.DATABASE_UNREACHABLE, backend.alias, unreachable(backend.database, e))
-            )
-    return Report(found, problems)
+            report.problems.extend(_check(backend, health, queues, limits, report, horizons))
+        except (DatabaseError, OutOfTime) as e:
+            problem = failure(backend, e, limits)
+            health.reachable = problem.exit != Exit.DATABASE_UNREACHABLE
+            report.problems.append(problem)
+    return report
+
+
+def failure(backend: SQLBackend, error: Exception, limits: Limits) -> Problem:
+    """The problem that ``error``, raised while the probe read ``backend``'s database, is."""
+    using, alias = backend.database, backend.alias
+    dialect = dialect_for(connections[using])
+    if isinstance(error, OutOfTime) or dialect.is_timeout(error):
+        detail = "" if isinstance(error, OutOfTime) else f" ({one_line(str(error))})"
+        return Problem(
+            Exit.DATABASE_UNREACHABLE,
+            alias,
+            f"Database {using!r} did not answer within {limits.timeout:g}s (--timeout): a "
+            f"statement waited for a lock (a migration, a LOCK TABLE) or ran too long{detail}.",
+            code="database_timeout",
+        )
+    if is_missing_table(error):
+        return Problem(Exit.MISCONFIGURED, alias, not_migrated(using), code="not_migrated")
+    if isinstance(error, (OperationalError, InterfaceError)):  # a refused or lost connection
+        return Problem(Exit.DATABASE_UNREACHABLE, alias, one_line(unreachable(using, error)))
+    return Problem(
+        Exit.DATABASE_UNREACHABLE,
+        alias,
+        f"Database {using!r} refused the probe's reads: {one_line(str(error))}",
+        code="database_error",
+    )
 
 
 def _check(
-    backend: SQLBackend, health: BackendHealth, queues: list[str] | None, max_age: float
+    backend: SQLBackend,
+    health: BackendHealth,
+    queues: list[str] | None,
+    limits: Limits,
+    report: Report,
+    horizons: dict[str, table_health.Holder | None],
 ) -> list[Problem]:
     using, alias = backend.database, backend.alias
     connection = connections[using]
-    with connection.cursor() as cursor:
-        now = dialect_for(connection).db_now(cursor)
+    dialect = dialect_for(connection)
+    dialect.limit_connect(limits.timeout)
+    deadline = time.monotonic() + limits.timeout
+
+    def left() -> float:
+        seconds = deadline - time.monotonic()
+        if seconds <= 0:
+            raise OutOfTime
+        return seconds
+
+    # Reads, and one write that changes nothing, in one transaction: each statement given
+    # what is left of the probe's time on this database.
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        saved = dialect.save_time_limits(cursor)
+        try:
+            dialect.limit_time(cursor, left())
+            unapplied = unapplied_migrations(using)
+            if unapplied:
+                return [
+                    Problem(
+                        Exit.MISCONFIGURED,
+                        alias,
+                        not_migrated(using, unapplied),
+                        code="not_migrated",
+                    )
+                ]
+            problems = _workers_and_queues(backend, health, queues, limits.max_age, cursor)
+            dialect.limit_time(cursor, left())
+            if using not in horizons:
+                horizons[using] = _horizon(backend, limits, report, problems)
+            health.holder = horizons[using]
+            dialect.limit_time(cursor, left())
+            try:
+                with transaction.atomic(using=using):  # a savepoint: its error undone alone
+                    dialect.write_nothing(cursor)
+            except DatabaseError as e:
+                if not dialect.is_read_only(e):
+                    raise
+                problems.insert(
+                    0,
+                    Problem(
+                        Exit.DATABASE_UNREACHABLE,
+                        alias,
+                        f"Database {using!r} takes no writes ({one_line(str(e))}): no worker can "
+                        "claim a task or send a heartbeat (a standby, default_transaction_read_only"
+                        ", a read-only file or server).",
+                        code="database_read_only",
+                    ),
+                )
+        finally:
+            dialect.restore_time_limits(cursor, saved)
+    return problems
+
+
+def _horizon(
+    backend: SQLBackend, limits: Limits, report: Report, problems: list[Problem]
+) -> table_health.Holder | None:
+    """Read the task table's upkeep on ``backend``'s database: its warnings go in ``report``,
+    a holder of the horizon older than ``limits.max_transaction_age`` in ``problems``."""
+    using = backend.database
+    upkeep = table_health.read(using)
+    report.warnings.extend(table_health.warnings(upkeep, using))
+    holder = table_health.horizon_holder(upkeep)
+    for health in report.backends:
+        if health.database == using:
+            health.upkeep = table_health.summary(upkeep)
+    if holder is not None and (holder.seconds or 0) > limits.max_transaction_age:
+        problems.append(
+            Problem(
+                Exit.HORIZON_HELD,
+                backend.alias,
+                f"{holder.opened(using)}, over the {limits.max_transaction_age:g}s allowed "
+                "(--max-transaction-age): until it ends, no dead row of the task table that "
+                "died after it began can be removed, and each claim walks past more of them.",
+                code="horizon_held",
+            )
+        )
+    return holder
+
+
+def _workers_and_queues(
+    backend: SQLBackend,
+    health: BackendHealth,
+    queues: list[str] | None,
+    max_age: float,
+    cursor: Any,
+) -> list[Problem]:
+    using, alias = backend.database, backend.alias
+    dialect = dialect_for(connections[using])
+    now = dialect.db_now(cursor)
     lease = timedelta(seconds=backend.config.lease_timeout)
+    rows = WorkerRecord.objects.using(using).filter(backend_name=alias)
     workers = list(
-        WorkerRecord.objects.using(using)
-        .filter(backend_name=alias, heartbeat_at__gte=now - lease)
-        .order_by("id")
-        .values_list("id", "queue_names")
+        rows.filter(heartbeat_at__gte=now - lease).order_by("id").values_list("id", "queue_names")
     )
     health.live_workers = [worker_id for worker_id, _ in workers]
     served: set[str] = {name for _, names in workers for name in names}
-    oldest = oldest_due(using, alias, now, queues)
+    oldest = oldest_due(using, alias, now, [*backend.queues], queues, health)
     paused = set(
         PausedQueue.objects.using(using)
         .filter(backend_name=alias)
@@ -163,12 +322,13 @@ def _check(
     names = queues if queues is not None else sorted({*backend.queues, *oldest})
     problems: list[Problem] = []
     if not workers:
+        last = rows.order_by("-heartbeat_at").values_list("id", "hostname", "pid", "heartbeat_at")
         problems.append(
             Problem(
                 Exit.NO_LIVE_WORKER,
                 alias,
                 f"No live worker of backend {alias!r}: none has sent a heartbeat in the last "
-                f"{lease.total_seconds():g}s (LEASE_TIMEOUT).",
+                f"{lease.total_seconds():g}s (LEASE_TIMEOUT)." + _last_heartbeat(last.first(), now),
             )
         )
     for name in names:
@@ -198,32 +358,55 @@ def _check(
     return problems
 
 
+def _last_heartbeat(row: tuple[str, str, int | None, datetime] | None, now: datetime) -> str:
+    """Which worker sent the last heartbeat, and when: one that stopped without removing its
+    row (killed), or is wedged (stopped by SIGSTOP, its heartbeat thread stuck)."""
+    if row is None:
+        return ""
+    worker_id, hostname, pid, heartbeat_at = row
+    where = ", ".join(part for part in (hostname, f"pid {pid}" if pid else "") if part)
+    ago = max((now - heartbeat_at).total_seconds(), 0.0)
+    return (
+        f" The last, worker {worker_id!r}" + (f" ({where})" if where else "") + f", sent its "
+        f"{ago:.0f}s ago: it stopped without removing its row, or is wedged (stopped by a "
+        "signal, its heartbeat thread stuck)."
+    )
+
+
 def oldest_due(
-    using: str, alias: str, now: datetime, queues: list[str] | None = None
+    using: str,
+    alias: str,
+    now: datetime,
+    configured: list[str],
+    queues: list[str] | None = None,
+    health: BackendHealth | None = None,
 ) -> dict[str, datetime]:
-    """The earliest ``available_at`` of the due tasks of each queue of backend ``alias``.
+    """The earliest ``available_at`` of the due tasks of each queue of backend ``alias``: of
+    ``queues``, or (None) of the ``configured`` ones and every queue holding a READY task.
 
-    Two reads, one per ready index (tasks without a limit, and tasks under one), so that each
-    matches its index's predicate and the history of finished tasks is never scanned.
+    Per queue, one probe of ``sqltasks_ready_idx`` per priority (``oldest_ready``); the
+    queues holding READY tasks, one probe per queue (``ready_queue_names``); the tasks under a
+    limit, the LIMITED_READ earliest due through ``sqltasks_ready_limited_at_idx``. Finished
+    tasks, and the due tasks behind each queue's oldest, are never read.
     """
+    dialect = dialect_for(connections[using])
+    names = queues
+    if names is None:
+        names = sorted({*configured, *ready_queue_names(TaskRecord.objects.using(using), alias)})
     oldest: dict[str, datetime] = {}
-    for query in due_queries(using, alias, now, queues):
-        for row in query:
-            queue, at = row["queue_name"], row["oldest"]
-            oldest[queue] = min(at, oldest.get(queue, at))
+    with connections[using].cursor() as cursor:
+        for name in names:
+            at = dialect.oldest_ready(cursor, alias, name)
+            if at is not None and at <= now:
+                oldest[name] = at
+        limited = dialect.oldest_limited(cursor, alias, LIMITED_READ)
+    for name, at in limited:
+        if queues is None or name in queues:
+            oldest[name] = min(at, oldest.get(name, at))
+    if len(limited) == LIMITED_READ and health is not None:
+        last = max((now - limited[-1][1]).total_seconds(), 0.0)
+        health.notes.append(
+            f"Of the due tasks under a limit, the {LIMITED_READ} earliest were read: a queue "
+            f"none of them is in has none that waited longer than {last:.0f}s."
+        )
     return oldest
-
-
-def due_queries(
-    using: str, alias: str, now: datetime, queues: list[str] | None = None
-) -> list[QuerySet[Any, Any]]:
-    """The reads of ``oldest_due``: one through a ready index of unlimited tasks
-    (``sqltasks_ready_idx`` or ``sqltasks_ready_all_idx``), one through one of limited tasks
-    (``sqltasks_ready_limited_idx`` or ``sqltasks_ready_limited_at_idx``)."""
-    due = TaskRecord.objects.using(using).order_by().for_backend(alias).in_queues(queues).due(now)
-    return [
-        due.filter(limit_key__isnull=unlimited)
-        .values("queue_name")
-        .annotate(oldest=Min("available_at"))
-        for unlimited in (True, False)
-    ]

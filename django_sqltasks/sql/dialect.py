@@ -3,6 +3,7 @@ database's dialect (postgresql.py, mysql.py, sqlite.py) specializes.
 
 Where each part lives: vendor.py (the facts about the database, its clock, values in and out),
 tasks.py (inserts and single-task statements), claims.py (the claim and the suspects),
+health.py (the health probe's reads and bounds, on top of the claim's),
 outcomes.py (completions, salvage, requeues), workers.py (the worker table) and steps.py
 (the step records of durable tasks); the row types
 they take and return are in rows.py.
@@ -12,14 +13,14 @@ from __future__ import annotations
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .claims import ClaimStatements
+from .health import ProbeStatements
 from .outcomes import OutcomeStatements
 from .steps import StepStatements
 from .tasks import TaskStatements
 from .workers import WorkerStatements
 
 
-class Dialect(TaskStatements, ClaimStatements, OutcomeStatements, WorkerStatements, StepStatements):
+class Dialect(TaskStatements, ProbeStatements, OutcomeStatements, WorkerStatements, StepStatements):
     """Raw SQL for one database vendor, run on a Django connection's cursor, and the facts
     about that database that the rest of the package acts on."""
 

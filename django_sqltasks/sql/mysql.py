@@ -55,7 +55,7 @@ PACKET_CACHE_ATTRIBUTE = "_sqltasks_max_allowed_packet"
 MAX_ALLOWED_PACKET_SQL = "SELECT @@max_allowed_packet"
 
 
-class MySQLDialect(Dialect):
+class MySQLDialect(health.MySQLProbe, Dialect):
     product = "MySQL"
 
     def __init__(self, connection: Any) -> None:
@@ -285,37 +285,63 @@ class MySQLDialect(Dialect):
             [*now_params, *where_params, *now_params, limit],
         )
 
-    def _due_priorities_sql(
-        self, backend_name: str, queue_names: list[str] | None, scope: Scope = UNLIMITED
-    ) -> tuple[str, list[Any]]:
-        """The priorities that have a due READY task a claim may take: one probe of the ready
-        index for each whole number from the highest priority of READY tasks to the lowest
-        (is its earliest task due?), two for those bounds. MariaDB plans a subquery that
-        depends on the recursive CTE once, so "the next priority below p" would read every
-        task of p; "the earliest task of priority p" it reads from the index at once. Each
-        probe names its index: with statistics that trail the table, MariaDB took another
-        ready index and sorted every READY task of the backend."""
+    def _span_sql(
+        self, backend_name: str, queue_names: list[str] | None, scope: Scope
+    ) -> tuple[str, str, list[Any]]:
+        """The walk over priorities of ``_due_priorities_sql`` and ``_oldest_ready_sql``: a
+        recursive CTE ``span(p, low)`` holding each whole number from the highest priority of
+        READY tasks to the lowest (two probes of the ready index, for those bounds), and the
+        probe of the earliest task of priority ``span.p``; then their parameters. MariaDB plans
+        a subquery that depends on the recursive CTE once, so "the next priority below p" would
+        read every task of p; "the earliest task of priority p" it reads from the index at
+        once. Each probe names its index: with statistics that trail the table, MariaDB took
+        another ready index and sorted every READY task of the backend."""
         prefix, params = self._ready_prefix(backend_name, queue_names, scope)
         index = self._ready_index(queue_names, scope)
         source = self.tasks if index is None else f"{self.tasks} FORCE INDEX ({index})"
-        now, now_params = self._now_sql()
         probe = f"SELECT priority FROM {source} WHERE {prefix} ORDER BY priority"
+        span = f"""span(p, low) AS (
+                SELECT ({probe} DESC LIMIT 1), ({probe} LIMIT 1)
+                UNION ALL
+                SELECT p - 1, low FROM span WHERE p > low
+            )"""
         earliest = (
             f"SELECT available_at FROM {source} WHERE {prefix} AND priority = span.p "
             "ORDER BY available_at LIMIT 1"
         )
+        return span, earliest, [*params, *params, *params]
+
+    def _due_priorities_sql(
+        self, backend_name: str, queue_names: list[str] | None, scope: Scope = UNLIMITED
+    ) -> tuple[str, list[Any]]:
+        """The priorities that have a due READY task a claim may take: one probe of the ready
+        index for each whole number between the highest and lowest priority of READY tasks (is
+        its earliest task due?), as ``_span_sql`` says."""
+        span, earliest, params = self._span_sql(backend_name, queue_names, scope)
+        now, now_params = self._now_sql()
         return (
             f"""
-            WITH RECURSIVE span(p, low) AS (
-                SELECT ({probe} DESC LIMIT 1), ({probe} LIMIT 1)
-                UNION ALL
-                SELECT p - 1, low FROM span WHERE p > low
-            )
+            WITH RECURSIVE {span}
             SELECT p FROM span WHERE ({earliest}) <= {now}
             ORDER BY p DESC
             """,
-            [*params, *params, *params, *now_params],
+            [*params, *now_params],
         )
+
+    def _oldest_ready_sql(self, backend_name: str, queue_name: str) -> tuple[str, list[Any]]:
+        span, earliest, params = self._span_sql(backend_name, [queue_name], UNLIMITED)
+        return (
+            f"""
+            WITH RECURSIVE {span}
+            SELECT MIN(({earliest})) FROM span
+            """,
+            params,
+        )
+
+    def _oldest_limited_sql(self, backend_name: str, count: int) -> tuple[str, list[Any]]:
+        sql, params = super()._oldest_limited_sql(backend_name, count)
+        forced = f"{self.tasks} FORCE INDEX (sqltasks_ready_limited_at_idx)"
+        return sql.replace(self.tasks, forced, 1), params
 
     def limit_keys(
         self, cursor: CursorWrapper, backend_name: str, after: str, count: int

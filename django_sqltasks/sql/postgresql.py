@@ -61,7 +61,7 @@ INSERT_RECORD = (
 )
 
 
-class PostgreSQLDialect(Dialect):
+class PostgreSQLDialect(health.PostgreSQLProbe, Dialect):
     product = "PostgreSQL"
     wakeup = "notify"
     estimates_counts = True

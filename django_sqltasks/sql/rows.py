@@ -268,7 +268,26 @@ class TableHealth:
     oldest_transaction_pid: int | None = None  # its backend pid or connection id
     oldest_transaction_state: str | None = None
     oldest_transaction_application: str | None = None  # its application_name (PostgreSQL)
+    oldest_transaction_query: str | None = None  # the start of its current or last statement
+    # PostgreSQL: how many transactions (xids) ago its snapshot or xid began: what makes it,
+    # or the prepared transaction or the replication slot below, the horizon's holder.
+    oldest_transaction_xids: int | None = None
     history_length: int | None = None  # InnoDB: undo records not yet purged
+    # PostgreSQL: since when the live partition was last vacuumed (by autovacuum or by hand;
+    # since the server started if never), the dead rows past which autovacuum vacuums it,
+    # and how often autovacuum looks (autovacuum_naptime), in seconds.
+    vacuumed_seconds_ago: float | None = None
+    autovacuum_trigger: float | None = None
+    autovacuum_naptime: float | None = None
+    # PostgreSQL: the oldest prepared transaction of this database (pg_prepared_xacts), and
+    # the replication slot with the oldest xmin (pg_replication_slots): both hold the horizon
+    # back as a session does, and no session timeout ends them.
+    prepared_gid: str | None = None
+    prepared_seconds: float | None = None
+    prepared_owner: str | None = None
+    prepared_xids: int | None = None
+    slot_name: str | None = None
+    slot_xids: int | None = None
 
     @property
     def known(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -13,10 +14,14 @@ from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import PausedQueue, TaskRecord, WorkerRecord
-from django_sqltasks.ops.probe import Exit, due_queries
+from django_sqltasks.ops.probe import Exit
+from django_sqltasks.sql import dialect_for
+from tests.conftest import wait_for
 from tests.factories import task_row
 from tests.management.test_tasks_worker import closed_port, manage, url_for_port
-from tests.test_indexes import analyze, explain, fill
+from tests.ops.test_health import INNODB_TRX_IDLE
+from tests.ops.test_health import snapshot as held_snapshot  # noqa: F401 (a fixture)
+from tests.test_indexes import analyze, explain, fill, plan_uses
 
 pytestmark = pytest.mark.django_db
 
@@ -149,18 +154,55 @@ def test_an_unreachable_database_exits_3_in_one_line() -> None:
 
 
 @pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits on MySQL
-def test_the_probe_reads_the_ready_indexes_not_the_history() -> None:
-    fill(ready=200, finished=10_000)
+def test_the_probe_reads_one_entry_of_a_ready_index_per_queue_and_priority() -> None:
+    fill(ready=3_000, finished=10_000)
     analyze()
-    unlimited, limited = due_queries("default", "default", timezone.now())
-    for query, index in (
-        (unlimited, "sqltasks_ready_"),  # either of the two ready indexes of this predicate
-        # Either of the two of this one: by limit key, or by due time (the suspects' look)
-        (limited, "sqltasks_ready_limited_"),
-    ):
-        plan = explain(*query.query.sql_with_params())
-        # A table partitioned by status (PostgreSQL) answers from its live leaf alone, which
-        # holds only READY and RUNNING tasks: there a scan of that leaf is as good.
-        live_leaf_only = "_live " in plan and "_successful" not in plan and "_failed" not in plan
-        assert index in plan or live_leaf_only, plan
-    assert TaskRecord.objects.count() == 10_200
+    dialect = dialect_for(connection)
+    plan = explain(*dialect._oldest_ready_sql("default", "default"))
+    assert plan_uses(plan, "sqltasks_ready_idx"), plan
+    assert "_successful" not in plan and "_failed" not in plan, plan  # no history read
+    plan = explain(*dialect._oldest_limited_sql("default", 100))
+    # A table partitioned by status (PostgreSQL) may answer from its live leaf alone, which
+    # holds only READY and RUNNING tasks.
+    assert plan_uses(plan, "sqltasks_ready_limited_at_idx") or "_live" in plan, plan
+    with connection.cursor() as cursor:
+        # fill() spreads 3,000 READY tasks over three queues and seven priorities, one a
+        # second back in time: the oldest of queue 'default' is row 0's, due now.
+        oldest = dialect.oldest_ready(cursor, "default", "default")
+        assert (
+            oldest
+            == TaskRecord.objects.filter(queue_name="default", status="READY")
+            .order_by("available_at")
+            .values_list("available_at", flat=True)
+            .first()
+        )
+        assert dialect.oldest_ready(cursor, "default", "nowhere") is None
+
+
+@pytest.mark.skipif("connection.vendor == 'sqlite'", reason="SQLite has no vacuum horizon")
+@pytest.mark.django_db(transaction=True)  # the snapshot is another connection's
+def test_the_probe_names_the_snapshot_that_holds_the_horizon_back(
+    held_snapshot: tuple[Any, int],  # noqa: F811 (the fixture imported above)
+) -> None:
+    _, pid = held_snapshot  # REPEATABLE READ, application 'h3-report' (PostgreSQL), idle
+    worker(["*"])
+
+    def named() -> dict[str, Any] | None:
+        (backend,) = json.loads(health("--json")[1])["backends"]
+        holder: dict[str, Any] | None = backend["horizon"]
+        return holder if holder is not None and holder["pid"] == pid else None
+
+    # MariaDB refreshes innodb_trx at most every 0.1 s: wait until it lists the snapshot.
+    holder = wait_for(named, timeout=30, interval=INNODB_TRX_IDLE)
+    assert holder["kind"] == "session" and holder["seconds"] >= 0
+    code, out = health()
+    assert code == 0, out  # younger than --max-transaction-age: a warning, not a failure
+    assert "WARNING django_sqltasks.W005: A transaction has been open for " in out
+    if connection.vendor == "postgresql":
+        assert f"session {pid}, idle in transaction, application 'h3-report'" in out
+        assert "query 'SELECT count(*) FROM django_sqltasks_taskrecord'" in out
+    wait_for(lambda: health("--max-transaction-age", "0.01")[0] != 0, timeout=30)
+    code, out = health("--max-transaction-age", "0.01")
+    assert code == Exit.HORIZON_HELD == 7
+    [line] = [line for line in out.splitlines() if line.startswith("HORIZON_HELD: ")]
+    assert f"session {pid}" in line and "over the 0.01s allowed (--max-transaction-age)" in line

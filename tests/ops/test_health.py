@@ -458,26 +458,44 @@ def test_dead_rows_piling_up_with_autovacuum_off_warn_with_what_to_do(
 
 
 @pytest.mark.parametrize(
-    ("autovacuum", "live", "dead", "warns"),
+    ("autovacuum", "live", "dead", "vacuumed", "holder", "warns"),
     [
-        (True, 100_000, 60_000, False),  # autovacuum on, between two of its rounds: healthy
-        (True, 100_000, 100_001, True),  # more dead than live: it does not keep up
-        (True, 0, 9_000, False),  # a drained queue, a vacuum away
-        (False, 100_000, 20_000, False),  # no more than autovacuum's default would leave
-        (False, 100_000, 20_001, True),
-        (False, 1_000, 9_000, False),  # off, but under the floor
-        (False, 1_000, 10_001, True),
-        (None, None, None, False),  # nothing known (SQLite)
+        # The healthy baseline of a queue at 120 tasks/s, autovacuum on: tens of thousands of
+        # dead rows beside a hundred live ones between two of its rounds, vacuumed 40 s ago.
+        (True, 110, 14_800, 40.0, None, False),
+        (True, 100_000, 100_001, 30.0, None, False),  # over the live rows, but just vacuumed
+        # Vacuumed 10 minutes ago, more than STALE_NAPTIMES rounds, and past its trigger
+        # (50 + 20% of the rows): autovacuum does not get to the table.
+        (True, 100_000, 100_001, 600.0, None, True),
+        (True, 110, 14_800, 600.0, None, True),
+        (True, 110, 14_800, 30.0, 120.0, True),  # a 2-minute transaction keeps them
+        (True, 110, 14_800, 30.0, 20.0, False),  # a transaction younger than the setting's
+        (True, 0, 9_000, 600.0, 120.0, False),  # under the floor: a vacuum away
+        (False, 100_000, 20_000, None, None, False),  # no more than autovacuum's default leaves
+        (False, 100_000, 20_001, None, None, True),
+        (False, 1_000, 9_000, None, None, False),  # off, but under the floor
+        (False, 1_000, 10_001, None, None, True),
+        (None, None, None, None, None, False),  # nothing known (SQLite)
     ],
 )
-def test_the_dead_rows_threshold(
-    autovacuum: bool | None, live: int | None, dead: int | None, warns: bool
+def test_the_dead_rows_rule(
+    autovacuum: bool | None,
+    live: int | None,
+    dead: int | None,
+    vacuumed: float | None,
+    holder: float | None,
+    warns: bool,
 ) -> None:
     upkeep = TableHealth(
         autovacuum=autovacuum,
         autovacuum_off_by=("autovacuum",) if autovacuum is False else (),
         live_rows=live,
         dead_rows=dead,
+        vacuumed_seconds_ago=vacuumed,
+        autovacuum_trigger=None if live is None else 50 + 0.2 * live,
+        autovacuum_naptime=60.0,
+        oldest_transaction_seconds=holder,
+        oldest_transaction_pid=None if holder is None else 4711,
     )
     found = {w.check_id for w in health.warnings(upkeep)}
     assert ("django_sqltasks.W004" in found) == warns
@@ -494,3 +512,34 @@ def test_autovacuum_is_not_judged_for_a_table_that_does_not_exist_yet() -> None:
         health = read_postgresql(cursor, connection.ops.quote_name("never_migrated_tasks"))
     assert health.autovacuum is None and health.autovacuum_off_by == ()
     assert health.live_rows is None and health.dead_rows is None
+
+
+@pytest.mark.skipif("connection.vendor == 'sqlite'", reason="SQLite has no vacuum horizon")
+@pytest.mark.django_db(transaction=True)  # the snapshot is another connection's
+def test_the_overview_and_the_metrics_name_the_horizon_holder(
+    operator: Client, snapshot: tuple[Any, int]
+) -> None:
+    _, pid = snapshot
+
+    def named() -> bool:
+        holder = health.horizon_holder(health.read())
+        return holder is not None and holder.pid == pid
+
+    wait_for(named, timeout=30, interval=INNODB_TRX_IDLE)
+    seen = look(operator)
+    assert 'id="sqltasks-horizon"' in seen.page
+    assert f'<td class="num">{pid}</td>' in seen.page
+    if connection.vendor == "postgresql":
+        assert "application &#x27;h3-report&#x27;" in seen.page
+        assert f"<code>SELECT count(*) FROM {TABLE}</code>" in seen.page
+    if seen.metrics is not None:
+        labels = {
+            "database": "default",
+            "kind": "session",
+            "pid": str(pid),
+            "state": "idle in transaction" if connection.vendor == "postgresql" else "RUNNING",
+            "application_name": "h3-report" if connection.vendor == "postgresql" else "",
+            "query": f"SELECT count(*) FROM {TABLE}" if connection.vendor == "postgresql" else "",
+        }
+        age = seen.metrics.get_sample_value("sqltasks_horizon_holder", labels)
+        assert age is not None and age >= 0, labels

@@ -600,13 +600,41 @@ def operations() -> list[Operation]:
                     "table_health(cursor)",
                     lambda d, c: d.table_health(c),
                     lambda vendor: (
-                        [[], [(True, None, 10, 1, None, None, None, None)]]
+                        [[], [(True, None, 10, 1, 30.0, 52.0, 60.0, *[None] * 12)]]
                         if vendor == "postgresql"
                         else ()
                     ),
                 ),
             ),
             vendors=("postgresql", "mysql"),
+        ),
+        Operation(
+            "health_probe",
+            "what tasks_health reads and runs (ops/probe.py): each queue's oldest READY task, "
+            "the earliest due tasks under a limit, its time limit, a write that changes nothing",
+            (
+                Variant(
+                    "oldest_ready(cursor, backend_name, 'emails')",
+                    lambda d, c: d.oldest_ready(c, BACKEND, "emails"),
+                    lambda vendor: [[(None,)]],
+                ),
+                Variant(
+                    "oldest_limited(cursor, backend_name, 100)",
+                    lambda d, c: d.oldest_limited(c, BACKEND, 100),
+                ),
+                Variant(
+                    "save_time_limits(cursor)",
+                    lambda d, c: d.save_time_limits(c),
+                    lambda vendor: [[(0, 31536000, 50)]] if vendor == "mysql" else [[(5000,)]],
+                    vendors=("mysql", "sqlite"),
+                ),
+                Variant(
+                    "limit_time(cursor, 5.0)",
+                    lambda d, c: d.limit_time(c, 5.0),
+                    vendors=("postgresql", "mysql"),
+                ),
+                Variant("write_nothing(cursor)", lambda d, c: d.write_nothing(c)),
+            ),
         ),
     ]
 

@@ -6,21 +6,32 @@ import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
-from ...ops.probe import DEFAULT_MAX_AGE, Exit, Report, probe
-from ...sql.installation import is_missing_table, not_migrated
+from ...ops.configuration import configuration_problems
+from ...ops.probe import (
+    DEFAULT_MAX_AGE,
+    DEFAULT_MAX_TRANSACTION_AGE,
+    DEFAULT_TIMEOUT,
+    Exit,
+    Limits,
+    Report,
+    probe,
+)
 from ..arguments import add_scope_arguments, chosen_scope, positive_seconds
 from ..help import HelpFormatter, package_version, terminal_safe
 
 EPILOG = f"""exit status:
   0  healthy
-  1  an error in the command's use (an unknown backend, a database not migrated)
-  2  bad arguments
-  {Exit.DATABASE_UNREACHABLE:d}  a database holding tasks cannot be reached
+  {Exit.MISCONFIGURED:d}  nothing can run: no django_sqltasks backend in TASKS, a BACKEND that
+     cannot be loaded, OPTIONS that break a rule, the tables not migrated
+  2  bad arguments (an unknown --backend or --queue, a bad number)
+  {Exit.DATABASE_UNREACHABLE:d}  a database holding tasks cannot be reached, takes no writes, or
+     did not answer within --timeout
   {Exit.NO_LIVE_WORKER:d}  no live worker (none sent a heartbeat within LEASE_TIMEOUT)
   {Exit.QUEUE_UNSERVED:d}  a queue is served by no live worker
   {Exit.BACKLOG_TOO_OLD:d}  a queue's oldest due task has waited longer than --max-age
+  {Exit.HORIZON_HELD:d}  a transaction has held back the task table's cleanup longer than
+     --max-transaction-age (PostgreSQL, MariaDB/MySQL)
 When several hold, the lowest is returned.
 
 examples:
@@ -31,8 +42,10 @@ examples:
 
 class Command(BaseCommand):
     help = (
-        "Check that a worker is alive, every queue is served and no due task has waited too "
-        "long; exit with a status a container probe or cron can act on."
+        "Check that tasks can run (a backend configured, its tables migrated, its database "
+        "reachable and writable), a worker is alive, every queue is served, no due task has "
+        "waited too long and no transaction holds back the task table's cleanup; exit with a "
+        "status a container probe or cron can act on."
     )
     # A probe must be quick and must not fail on a warning of another app: no system checks.
     requires_system_checks: list[str] = []
@@ -59,21 +72,35 @@ class Command(BaseCommand):
             help=f"How long a due task may wait to be claimed (default {DEFAULT_MAX_AGE:g}).",
         )
         parser.add_argument(
+            "--timeout",
+            metavar="SECONDS",
+            type=positive_seconds,
+            default=DEFAULT_TIMEOUT,
+            help="How long each database has to answer, lock waits included; past it the "
+            f"probe exits {Exit.DATABASE_UNREACHABLE:d} (default {DEFAULT_TIMEOUT:g}).",
+        )
+        parser.add_argument(
+            "--max-transaction-age",
+            metavar="SECONDS",
+            type=positive_seconds,
+            default=DEFAULT_MAX_TRANSACTION_AGE,
+            help="How long another transaction may hold back the cleanup of the task table "
+            f"(default {DEFAULT_MAX_TRANSACTION_AGE:g}; it is warned of past "
+            "SQLTASKS_OLD_TRANSACTION_SECONDS).",
+        )
+        parser.add_argument(
             "--json", action="store_true", help="Print the report as one JSON object."
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        chosen, queues = chosen_scope(options)
-        report = Report([], [])
-        for backend in chosen:
-            try:
-                found = probe([backend], queues, options["max_age"])
-            except DatabaseError as e:
-                if is_missing_table(e):
-                    raise CommandError(not_migrated(backend.database)) from e
-                raise
-            report.backends.extend(found.backends)
-            report.problems.extend(found.problems)
+        try:
+            chosen, queues = chosen_scope(options)
+        except CommandError as e:  # an unknown --backend or --queue: a usage error
+            raise CommandError(str(e), returncode=2) from e
+        limits = Limits(options["max_age"], options["timeout"], options["max_transaction_age"])
+        problems = configuration_problems(chosen)
+        # When nothing can run, no database is asked.
+        report = Report([], problems) if problems else probe(chosen, queues, limits)
         if options["json"]:
             self.stdout.write(json.dumps(report.as_dict()))
         else:
@@ -98,6 +125,12 @@ class Command(BaseCommand):
                     + (", paused" if queue.paused else "")
                     + (", nothing due" if age is None else f", oldest due {age:.0f}s")
                 )
+            if backend.upkeep:
+                self.stdout.write(f"  task table: {terminal_safe(backend.upkeep)}")
+            for note in backend.notes:
+                self.stdout.write(f"  note: {terminal_safe(note)}")
+        for warning in report.warnings:
+            self.stdout.write(f"WARNING {warning.check_id}: {terminal_safe(warning.message)}")
         for problem in report.problems:
             self.stdout.write(f"{problem.exit.name}: {terminal_safe(problem.message)}")
         if not report.problems:

@@ -4,10 +4,12 @@
 -- table_health(cursor)
 --   MySQLDialect.table_health (django_sqltasks/sql/mysql.py)
 SELECT trx_mysql_thread_id, trx_state,
-    TIMESTAMPDIFF(MICROSECOND, trx_started, CONVERT_TZ(NOW(6), @@session.time_zone, 'SYSTEM'))
+    TIMESTAMPDIFF(MICROSECOND, trx_started, CONVERT_TZ(NOW(6), @@session.time_zone, 'SYSTEM')),
+    LEFT(trx_query, %s)
 FROM information_schema.innodb_trx
 WHERE trx_mysql_thread_id <> CONNECTION_ID()
 ORDER BY trx_started LIMIT 1;
+-- %s 1: 200
 SELECT count
 FROM information_schema.innodb_metrics
 WHERE name = 'trx_rseg_history_len';

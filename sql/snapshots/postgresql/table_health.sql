@@ -8,17 +8,40 @@ SELECT current_setting('autovacuum')::boolean,
     (SELECT o.option_value::boolean FROM pg_options_to_table(c.reloptions) AS o
      WHERE o.option_name = 'autovacuum_enabled'),
     s.n_live_tup, s.n_dead_tup,
+    EXTRACT(EPOCH FROM clock_timestamp() - COALESCE(
+        GREATEST(s.last_autovacuum, s.last_vacuum), pg_postmaster_start_time()))::float8,
+    COALESCE((SELECT o.option_value::float8 FROM pg_options_to_table(c.reloptions) AS o
+              WHERE o.option_name = 'autovacuum_vacuum_threshold'),
+             current_setting('autovacuum_vacuum_threshold')::float8)
+    + COALESCE((SELECT o.option_value::float8 FROM pg_options_to_table(c.reloptions) AS o
+                WHERE o.option_name = 'autovacuum_vacuum_scale_factor'),
+               current_setting('autovacuum_vacuum_scale_factor')::float8)
+      * GREATEST(c.reltuples, 0),
+    EXTRACT(EPOCH FROM current_setting('autovacuum_naptime')::interval)::float8,
     a.pid, EXTRACT(EPOCH FROM clock_timestamp() - a.xact_start)::float8, a.state,
-    a.application_name
-FROM (SELECT COALESCE(to_regclass(%s), to_regclass(%s)) AS oid) AS r
-LEFT JOIN pg_class AS c ON c.oid = r.oid
-LEFT JOIN pg_stat_user_tables AS s ON s.relid = r.oid
+    a.application_name, left(a.query, %s), a.xids,
+    p.gid, EXTRACT(EPOCH FROM clock_timestamp() - p.prepared)::float8, p.owner::text,
+    age(p.transaction), r.slot_name::text, age(r.xmin)
+FROM (SELECT COALESCE(to_regclass(%s), to_regclass(%s)) AS oid) AS t
+LEFT JOIN pg_class AS c ON c.oid = t.oid
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = t.oid
 LEFT JOIN LATERAL (
-    SELECT pid, xact_start, state, application_name FROM pg_stat_activity
+    SELECT pid, xact_start, state, application_name, query,
+        GREATEST(age(backend_xmin), age(backend_xid)) AS xids
+    FROM pg_stat_activity
     WHERE datname = current_database() AND pid <> pg_backend_pid()
         AND backend_type = 'client backend' AND xact_start IS NOT NULL
         AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
-    ORDER BY xact_start LIMIT 1
-) AS a ON true;
--- %s 1: '"django_sqltasks_taskrecord_live"'
--- %s 2: '"django_sqltasks_taskrecord"'
+    ORDER BY xids DESC, xact_start LIMIT 1
+) AS a ON true
+LEFT JOIN LATERAL (
+    SELECT gid, prepared, owner, transaction FROM pg_prepared_xacts
+    WHERE database = current_database() ORDER BY age(transaction) DESC LIMIT 1
+) AS p ON true
+LEFT JOIN LATERAL (
+    SELECT slot_name, xmin FROM pg_replication_slots
+    WHERE xmin IS NOT NULL ORDER BY age(xmin) DESC LIMIT 1
+) AS r ON true;
+-- %s 1: 200
+-- %s 2: '"django_sqltasks_taskrecord_live"'
+-- %s 3: '"django_sqltasks_taskrecord"'
