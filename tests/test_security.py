@@ -166,6 +166,16 @@ STRUCTURAL = {
     "now",
     "since",
     "live_since",
+    # The live partition's autovacuum settings: a constant list of numbers (LIVE_STORAGE).
+    "LIVE_STORAGE",
+    # The claim's marks (sql/marks.py): int constants placing a priority in the marks' arrays
+    # (the walk's start above the highest priority, the arrays' offset, the lowest priority
+    # less one), and a time as ISO text by a fixed to_char of a column or a clock function.
+    "WALK_START",
+    "offset",
+    "TASK_MIN_PRIORITY - 1",
+    "_utc_text('f.at')",
+    "_utc_text('statement_timestamp()')",
     # The claim's walk over priorities: the ready index's leading conditions (placeholders for
     # the values), the table with that index's name (a constant) forced, the probe statements
     # built from them, the recursive CTE that holds them, and fixed ORDER BY text.
