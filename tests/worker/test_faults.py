@@ -20,9 +20,9 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 
 from django_sqltasks.models import StepRecord, TaskRecord
+from django_sqltasks.sql.retries import run_with_retries
 from django_sqltasks.sql.rows import PARKED
 from django_sqltasks.worker import Worker
-from django_sqltasks.worker.retries import run_with_retries
 from tests import gauntlet_tasks, tasks_durable
 from tests.conftest import ROOT, WORKER_APPLICATION_NAME, WorkerProcess, worker_env
 from tests.events import EventLog
