@@ -14,9 +14,9 @@ from typing import Any
 
 from django.db import transaction
 
-from django_sqltasks import EventTimeout
+from django_sqltasks import EventTimeout, group, send_event
 from django_sqltasks.compat import task
-from tests import events
+from tests import events, tasks_workflows
 from tests.lost_connections import lost_at
 
 
@@ -273,3 +273,18 @@ def loses_connection(context: Any, log: str, stage: str, when: str, gate: str = 
             context.add_to_group(count_page.s(2))
     context.step("two", _effect, log, f"two:{stage}")
     return 1
+
+
+def enqueue_losing(log: str, stage: str, when: str, gate: str = "") -> Any:
+    """``loses_connection`` at ``stage``, its event sent already; as a member of a group (with
+    ``count_page(10)``, then ``sum_of``) for "group". The workflow for "group", else the
+    task's result."""
+    assert send_event("lost", stage, {"stage": stage}) is True
+    call = loses_connection
+    if stage == "group":
+        return (
+            group(call.s(log, stage, when, gate), count_page.s(10))
+            .then(tasks_workflows.sum_of.s())
+            .enqueue()
+        )
+    return call.enqueue(log, stage, when, gate)

@@ -38,20 +38,6 @@ killable = pytest.mark.skipif(
 )
 
 
-def enqueue_losing(log: Path, stage: str, when: str, gate: str = "") -> Any:
-    """The task that loses its connection at ``stage`` (a group's member for "group"), its
-    event sent already; the workflow for "group", else the task's result."""
-    assert send_event("lost", stage, {"stage": stage}) is True
-    call = tasks_durable.loses_connection
-    if stage == "group":
-        return (
-            group(call.s(str(log), stage, when, gate), tasks_durable.count_page.s(10))
-            .then(tasks_workflows.sum_of.s())
-            .enqueue()
-        )
-    return call.enqueue(str(log), stage, when, gate)
-
-
 def assert_rode_out(log: Path, stages: list[str]) -> None:
     """Every task ended SUCCESSFUL (the group's callback with every member's result, the
     added member once), every step's side effect happened once, and no record was written
@@ -81,7 +67,7 @@ def test_a_lost_connection_costs_a_durable_task_time_not_the_task(
     """With max_attempts=1: lost before the write (nothing committed) or after its commit
     (the write is in, its client never heard), the task's thread reconnects and goes on."""
     log = tmp_path / "log"
-    enqueue_losing(log, stage, when)
+    tasks_durable.enqueue_losing(str(log), stage, when)
     with caplog.at_level(logging.WARNING, logger="django_sqltasks"):
         run_until_finished(4 if stage == "group" else 1)
     assert_rode_out(log, [stage])
