@@ -1,8 +1,10 @@
 """A durable task's connection lost at one statement of its own, put on the task's thread with
 Django's ``execute_wrapper``. The server ends the session (its own kill statement), so the
-client meets the database's own error: just before the statement runs ("before"), or just
-after the statement has committed ("after": the write is in, but its client never heard). Or
-the statement is held at a gate ("paused") while the test restarts the server."""
+client meets the database's own error: just before the statement runs ("before"); just after
+the statement has committed ("after": the write is in, but its client never heard); or just
+after the statement ran in a transaction whose commit then never reaches the server
+("uncommitted": the client had seen the statement succeed). Or the statement is held at a gate
+("paused") while the test restarts the server."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ STATEMENTS: dict[str, tuple[str, str]] = {
     "event": ("UPDATE", EventRecord._meta.db_table),  # a wait meeting its event's row
     "group": ("UPDATE", WorkflowRecord._meta.db_table),  # the group add's workflow lock
 }
+# The statement "uncommitted" meets instead, at every stage: a step's record written inside the
+# stage's transaction (a wait's, a group add's), which the task's thread then remembers.
+RECORD = ("INSERT", StepRecord._meta.db_table)
 END_SESSION = {
     "postgresql": "SELECT pg_terminate_backend(pg_backend_pid())",
     "mysql": "KILL CONNECTION CONNECTION_ID()",
@@ -38,8 +43,8 @@ def end_session(connection: BaseDatabaseWrapper) -> None:
     raise AssertionError("the session outlived its end")
 
 
-def _meets(sql: str, stage: str) -> bool:
-    verb, table = STATEMENTS[stage]
+def _meets(sql: str, statement: tuple[str, str]) -> bool:
+    verb, table = statement
     return sql.lstrip().upper().startswith(verb) and table in sql.split("SET")[0]
 
 
@@ -48,11 +53,14 @@ def lost_at(
     stage: str, when: str, *, gate: str = "", then: Callable[[], Any] | None = None
 ) -> Iterator[None]:
     """Lose this thread's connection at the first statement of ``stage`` (see STATEMENTS) in
-    the block, ``when`` "before", "after" or "paused" (at ``gate``, noting "paused"). After a
-    commit, ``then`` runs first, on the connection still open (what another session might do
-    in the meantime: claim the task again, send its event)."""
+    the block (RECORD for "uncommitted"), ``when`` "before", "after", "uncommitted" or "paused"
+    (at ``gate``, noting "paused"). After a commit, ``then`` runs first, on the connection still
+    open (what another session might do in the meantime: claim the task again, send its
+    event)."""
     connection = connections["default"]
+    statement = RECORD if when == "uncommitted" else STATEMENTS[stage]
     met = False
+    release = ""  # "uncommitted": the release of the savepoint the statement ran in
 
     def after() -> None:
         if then is not None:
@@ -60,8 +68,14 @@ def lost_at(
         end_session(connection)
 
     def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        nonlocal met
-        if met or not _meets(sql, stage):
+        nonlocal met, release
+        if release and sql == release:
+            result = execute(sql, params, many, context)
+            release = ""
+            with contextlib.suppress(DatabaseError):
+                end_session(connection)
+            return result
+        if met or not _meets(sql, statement):
             return execute(sql, params, many, context)
         met = True
         if when == "before":
@@ -71,6 +85,13 @@ def lost_at(
             events.note("paused", stage=stage)
             events.wait_at(gate)
         result = execute(sql, params, many, context)
+        if when == "uncommitted":
+            assert connection.in_atomic_block, "a statement that commits as it runs"
+            if connection.savepoint_ids:
+                release = connection.ops.savepoint_commit_sql(connection.savepoint_ids[-1])
+            else:
+                with contextlib.suppress(DatabaseError):
+                    end_session(connection)
         if when == "after":
             if connection.in_atomic_block:
                 transaction.on_commit(after, using=connection.alias)
