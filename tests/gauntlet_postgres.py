@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def find_bindir() -> Path | None:
@@ -83,6 +84,13 @@ class PrivatePostgres:
     def restart(self) -> None:
         """Stop (fast: connections are dropped, transactions rolled back) and start again."""
         self._ctl("restart", "-m", "fast")
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of ``sql``, run on a connection of its own."""
+        import psycopg
+
+        with psycopg.connect(self.url) as connection:
+            return connection.execute(sql).fetchall()
 
     def stop(self) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):

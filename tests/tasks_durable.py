@@ -3,6 +3,7 @@ file, so a test counts how many times each step's side effect happened."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -13,9 +14,10 @@ from typing import Any
 
 from django.db import transaction
 
-from django_sqltasks import EventTimeout
+from django_sqltasks import EventTimeout, group, send_event
 from django_sqltasks.compat import task
-from tests import events
+from tests import events, tasks_workflows
+from tests.lost_connections import lost_at
 
 
 def _effect(log: str, line: str) -> str:
@@ -250,3 +252,39 @@ def hostile(context: Any, call: str, kind: str) -> Any:
     if call == "event key":
         return context.wait_for_event("order.paid", value)
     raise AssertionError(call)
+
+
+@task(takes_context=True, max_attempts=1)
+def loses_connection(context: Any, log: str, stage: str, when: str, gate: str = "") -> int:
+    """A step, a sleep, a wait for event ("lost", ``stage``) and, as a group's member, an add
+    to its group; the connection lost at ``stage``'s statement (see tests/lost_connections)."""
+
+    def at(here: str) -> contextlib.AbstractContextManager[None]:
+        return lost_at(here, when, gate=gate) if here == stage else contextlib.nullcontext()
+
+    with at("step"):
+        context.step("one", _effect, log, f"one:{stage}")
+    with at("park"):
+        context.sleep(0.01)
+    with at("event"):
+        context.wait_for_event("lost", stage)
+    if stage == "group":
+        with at("group"):
+            context.add_to_group(count_page.s(2))
+    context.step("two", _effect, log, f"two:{stage}")
+    return 1
+
+
+def enqueue_losing(log: str, stage: str, when: str, gate: str = "") -> Any:
+    """``loses_connection`` at ``stage``, its event sent already; as a member of a group (with
+    ``count_page(10)``, then ``sum_of``) for "group". The workflow for "group", else the
+    task's result."""
+    assert send_event("lost", stage, {"stage": stage}) is True
+    call = loses_connection
+    if stage == "group":
+        return (
+            group(call.s(log, stage, when, gate), count_page.s(10))
+            .then(tasks_workflows.sum_of.s())
+            .enqueue()
+        )
+    return call.enqueue(log, stage, when, gate)

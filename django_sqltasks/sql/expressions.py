@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import BooleanField, Expression, F, Func, JSONField, Value
+from django.db.models import BooleanField, Expression, F, Func, IntegerField, JSONField, Value
 from django.db.models.sql.compiler import SQLCompiler
 
 
@@ -76,3 +76,27 @@ class HasTag(Func):
             f"EXISTS (SELECT 1 FROM json_each({sql_column}) WHERE json_each.value = %s)",
             [*params, self.tag],
         )
+
+
+class Claims(Func):
+    """How many times a task was claimed: the length of its ``worker_ids`` list, to which each
+    claim adds its worker. A sleep's park gives its attempt back, so the next claim has the
+    same attempt number; only this count tells that claim from the one before."""
+
+    output_field = IntegerField()
+
+    def __init__(self) -> None:
+        super().__init__(F("worker_ids"))
+
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> Any:
+        return self.as_sql(compiler, connection, function="jsonb_array_length")
+
+    def as_mysql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, function="JSON_LENGTH")
+
+    def as_sqlite(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> Any:
+        return self.as_sql(compiler, connection, function="json_array_length")

@@ -59,8 +59,10 @@ class SQLiteDialect(health.SQLiteProbe, Dialect):
             with transaction.atomic(using=connection.alias):
                 yield
             return
+        connection.ensure_connection()  # connecting sets transaction_mode from the settings
         mode = connection.transaction_mode  # type: ignore[attr-defined]
-        connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
+        immediate = "EXCLUSIVE" if mode == "EXCLUSIVE" else "IMMEDIATE"
+        connection.transaction_mode = immediate  # type: ignore[attr-defined]
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(transaction.atomic(using=connection.alias))  # BEGIN here

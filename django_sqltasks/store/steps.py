@@ -6,12 +6,17 @@ A run of the task replays its code from the top; each ``step``, ``sleep`` and
 earlier run left for that number: a finished step returns its stored result without running.
 The records of the task are read once, at the first call. Sleeps and waits are
 ``store/waits.py``.
+
+Every call the task's thread makes to the database here rides out a lost connection (a
+restart, a failover) and contention, on a new connection, for up to RETRY_SECONDS
+(``sql/retries.py``). A try whose connection was lost may have committed: the next try reads
+the records again, and each write is one that a second try finds done (a step's record is
+unique per task, kind, name and occurrence; a park is guarded by the claim it ends).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import traceback
 import uuid
 from collections.abc import Callable, Sequence
@@ -20,7 +25,7 @@ from inspect import isawaitable
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, IntegrityError, connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
@@ -36,6 +41,7 @@ from ..exceptions import (
 )
 from ..models import EventRecord, StepRecord, TaskRecord
 from ..sql import dialect_for
+from ..sql.retries import run_with_retries
 from ..sql.steps import STEP_COLUMNS
 from . import workflows
 
@@ -44,8 +50,10 @@ logger = logging.getLogger("django_sqltasks")
 Key = tuple[str, str, int]  # (kind, name, occurrence)
 T = TypeVar("T")
 
-CONTENTION_ATTEMPTS = 5  # runs of a transaction of ours that other transactions held up
-CONTENTION_BACKOFF = 0.02  # seconds before the second run; doubling
+# Seconds a durable call tries again after a lost connection or contention, before it raises
+# (into the task, whose retry policy decides): a restart takes seconds, a managed database's
+# failover a minute or two.
+RETRY_SECONDS = 120.0
 
 STEP, SLEEP, EVENT = StepRecord.STEP, StepRecord.SLEEP, StepRecord.EVENT
 DONE, FAILED = StepRecord.DONE, StepRecord.FAILED
@@ -56,11 +64,18 @@ class StepRecords:
     """The records of one attempt's steps, and its steps (``AttemptSteps``, in
     ``store/waits.py``, adds its sleeps and waits)."""
 
-    def __init__(self, *, task_id: uuid.UUID, owner: str, backend_name: str) -> None:
+    def __init__(
+        self, *, task_id: uuid.UUID, owner: str, attempt: int, claims: int, backend_name: str
+    ) -> None:
         backend = sql_backend(backend_name)
         self.backend = backend
         self.task_id = task_id
-        self.owner = owner  # the worker holding the task: a sleep's write is guarded by it
+        # The claim this attempt runs under, which a park is guarded by: the worker holding
+        # the task, its attempt number, and how many times the task was claimed (its
+        # worker_ids), which is what tells a claim after a park from the one before.
+        self.owner = owner
+        self.attempt = attempt
+        self.claims = claims
         self.database = backend.database
         self.max_bytes = backend.config.max_payload_bytes
         # Transactions already open when the task started (a test's): a sleep may not be
@@ -85,9 +100,9 @@ class StepRecords:
         try:
             value = self._storable(name, fn(*args, **kwargs))
         except Exception as e:
-            self._failed(record, name, occurrence, started, e)
+            self._failed(name, occurrence, started, e)
             raise
-        return self._done(record, name, occurrence, started, value)
+        return self._done(name, occurrence, started, value)
 
     async def astep(self, name: str, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         occurrence = self._next(STEP, name)
@@ -101,9 +116,9 @@ class StepRecords:
                 value = await value
             value = self._storable(name, value)
         except Exception as e:
-            await sync_to_async(self._failed)(record, name, occurrence, started, e)
+            await sync_to_async(self._failed)(name, occurrence, started, e)
             raise
-        return await sync_to_async(self._done)(record, name, occurrence, started, value)
+        return await sync_to_async(self._done)(name, occurrence, started, value)
 
     def _storable(self, name: str, value: Any) -> Any:
         """``value`` as it is stored (normalized JSON); raise if it cannot be."""
@@ -122,29 +137,15 @@ class StepRecords:
                 )
         return value
 
-    def _done(
-        self,
-        record: StepRecord | None,
-        name: str,
-        occurrence: int,
-        started: datetime,
-        value: Any,
-    ) -> Any:
+    def _done(self, name: str, occurrence: int, started: datetime, value: Any) -> Any:
         """Record the step as done with ``value``; return the result stored (another run's,
         if it recorded this step first)."""
         fields = {"state": DONE, "result": value, "error": "", "started_at": started}
         fields["finished_at"] = timezone.now()
-        stored = self._write(record, STEP, name, occurrence, fields)
+        stored = self._store(STEP, name, occurrence, fields)
         return stored.result
 
-    def _failed(
-        self,
-        record: StepRecord | None,
-        name: str,
-        occurrence: int,
-        started: datetime,
-        error: BaseException,
-    ) -> None:
+    def _failed(self, name: str, occurrence: int, started: datetime, error: BaseException) -> None:
         """Record that the step raised ``error``; a record that cannot be written is logged
         (the task's own error goes on to its retry policy either way)."""
         kind = type(error)
@@ -159,7 +160,7 @@ class StepRecords:
             "finished_at": timezone.now(),
         }
         try:
-            self._write(record, STEP, name, occurrence, fields)
+            self._store(STEP, name, occurrence, fields)
         except Exception:
             logger.warning(
                 "Task id=%s: the failure of step %r could not be recorded",
@@ -167,6 +168,23 @@ class StepRecords:
                 name,
                 exc_info=True,
             )
+
+    def _store(self, kind: str, name: str, occurrence: int, fields: dict[str, Any]) -> StepRecord:
+        """``_write`` the record of (kind, name, occurrence), riding out a lost connection: a
+        try whose commit went unconfirmed is found by what it wrote (its own finished_at)."""
+
+        def store(again: bool) -> StepRecord:
+            record = self._record(kind, name, occurrence)
+            if (
+                again
+                and record is not None
+                and record.state == fields["state"]
+                and record.finished_at == fields["finished_at"]
+            ):
+                return record
+            return self._write(record, kind, name, occurrence, fields)
+
+        return self._retrying(store, f"recording {kind} {name!r}")
 
     def _write(
         self,
@@ -225,37 +243,41 @@ class StepRecords:
         self._record(STEP, "add_to_group", 0)  # read the records first (see store/workflows)
         seen = dict(self._seen)
 
-        def add() -> list[str]:
+        def add(again: bool) -> list[str]:
             self._seen = dict(seen)  # a call run again is the same occurrence
-            with transaction.atomic(using=self.database):
+            # SQLite: a transaction that reads first (the step's record, the task's workflow)
+            # could not take the write lock once another connection had written: take it first.
+            connection = connections[self.database]
+            with dialect_for(connection).write_transaction():
                 added: list[str] = self.step(
                     "add_to_group", workflows.add_to_group, (self.backend, self.task_id, steps), {}
                 )
             return added
 
-        return self._retrying(add)
+        return self._retrying(add, "adding to its group")
 
     async def aadd_to_group(self, steps: Sequence[Any]) -> list[str]:
         added: list[str] = await sync_to_async(self.add_to_group)(steps)
         return added
 
-    def _retrying(self, fn: Callable[[], T]) -> T:
-        """``fn()``, a transaction of our own, run again a few times while other transactions
-        hold the database (SQLite's write lock); inside the caller's transaction, once."""
-        connection = connections[self.database]
-        for attempt in range(CONTENTION_ATTEMPTS):
-            try:
-                return fn()
-            except DatabaseError as e:
-                last = attempt + 1 == CONTENTION_ATTEMPTS
-                if (
-                    last
-                    or connection.in_atomic_block
-                    or not dialect_for(connection).is_contention(e)
-                ):
-                    raise
-            time.sleep(CONTENTION_BACKOFF * 2**attempt)
-        raise AssertionError("unreachable")
+    def _retrying(self, fn: Callable[[bool], T], doing: str) -> T:
+        """``fn(again)``, database calls of our own, run again on a new connection while the
+        database is away or other transactions hold it up, for up to RETRY_SECONDS; ``again``
+        is True on a try after a failed one, which may have committed (the records are read
+        again first). Inside the caller's transaction, once: its statements went with it."""
+        if connections[self.database].in_atomic_block:
+            return fn(False)
+        tries = 0
+
+        def attempt() -> T:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                self._records = None  # what the failed try left, read at the next look-up
+            return fn(tries > 1)
+
+        about = f"in task id={self.task_id} ({doing})"
+        return run_with_retries(self.database, attempt, within=RETRY_SECONDS, about=about)
 
     # The records -----------------------------------------------------------------------------
 
@@ -276,9 +298,12 @@ class StepRecords:
 
     def _record(self, kind: str, name: str, occurrence: int) -> StepRecord | None:
         if self._records is None:
-            rows = StepRecord.objects.using(self.database).filter(task_id=self.task_id).order_by()
-            self._records = {(r.kind, r.name, r.occurrence): r for r in rows}
+            self._records = self._retrying(self._read, "reading its steps")
         return self._records.get((kind, name, occurrence))
+
+    def _read(self, again: bool) -> dict[Key, StepRecord]:
+        rows = StepRecord.objects.using(self.database).filter(task_id=self.task_id).order_by()
+        return {(r.kind, r.name, r.occurrence): r for r in rows}
 
     def _remember(self, record: StepRecord) -> None:
         if self._records is not None:

@@ -17,14 +17,16 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, UUIDField, Value
+from django.db.models import F, QuerySet, UUIDField, Value
 from django.db.models.functions import Coalesce
+from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from ..compat import TaskResultStatus
 from ..core.durable import check_until
 from ..exceptions import EventAlreadyAwaited, EventTimeout, InvalidStep, Suspended
 from ..models import EventRecord, StepRecord, TaskRecord
+from ..sql.expressions import Claims
 from ..sql.rows import parked_at
 from .steps import StepRecords, database_now
 
@@ -75,7 +77,7 @@ class AttemptSteps(StepRecords):
             self._park([record], wake, f"sleeping until {wake.isoformat()}")
         assert record.wake_at is not None
         if now >= record.wake_at:
-            self._write(record, SLEEP, name, occurrence, {"state": DONE, "finished_at": now})
+            self._store(SLEEP, name, occurrence, {"state": DONE, "finished_at": now})
             return
         self._park([], record.wake_at, f"sleeping until {record.wake_at.isoformat()}")
 
@@ -97,7 +99,10 @@ class AttemptSteps(StepRecords):
                 return record.result
             if record.state == TIMED_OUT:
                 raise EventTimeout(name, key, record.wake_at)
-        met = self._retrying(lambda: self._meet(name, key, occurrence, record, timeout))
+        met = self._retrying(
+            lambda again: self._meet(name, key, occurrence, timeout, again),
+            f"waiting for event {name!r}",
+        )
         if met.kind == DONE:
             return met.payload
         if met.kind == TIMED_OUT:
@@ -107,17 +112,19 @@ class AttemptSteps(StepRecords):
         )
 
     def _meet(
-        self,
-        name: str,
-        key: str,
-        occurrence: int,
-        record: StepRecord | None,
-        timeout: float | None,
+        self, name: str, key: str, occurrence: int, timeout: float | None, again: bool
     ) -> Met:
         """In one transaction, meet the event at its row: take its payload if it was sent,
-        time the wait out if its timeout passed, else park the task until it comes."""
+        time the wait out if its timeout passed, else park the task until it comes. Run
+        ``again`` after a try that may have committed: what it did is taken as it was."""
+        record = self._record(EVENT, name, occurrence)
+        if again and record is not None and record.state in (DONE, TIMED_OUT):
+            return Met(record.state, payload=record.result, until=record.wake_at)
         with transaction.atomic(using=self.database):
             event = self._rendezvous(name, key)
+            if again and not self._held().select_for_update().exists():
+                # Parked by that try (and perhaps claimed again since), or taken from us.
+                return Met(WAITING, until=parked_at())
             if event.task_id not in (None, self.task_id):
                 raise EventAlreadyAwaited(
                     f"Event {name!r} with key {key!r} is awaited by (or went to) task "
@@ -159,7 +166,9 @@ class AttemptSteps(StepRecords):
         """The clock wake times are set and read by: the database's, which the claim reads; in
         a test's transaction (``run_tasks``) the test's, as for a snooze: there PostgreSQL's
         clock stands still at the transaction's start."""
-        return timezone.now() if self.depth else database_now(self.database)
+        if self.depth:
+            return timezone.now()
+        return self._retrying(lambda again: database_now(self.database), "reading the clock")
 
     async def await_event(self, name: str, key: str, timeout: float | None) -> Any:
         return await sync_to_async(self.wait_for_event)(name, key, timeout)
@@ -187,31 +196,45 @@ class AttemptSteps(StepRecords):
         """Write ``new`` records and put the task back to READY until ``until``, in one
         transaction; then raise ``Suspended``."""
 
-        def park() -> bool:
+        def park(again: bool) -> bool:
             with transaction.atomic(using=self.database):
                 return self._park_here(new, until)
 
-        self._suspend(self._retrying(park), new, until, reason)
+        self._suspend(self._retrying(park, "parking"), new, until, reason)
+
+    def _held(self) -> QuerySet[TaskRecord]:
+        """The task's row while this attempt holds it: RUNNING, by this worker, at this
+        attempt and under this claim (a park gives the attempt back: the claim after it has
+        the same attempt number, and one more worker id)."""
+        return (
+            TaskRecord.objects.using(self.database)
+            .filter(
+                pk=self.task_id,
+                status=TaskResultStatus.RUNNING,
+                owner=self.owner,
+                attempts=self.attempt,
+            )
+            .filter(Exact(Claims(), self.claims))
+        )
 
     def _park_here(self, new: list[StepRecord], until: datetime) -> bool:
-        """In the caller's transaction, write ``new`` records and put the task back to READY
-        until ``until``, its attempt given back; return False, and roll the transaction back,
-        if this worker no longer holds the task (its timeout fired, say)."""
-        for record in new:
-            record.save(using=self.database, force_insert=True)
-        parked = (
-            TaskRecord.objects.using(self.database)
-            .filter(pk=self.task_id, status=TaskResultStatus.RUNNING, owner=self.owner)
-            .update(
-                status=TaskResultStatus.READY,
-                owner=None,
-                available_at=until,
-                attempts=F("attempts") - 1,
-            )
+        """In the caller's transaction, put the task back to READY until ``until``, its
+        attempt given back, and write ``new`` records; return False, and roll the transaction
+        back, if this attempt no longer holds the task (its timeout fired and its retry began,
+        or a park of this attempt committed already)."""
+        parked = self._held().update(
+            status=TaskResultStatus.READY,
+            owner=None,
+            available_at=until,
+            attempts=F("attempts") - 1,
         )
         if not parked:
             transaction.set_rollback(True, using=self.database)
-        return bool(parked)
+            return False
+        for record in new:
+            record.pk = None  # a try whose transaction rolled back may have set it
+            record.save(using=self.database, force_insert=True)
+        return True
 
     def _suspend(self, parked: bool, new: list[StepRecord], until: datetime, reason: str) -> None:
         """Raise ``Suspended``: the attempt ends here, whether it parked the task or found it

@@ -97,7 +97,8 @@ def add_to_group(backend: SQLBackend, task_id: uuid.UUID, steps: Sequence[Any]) 
     nodes, tasks = member_nodes(steps)
     database = backend.database
     # Read before the transaction, whose first statement must write (SQLite: a transaction
-    # that reads first cannot write once another has); a task's workflow never changes.
+    # that reads first cannot write once another has; inside context.add_to_group's, which
+    # took the write lock as it began, it is a savepoint); a task's workflow never changes.
     workflow_id = (
         TaskRecord.objects.using(database)
         .filter(pk=task_id)

@@ -20,10 +20,10 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from ..sql.retries import run_with_retries
 from .attempt import Attempt
 from .completer import Completer
 from .outcomes import succeeded
-from .retries import run_with_retries
 
 logger = logging.getLogger("django_sqltasks")
 

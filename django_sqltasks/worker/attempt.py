@@ -80,7 +80,11 @@ class Attempt:
                 labels=(row.backend_name, row.queue_name, row.task_path),
             )
             steps = AttemptSteps(
-                task_id=row.id, owner=row.worker_ids[-1], backend_name=row.backend_name
+                task_id=row.id,
+                owner=row.worker_ids[-1],
+                attempt=row.attempts,
+                claims=len(row.worker_ids),
+                backend_name=row.backend_name,
             )
             context: TaskContext = SQLTaskContext(
                 task_result=self.result, report=self.report, steps=steps

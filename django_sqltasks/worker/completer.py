@@ -36,10 +36,10 @@ from django.utils import timezone
 from ..compat import TaskResultStatus, task_finished
 from ..exceptions import OutcomeNotStored
 from ..sql import Dialect, Outcome, dialect_for
+from ..sql.retries import is_transient, run_with_retries
 from .liveness import FailingRoles
 from .outcomes import Ended, failure, report, write_outcomes
 from .receivers import Receivers
-from .retries import is_transient, run_with_retries
 from .threads import ReceiverThread
 
 logger = logging.getLogger("django_sqltasks")

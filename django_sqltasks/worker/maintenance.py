@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from ..ops import health
 from ..sql import dialect_for
+from ..sql.retries import run_with_retries
 from ..store.partitions import add_days
 from ..store.pruning import Retention
 from ..store.workflows import reconcile
@@ -26,7 +27,6 @@ from . import events
 from .lease import Lease
 from .liveness import FailingRoles
 from .reporter import Reporter
-from .retries import run_with_retries
 from .scheduler import Scheduler
 
 logger = logging.getLogger("django_sqltasks")

@@ -21,8 +21,8 @@ from django.db.models import Q
 
 from ..core.progress import AttemptReport, live_writers
 from ..models import TaskRecord
+from ..sql.retries import is_transient, reset
 from ..store.moved import rerun_if_moved
-from .retries import is_transient, reset
 
 logger = logging.getLogger("django_sqltasks")
 

@@ -3,6 +3,7 @@ deadlocks and a database that is not there. Workers ride them out; nothing is lo
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sqlite3
@@ -20,17 +21,20 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 
 from django_sqltasks.models import StepRecord, TaskRecord
+from django_sqltasks.sql.retries import run_with_retries
 from django_sqltasks.sql.rows import PARKED
 from django_sqltasks.worker import Worker
-from django_sqltasks.worker.retries import run_with_retries
 from tests import gauntlet_tasks, tasks_durable
 from tests.conftest import ROOT, WORKER_APPLICATION_NAME, WorkerProcess, worker_env
-from tests.events import EventLog
+from tests.events import EventLog, Gate
+from tests.gauntlet_mariadb import PrivateMariaDB, find_mariadbd
 from tests.gauntlet_postgres import PrivatePostgres, find_bindir
+from tests.lost_connections import STATEMENTS
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 StartWorker = Callable[..., WorkerProcess]
+STAGES = list(STATEMENTS)  # the durable stages a restart meets
 RunWorker = Callable[..., Worker]
 TABLE = TaskRecord._meta.db_table
 postgres_only = pytest.mark.skipif(
@@ -72,10 +76,32 @@ def private_postgres() -> Iterator[PrivatePostgres]:
         server.stop()
 
 
+@pytest.fixture
+def private_server() -> Iterator[PrivatePostgres | PrivateMariaDB]:
+    """A private server of the suite's database to restart: PostgreSQL or MariaDB."""
+    server: PrivatePostgres | PrivateMariaDB
+    if connection.vendor == "postgresql":
+        bindir = find_bindir()
+        if bindir is None:
+            pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+        server = PrivatePostgres(bindir)
+    elif connection.vendor == "mysql":
+        binaries = find_mariadbd()
+        if binaries is None:
+            pytest.skip("no MariaDB server binaries (mariadbd, mariadb-install-db) here")
+        server = PrivateMariaDB(binaries)
+    else:
+        pytest.skip("an SQLite database has no server to restart")
+    try:
+        yield server.init()
+    finally:
+        server.stop()
+
+
 MIGRATE = "from django.core.management import call_command\ncall_command('migrate', verbosity=0)\n"
 
 
-def private_env(server: PrivatePostgres) -> dict[str, str]:
+def private_env(server: PrivatePostgres | PrivateMariaDB) -> dict[str, str]:
     """A worker's environment on ``server``: a short lease and heartbeat, to see a restart."""
     return {
         "DATABASE_URL": server.url,
@@ -190,6 +216,50 @@ def test_durable_tasks_ride_out_a_postgres_restart(
     # An "after" step the restart cut short before its record committed may run again.
     assert {f"after:{i}" for i in range(count)} == {k for k in done if k.startswith("after")}
     assert len(events.all("task_finished")) == count  # each task ended once
+
+
+@pytest.mark.worker_process
+def test_a_restart_at_each_durable_stage_costs_time_not_the_task(
+    private_server: PrivatePostgres | PrivateMariaDB,
+    worker_process: StartWorker,
+    events: EventLog,
+    gate: Gate,
+    tmp_path: Path,
+) -> None:
+    """A task held at each durable stage's statement (a step's record, a park, an event
+    read, a group add) while the server restarts under it, on PostgreSQL and MariaDB. With
+    max_attempts=1, each task's thread reconnects and goes on: every task SUCCESSFUL, every
+    step's effect once."""
+    env = private_env(private_server)
+    log = tmp_path / "steps"
+    setup = run_python(
+        MIGRATE + "from tests import tasks_durable as d\n"
+        f"for stage in {STAGES!r}: d.enqueue_losing({str(log)!r}, stage, 'paused', "
+        f"{gate.path!r})\n",
+        **env,
+    )
+    assert setup.returncode == 0, setup.stderr
+    worker = worker_process("--concurrency", "8", "--worker-id", "w", env=env)
+    events.wait("note", count=len(STAGES), timeout=120, what="paused")
+    private_server.restart()
+    gate.open()
+    count = len(STAGES) + 3  # the group's other member, the one added, and its callback
+    events.wait("task_finished", count=count, timeout=120)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, worker.output
+    statuses = dict(private_server.query(f"SELECT status, count(*) FROM {TABLE} GROUP BY 1"))
+    summed = private_server.query(
+        f"SELECT return_value FROM {TABLE} WHERE task_path LIKE '%sum_of'"
+    )
+    twice = private_server.query(
+        f"SELECT name, attempts FROM {StepRecord._meta.db_table} WHERE attempts > 1"
+    )
+    assert statuses == {"SUCCESSFUL": count}, worker.output
+    assert [json.loads(v) if isinstance(v, str) else v for (v,) in summed] == [1 + 10 + 2]
+    assert twice == []
+    effects = Counter(tasks_durable.effects(log))
+    assert effects == {f"{n}:{s}": 1 for s in STAGES for n in ("one", "two")}
+    assert worker.output.count("Transient database error in task id=") >= len(STAGES)
 
 
 @postgres_only

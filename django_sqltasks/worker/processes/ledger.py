@@ -20,10 +20,10 @@ from django.db.backends.utils import CursorWrapper
 
 from ...models import WorkerRecord
 from ...sql import Dialect, dialect_for
+from ...sql.retries import run_with_retries
 from ..identity import describe_holder, holder_is_gone
 from ..lease import WorkerIdInUse
 from ..outcomes import failure
-from ..retries import run_with_retries
 
 logger = logging.getLogger("django_sqltasks")
 

@@ -30,9 +30,9 @@ from django.db import connections
 
 from ...compat import task_backends
 from ...exceptions import TaskCancelled
+from ...sql.retries import run_with_retries
 from .. import events
 from ..lease import EXIT_ID_IN_USE
-from ..retries import run_with_retries
 from .child import Child, Children
 from .health_file import touch
 from .ledger import Ledger, describe_status, rss_bytes

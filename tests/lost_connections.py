@@ -1,0 +1,103 @@
+"""A durable task's connection lost at one statement of its own, put on the task's thread with
+Django's ``execute_wrapper``. The server ends the session (its own kill statement), so the
+client meets the database's own error: just before the statement runs ("before"); just after
+the statement has committed ("after": the write is in, but its client never heard); or just
+after the statement ran in a transaction whose commit then never reaches the server
+("uncommitted": the client had seen the statement succeed). Or the statement is held at a gate
+("paused") while the test restarts the server."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from django.db import DatabaseError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from django_sqltasks.models import EventRecord, StepRecord, TaskRecord, WorkflowRecord
+from tests import events
+
+# The statement of each durable stage that the fault meets: (its verb, its table).
+STATEMENTS: dict[str, tuple[str, str]] = {
+    "step": ("INSERT", StepRecord._meta.db_table),  # a step's record
+    "park": ("UPDATE", TaskRecord._meta.db_table),  # a sleep's park
+    "event": ("UPDATE", EventRecord._meta.db_table),  # a wait meeting its event's row
+    "group": ("UPDATE", WorkflowRecord._meta.db_table),  # the group add's workflow lock
+}
+# The statement "uncommitted" meets instead, at every stage: a step's record written inside the
+# stage's transaction (a wait's, a group add's), which the task's thread then remembers.
+RECORD = ("INSERT", StepRecord._meta.db_table)
+END_SESSION = {
+    "postgresql": "SELECT pg_terminate_backend(pg_backend_pid())",
+    "mysql": "KILL CONNECTION CONNECTION_ID()",
+}
+
+
+def end_session(connection: BaseDatabaseWrapper) -> None:
+    """End ``connection``'s session on the server; raise the error its client then meets."""
+    with connection.wrap_database_errors:
+        cursor = connection.connection.cursor()
+        cursor.execute(END_SESSION[connection.vendor])
+        cursor.execute("SELECT 1")  # where the kill itself answered
+    raise AssertionError("the session outlived its end")
+
+
+def _meets(sql: str, statement: tuple[str, str]) -> bool:
+    verb, table = statement
+    return sql.lstrip().upper().startswith(verb) and table in sql.split("SET")[0]
+
+
+@contextlib.contextmanager
+def lost_at(
+    stage: str, when: str, *, gate: str = "", then: Callable[[], Any] | None = None
+) -> Iterator[None]:
+    """Lose this thread's connection at the first statement of ``stage`` (see STATEMENTS) in
+    the block (RECORD for "uncommitted"), ``when`` "before", "after", "uncommitted" or "paused"
+    (at ``gate``, noting "paused"). After a commit, ``then`` runs first, on the connection still
+    open (what another session might do in the meantime: claim the task again, send its
+    event)."""
+    connection = connections["default"]
+    statement = RECORD if when == "uncommitted" else STATEMENTS[stage]
+    met = False
+    release = ""  # "uncommitted": the release of the savepoint the statement ran in
+
+    def after() -> None:
+        if then is not None:
+            then()
+        end_session(connection)
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal met, release
+        if release and sql == release:
+            result = execute(sql, params, many, context)
+            release = ""
+            with contextlib.suppress(DatabaseError):
+                end_session(connection)
+            return result
+        if met or not _meets(sql, statement):
+            return execute(sql, params, many, context)
+        met = True
+        if when == "before":
+            with contextlib.suppress(DatabaseError):
+                end_session(connection)
+        elif when == "paused":
+            events.note("paused", stage=stage)
+            events.wait_at(gate)
+        result = execute(sql, params, many, context)
+        if when == "uncommitted":
+            assert connection.in_atomic_block, "a statement that commits as it runs"
+            if connection.savepoint_ids:
+                release = connection.ops.savepoint_commit_sql(connection.savepoint_ids[-1])
+            else:
+                with contextlib.suppress(DatabaseError):
+                    end_session(connection)
+        if when == "after":
+            if connection.in_atomic_block:
+                transaction.on_commit(after, using=connection.alias)
+            else:
+                after()
+        return result
+
+    with connection.execute_wrapper(wrapper):
+        yield
