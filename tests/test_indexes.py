@@ -93,6 +93,10 @@ def test_the_claim_reads_due_rows_in_order_without_sorting_them(
         )
     )
     sorted_all = {"postgresql": "Sort", "sqlite": "TEMP B-TREE", "mysql": "filesort"}
+    if connection.vendor == "postgresql":
+        # What the claim took comes back in claim order: a sort of its batch (at most its
+        # limit of rows), after the picking, which must not sort.
+        plan = plan[: plan.index("CTE claimed")]
     assert sorted_all[connection.vendor] not in plan, plan
 
 
