@@ -3,6 +3,8 @@
 #
 #   scripts/venv.sh                 .venv on Python >= 3.12 with Django 6 (the default)
 #   VENV=.venv-52 DJANGO=5.2 scripts/venv.sh     Django 5.2 with the django-tasks backport
+#   VENV=.venv-60 DJANGO=6.0 scripts/venv.sh     Django 6.0 (the default is the newest Django 6)
+#   VENV=.venv-312 PYTHON=python3.12 scripts/venv.sh   another Python (3.12+)
 #   WITH_MYSQL=1 scripts/venv.sh    also mysqlclient (needs the MariaDB/MySQL client headers)
 #   WITH_BENCH=1 scripts/venv.sh    also the benchmark's peers (the bench group; Django 6 only)
 #   WITH_DOCS=1 scripts/venv.sh     also mkdocs, to build the documentation
@@ -76,7 +78,8 @@ groups="--group test --group lint"
 # cache in about a second, where ensurepip took two.
 # shellcheck disable=SC2086
 $uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[$extras]" pip $groups
-if [ "$DJANGO" = "5.2" ]; then
-    $uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" "django>=5.2,<6.0"
-fi
+case "$DJANGO" in
+    5.2) $uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" "django>=5.2,<6.0" ;;
+    6.0) $uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" "django>=6.0,<6.1" ;;
+esac
 echo "$VENV ready: $("$VENV/bin/python" -c 'import django, sys; print(f"Python {sys.version.split()[0]}, Django {django.get_version()}")')"
