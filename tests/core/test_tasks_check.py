@@ -3,9 +3,12 @@ one error while the others are still checked."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from django.core import checks
 from django.test import override_settings
+from django.urls import clear_url_caches
 
 from django_sqltasks.compat import task_backends
 from django_sqltasks.core import tasks_check
@@ -40,3 +43,21 @@ def test_djangos_own_tasks_check_is_replaced() -> None:
     assert f"{tasks_check.__name__}.check_tasks" in names
     module = type(task_backends).__module__
     assert f"{module}.checks.check_tasks" not in names
+
+
+@pytest.mark.django_db
+def test_a_wrong_backend_path_met_by_the_url_check_is_e020_not_a_traceback() -> None:
+    """Django's URL checks import the URLconf, whose views declare tasks, which build their
+    backend: a BACKEND typo raised there first (a 97-line traceback from ``manage.py check``).
+    It is E020, and one warning that the URLconf was not checked."""
+    sys.modules.pop("tests.urls_task_at_import", None)
+    with override_settings(TASKS=WRONG_PATH, ROOT_URLCONF="tests.urls_task_at_import"):
+        clear_url_caches()
+        try:
+            found = checks.run_checks(databases=["default"])
+        finally:
+            sys.modules.pop("tests.urls_task_at_import", None)
+            clear_url_caches()
+    ids = [message.id for message in found]
+    assert ids.count("django_sqltasks.E020") == 1
+    assert ids.count("django_sqltasks.W021") == 1, ids
