@@ -35,6 +35,9 @@ class Pruned:
     failed: int = 0
     workflows: int = 0  # finished workflows (not counted in ``total``, which counts tasks)
     partitions: int = 0  # day partitions dropped whole (PostgreSQL); their tasks are counted
+    # PostgreSQL without ``exact``: when the old tasks of the day the cutoff falls in, kept for
+    # now, go with their day's partition (None: no such task was kept).
+    kept_until: datetime | None = None
 
     @property
     def total(self) -> int:
@@ -84,6 +87,10 @@ def prune(
         if day is None:
             old = old.filter(finished_at__lte=cutoff)
         else:  # the default partition's tasks older than that day, if any
+            kept = tasks.filter(status=status, finished_at__gte=day.start, finished_at__lte=cutoff)
+            if kept.exists():  # one probe of the finished index
+                until = day.end + timedelta(days=days)  # when the cutoff passes the day
+                pruned.kept_until = max(pruned.kept_until or until, until)
             old = old.filter(finished_at__lt=day.start)
         count += _delete(old, dry_run, batch_size, max_batches)
         if status == TaskResultStatus.SUCCESSFUL:

@@ -150,3 +150,22 @@ def test_command_says_when_no_task_is_in_the_queue(settings: Any) -> None:
     assert out.getvalue().startswith("Deleted 0 task(s)")
     call_command("tasks_prune", "--queue", "emails", "--days", "1", stdout=out, stderr=err)
     assert "Deleted 1 task(s)" in out.getvalue() and err.getvalue().count("No task") == 1
+
+
+@pytest.mark.django_db(transaction=True)  # the day partitions are seen from the command's reads
+def test_a_prune_that_keeps_the_cutoffs_day_says_so_and_exact_deletes_it() -> None:
+    """On PostgreSQL the old tasks of the day the cutoff falls in go with that day's partition:
+    ``--days 0`` deleted nothing and said only "Deleted 0 task(s)"."""
+    task_row(TaskResultStatus.SUCCESSFUL, finished_ago=timedelta(0))  # the cutoff's day
+    out = StringIO()
+    call_command("tasks_prune", "--days", "0", stdout=out)
+    if connection.vendor != "postgresql":  # one table: deleted now
+        assert "Deleted 1 task(s)" in out.getvalue()
+        return
+    assert "Deleted 0 task(s)" in out.getvalue()
+    assert (
+        "day's partition after" in out.getvalue() and "--exact deletes them now" in out.getvalue()
+    )
+    out = StringIO()
+    call_command("tasks_prune", "--days", "0", "--exact", stdout=out)
+    assert "Deleted 1 task(s)" in out.getvalue() and "--exact" not in out.getvalue()

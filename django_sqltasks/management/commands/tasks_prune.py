@@ -101,3 +101,9 @@ class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
         )
         if pruned.workflows:
             self.stdout.write(f"{verb} {pruned.workflows} finished workflow(s) as old.")
+        if pruned.kept_until is not None:
+            self.stdout.write(
+                "Kept the tasks past the cutoff that finished on the day it falls in: they go "
+                f"with that day's partition after {pruned.kept_until:%Y-%m-%d %H:%M} UTC. "
+                "--exact deletes them now."
+            )
