@@ -240,8 +240,9 @@ python -m benchmarks mixed --smoke          # 4 s, 6 s, 4 s a system: under 60 s
    hot table (`pg_stat_user_tables`: django-sqltasks' live partition, the classic `raw_task`),
    its size and its indexes', autovacuum's runs, the oldest snapshot (`pg_stat_activity`), and
    from pg_stat_statements (reset at each phase, so a max is the phase's) the claim (the
-   statements with `SKIP LOCKED`), the finish, the enqueue and the task's write: calls, mean and
-   max time, shared buffers hit or read per call. The server's CPU per task: the user and system
+   statements with `SKIP LOCKED`; `--claim-match TEXT` for a claim of django-sqltasks without
+   it), the finish, the enqueue and the task's write: calls, mean and max time, shared buffers
+   hit or read per call. The server's CPU per task: the user and system
    time of its processes from `/proc` (the postmaster, its children, and those it has reaped)
    over the tasks completed; the worker's process tree's likewise. The load average with every
    sample and `uptime` before and after: other work on the machine shows there.

@@ -42,6 +42,7 @@ RESULTS_DIR = REPO_ROOT / "benchmarks" / "results" / "mixed"
 DATABASE = "bench_mixed"
 PG_VERSION = 15
 HOLDS = ("analytics", "pg_dump")
+CLAIM_MATCH = "SKIP LOCKED"  # what django-sqltasks' claim statements (claim, claim_fair) contain
 READY_TIMEOUT = 60.0  # seconds for a worker to connect
 SETTLE = 1.0  # seconds after the worker's first connection before the first enqueue
 WARNING_CODE = re.compile(r"\b(W00\d)\b")
@@ -65,7 +66,7 @@ SYSTEMS = {
         "django-sqltasks (PostgreSQL, partitioned task table)",
         "django_sqltasks_taskrecord_live",
         {
-            "claim": "SKIP LOCKED",
+            "claim": CLAIM_MATCH,
             "finish": "WITH done AS",
             "enqueue": 'INSERT INTO "django_sqltasks_taskrecord"',
             "app_write": f"UPDATE {app.TABLE}",
@@ -126,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--accounts", type=int, default=100_000, help="rows of the app's table (100,000)")
     add("--drain", type=_positive, default=60.0, help="seconds to wait for the last tasks (60)")
     add("--systems", type=_names(list(SYSTEMS)), default=list(SYSTEMS), help="sqltasks, classic")
+    add(
+        "--claim-match",
+        default=CLAIM_MATCH,
+        help="text of django-sqltasks' claim statements in pg_stat_statements "
+        f"({CLAIM_MATCH!r}; the classic table's claim is fixed)",
+    )
     add("--pg-bindir", type=Path, help=f"server binaries (default PostgreSQL {PG_VERSION}'s)")
     add(
         "--pg-setting",
@@ -241,9 +248,8 @@ def run_system(
     time.sleep(SETTLE)
     postmaster = server.postmaster_pid()
     assert postmaster is not None
-    sampler = Sampler(
-        server.url, [system.hot_table, app.TABLE], system.kinds, postmaster, worker.pid
-    )
+    kinds = system.kinds | ({"claim": args.claim_match} if system.name == "sqltasks" else {})
+    sampler = Sampler(server.url, [system.hot_table, app.TABLE], kinds, postmaster, worker.pid)
     sampler.start()
     total = args.baseline + args.held + args.recovery
     times, figures = work / f"{system.name}-times", work / f"{system.name}-enqueuer.json"
@@ -271,7 +277,8 @@ def run_system(
             thread.join()
         bounds["held"] = (bounds["baseline"][1], wall + (time.monotonic() - start))
         sampler.mark("recovery")
-        enqueuer.wait(timeout=args.recovery + READY_TIMEOUT)
+        _until(start + total, worker, enqueuer, events, "recovery")
+        enqueuer.wait(timeout=READY_TIMEOUT)
         # The schedule's end, not the enqueuer's exit a moment later.
         bounds["recovery"] = (bounds["held"][1], wall + args.baseline + args.held + args.recovery)
         sampler.mark("drain")
@@ -289,6 +296,7 @@ def run_system(
     )
     result |= {
         "label": system.label,
+        "statement_kinds": kinds,
         "enqueuer": json.loads(figures.read_text()),
         "holders": held,
         "top_statements": sampler.top,

@@ -24,6 +24,7 @@ import psycopg
 from benchmarks.mixed import app
 
 CHUNK = 8192  # bytes read from pg_dump at a time
+MIN_DUMP_SECONDS = 1.0  # no new dump starts closer than this to the end of the phase
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Dump:
 
     def run(self, until: float, stopping: threading.Event) -> None:
         """Dump the database over and over, read slowly, until ``until``; finish the last."""
-        while not stopping.is_set() and time.monotonic() < until:
+        while not stopping.is_set() and until - time.monotonic() > MIN_DUMP_SECONDS:
             self._one(until, stopping)
 
     def _one(self, until: float, stopping: threading.Event) -> None:

@@ -37,7 +37,7 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 # The oldest snapshot any session of this database holds: the horizon vacuum cannot pass.
 HORIZON = """
 SELECT max(age(backend_xmin)),
-    extract(epoch FROM now() - min(xact_start) FILTER (WHERE backend_xmin IS NOT NULL)),
+    extract(epoch FROM now() - min(xact_start) FILTER (WHERE backend_xmin IS NOT NULL))::float8,
     (array_agg(application_name ORDER BY xact_start) FILTER (WHERE backend_xmin IS NOT NULL))[1]
 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
 """

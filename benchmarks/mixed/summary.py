@@ -173,16 +173,10 @@ def _from_samples(
         out["table_mib_max"] = max(h["table_bytes"] for h in hot) / MIB
         out["index_mib_max"] = max(h["index_bytes"] for h in hot) / MIB
         out["autovacuums"] = hot[-1]["autovacuums"] - first["autovacuums"]
-    ages = [s["horizon"]["seconds"] for s in samples if s["horizon"]["seconds"] is not None]
+    ages = [float(s["horizon"]["seconds"]) for s in samples if s["horizon"]["seconds"] is not None]
     out["oldest_snapshot_s_max"] = max(ages, default=None)
-    holders = sorted(
-        {
-            s["horizon"]["holder"]
-            for s in samples
-            if s["horizon"]["seconds"] and s["horizon"]["seconds"] > 5
-        }
-    )
-    out["horizon_holders"] = [h for h in holders if h]
+    held_by = {s["horizon"]["holder"] for s in samples if float(s["horizon"]["seconds"] or 0) > 5}
+    out["horizon_holders"] = sorted(h for h in held_by if h)  # who held it over 5 s
     loads = [s["load1"] for s in samples]
     out["load1_min"], out["load1_max"] = min(loads), max(loads)
     if previous is not None and completed:
@@ -274,7 +268,7 @@ def _sizes(p: dict[str, Any]) -> str:
 
 def _snapshot(p: dict[str, Any]) -> str:
     age = p.get("oldest_snapshot_s_max")
-    return "—" if age is None else f"{age:.0f} s"
+    return "—" if age is None else f"{max(float(age), 0.0):.0f} s"
 
 
 def _load(p: dict[str, Any]) -> str:
@@ -449,6 +443,19 @@ def markdown(result: dict[str, Any], heading: str = "###") -> str:
             longest = max(s["held_s"] for s in holders["sessions"])
             lines.append(
                 f"Analytics sessions: {len(holders['sessions'])}, the longest held {longest:.0f} s."
+            )
+        unmatched = [
+            PHASE_LABELS[p]
+            for p in PHASES
+            if system["phases"][p]["started"]
+            and not _statement(system["phases"][p], "claim").get("calls")
+        ]
+        if unmatched:
+            text = system.get("statement_kinds", {}).get("claim")
+            lines.append(
+                f"No statement in pg_stat_statements contained the claim's text {text!r} in "
+                f"{', '.join(unmatched)}, though tasks started: the claim figures are missing "
+                "(--claim-match gives the text of a claim that changed)."
             )
         warnings = system.get("worker_warnings")
         if warnings:
