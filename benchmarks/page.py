@@ -228,11 +228,12 @@ python -m benchmarks mixed --smoke          # 4 s, 6 s, 4 s a system: under 60 s
    to 60 s): any never started are reported. **Analytics** (`--hold analytics`, the default):
    sessions `BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM app_account; SELECT
    pg_sleep(120); COMMIT` named `analytics-N`, one every 40 s (`--gap`, `--session`), each cut to
-   end with the phase, so that three overlap from the 80th second on. **`pg_dump`** (`--hold
-   pg_dump`): a dump of the whole database whose output is read at 64 KiB/s (`--dump-rate`), as
-   a dump to slow storage or over a network is, so that it holds its snapshot while the phase
-   lasts; one that finishes is followed by another, and the one running at the end of the phase
-   is read to its end at full speed.
+   end with the phase, so that three overlap from the 80th second on (the oldest snapshot is
+   then at most 120 s old: the horizon moves on by 40 s as each session ends). **`pg_dump`**
+   (`--hold pg_dump`): a dump of the whole database whose output is read at 64 KiB/s
+   (`--dump-rate`), as a dump to slow storage or over a network is, so that it holds its
+   snapshot while the phase lasts; one that finishes is followed by another, and the one running
+   at the end of the phase is read to its end at full speed.
 5. **The figures**: every task's start latency (its start minus the moment before its enqueue
    call), p50 and p99 per phase and per 10 s window (a task counts in the window it started in);
    the backlog every 0.5 s (tasks enqueued and not started) and the age of the oldest of them;
@@ -246,7 +247,9 @@ python -m benchmarks mixed --smoke          # 4 s, 6 s, 4 s a system: under 60 s
    time of its processes from `/proc` (the postmaster, its children, and those it has reaped)
    over the tasks completed; the worker's process tree's likewise. The load average with every
    sample and `uptime` before and after: other work on the machine shows there.
-6. **The output**: the table of each system by phase and issue 44's "done when" checked on it;
+6. **The output**: the table of each system by phase and issue 44's "done when" checked on it
+   ("back to baseline": from the first 10 s window of the recovery after which no window's
+   backlog or p99 exceeds the baseline's worst window);
    the JSON (every 10 s window, the series, each phase's 12 costliest statements), the table and
    the chart in `docs/benchmarks/mixed/` (or `--out`); the worker's and the enqueuer's logs in
    `benchmarks/results/mixed/`. django-sqltasks runs from the working tree the command runs in
