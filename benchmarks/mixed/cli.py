@@ -15,6 +15,7 @@ import collections
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -206,6 +207,7 @@ def main(argv: list[str]) -> int:
         return 130
     finally:
         processes.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
     meta["uptime_after"] = _uptime()
     print(f"uptime: {meta['uptime_after']}", file=sys.stderr)
     print(summary.markdown(result))
