@@ -86,10 +86,11 @@ bench:  ## The full side-by-side benchmark (about 30 minutes; see docs/benchmark
 	WITH_BENCH=1 VENV=$(VENV) scripts/venv.sh
 	$(PY) -m benchmarks run --probes 10 --http-requests 1000
 
-bench-smoke:  ## A few hundred tasks through our PostgreSQL and SQLite rows and one peer; the latency of the bare-SQL floor and hand-over; the scale profile at 2,000 tasks
+bench-smoke:  ## A few hundred tasks through our PostgreSQL and SQLite rows and one peer; the latency of the bare-SQL floor and hand-over; the scale profile at 2,000 tasks; the mixed profile for a few seconds a phase
 	WITH_BENCH=1 VENV=$(VENV) scripts/venv.sh
 	$(PY) -m benchmarks run --smoke
 	$(PY) -m benchmarks scale --smoke --database sqlite
+	$(PY) -m benchmarks mixed --smoke
 
 docs:
 	WITH_DOCS=1 VENV=$(VENV) scripts/venv.sh

@@ -8,6 +8,11 @@ if sys.argv[1:2] == ["scale"]:
     from benchmarks.scale.cli import main as scale
 
     sys.exit(scale(sys.argv[2:]))
+if sys.argv[1:2] == ["mixed"]:
+    # A profile of its own too (benchmarks/mixed/): this package, psycopg, psutil, matplotlib.
+    from benchmarks.mixed.cli import main as mixed
+
+    sys.exit(mixed(sys.argv[2:]))
 
 from benchmarks.cli import main
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report, targets
+from benchmarks.mixed import summary as mixed_summary
 from benchmarks.scenarios import BUSY_PROBES_PER_PROBE
 from benchmarks.systems import SYSTEMS
 
@@ -186,6 +187,79 @@ python -m benchmarks scale --smoke --database sqlite   # 2,000 tasks (CI, make b
    the fill when it already holds N tasks).
 """
 
+MIXED = """\
+## The `mixed` profile: the database also serves the app
+
+`python -m benchmarks mixed` (issue 44) asks what becomes of a task queue in a database that also
+serves the app when a report, an analytics query or a `pg_dump` holds a snapshot for minutes:
+while it does, vacuum can remove no row version that died after it started, and every task the
+queue moves leaves some behind. It runs django-sqltasks and the classic design one after the
+other, on the same load, each on a private PostgreSQL 15 server of its own.
+
+```sh
+python -m benchmarks mixed                  # 120 tasks/s; 2 min, 6 min held, 2 min (22 min)
+python -m benchmarks mixed --hold pg_dump   # a pg_dump through the middle phase instead
+python -m benchmarks mixed --hold analytics,pg_dump --rate 800
+python -m benchmarks mixed --baseline 30 --held 120 --recovery 30 --out /tmp/mixed
+python -m benchmarks mixed --smoke          # 4 s, 6 s, 4 s a system: under 60 s (CI)
+```
+
+1. **The server**: for each system a new one, `initdb` in a temporary directory (as the
+   unprivileged user `postgres`, created if missing, since initdb refuses root) on a free port,
+   with initdb's defaults (autovacuum on at its defaults, fsync on, 128 MB of shared buffers) and
+   `shared_preload_libraries = 'pg_stat_statements'`; `--pg-setting NAME=VALUE` adds one. It is
+   stopped and removed at the end, on an error or Ctrl-C too (`tests/gauntlet_postgres.py`, the
+   private server of the fault tests and the soak).
+2. **The app**: a table `app_account` of 100,000 rows (`--accounts`). Each task, on either
+   system, updates one of its rows and reports its enqueue time, its start and its end to the
+   harness in one UDP datagram.
+3. **The load**: one process enqueues `--rate` tasks a second on a fixed schedule, one call at a
+   time in autocommit (`touch.enqueue()` for django-sqltasks, one `INSERT` for the classic
+   table); a call that falls behind catches up at once, and the table shows the rate achieved.
+   One worker at concurrency 8 (`--concurrency`): `tasks_worker --queue default --concurrency 8`
+   with its defaults, or the classic worker (`benchmarks/mixed/classic.py`), whose main thread
+   claims with `UPDATE raw_task SET status = 1 ... WHERE id IN (SELECT id ... WHERE status = 0
+   ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED)` until it holds 10 tasks (8 running, 2 waiting, as
+   django-sqltasks' default prefetch does), polling every 10 ms when it finds none, while 8
+   threads run the tasks and `DELETE` each one; its table is the raw-SQL row's, with a partial
+   index on `(queue, id) WHERE status = 0`.
+4. **The phases**: a baseline (`--baseline`, 120 s), snapshots held (`--held`, 360 s), a recovery
+   (`--recovery`, 120 s); then the enqueue stops and the last tasks are waited for (`--drain`, up
+   to 60 s): any never started are reported. **Analytics** (`--hold analytics`, the default):
+   sessions `BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM app_account; SELECT
+   pg_sleep(120); COMMIT` named `analytics-N`, one every 40 s (`--gap`, `--session`), each cut to
+   end with the phase, so that three overlap from the 80th second on (the oldest snapshot is
+   then at most 120 s old: the horizon moves on by 40 s as each session ends). **`pg_dump`**
+   (`--hold pg_dump`): a dump of the whole database whose output is read at 64 KiB/s
+   (`--dump-rate`), as a dump to slow storage or over a network is, so that it holds its
+   snapshot while the phase lasts; one that finishes is followed by another, and the one running
+   at the end of the phase is read to its end at full speed.
+5. **The figures**: every task's start latency (its start minus the moment before its enqueue
+   call), p50 and p99 per phase and per 10 s window (a task counts in the window it started in);
+   the backlog every 0.5 s (tasks enqueued and not started) and the age of the oldest of them;
+   completions per second. Once a second from the server: the dead and live row versions of the
+   hot table (`pg_stat_user_tables`: django-sqltasks' live partition, the classic `raw_task`),
+   its size and its indexes', autovacuum's runs, the oldest snapshot (`pg_stat_activity`), and
+   from pg_stat_statements (reset at each phase, so a max is the phase's) the claim (the
+   statements with `SKIP LOCKED`; `--claim-match TEXT` for a claim of django-sqltasks without
+   it), the finish, the enqueue and the task's write: calls, mean and max time, shared buffers
+   hit or read per call. The server's CPU per task: the user and system
+   time of its processes from `/proc` (the postmaster, its children, and those it has reaped)
+   over the tasks completed; the worker's process tree's likewise. The load average with every
+   sample and `uptime` before and after: other work on the machine shows there.
+6. **The output**: the table of each system by phase and issue 44's "done when" checked on it
+   ("back to baseline": from the first 10 s window of the recovery after which no window's
+   backlog or p99 exceeds the baseline's worst window);
+   the JSON (every 10 s window, the series, each phase's 12 costliest statements), the table and
+   the chart in `docs/benchmarks/mixed/` (or `--out`); the worker's and the enqueuer's logs in
+   `benchmarks/results/mixed/`. django-sqltasks runs from the working tree the command runs in
+   (not from a commit, unlike `run`): the figures give the commit and say if the tree differed.
+7. **What it is not**: the two systems run one after the other, each with the machine to
+   itself and whatever else runs on it. PostgreSQL only so far: MariaDB's purge held back by a
+   long transaction and SQLite's WAL kept from its checkpoints are their own versions of it.
+"""
+
+
 # (system, settings besides INSTALLED_APPS and the database, worker command)
 SETTINGS_ROWS = [
     (
@@ -231,6 +305,19 @@ SETTINGS_ROWS = [
 
 
 ROUND_TRIPS = "round-trips.md"  # the section python -m benchmarks roundtrips writes
+MIXED_DIR = "mixed"  # where python -m benchmarks mixed writes its results
+
+
+def _mixed_section(directory: Path) -> str:
+    """The mixed profile's method and each of its results (python -m benchmarks mixed)."""
+    parts = [MIXED]
+    for path in sorted(directory.glob("*.json")):
+        result = json.loads(path.read_text())
+        parts.append(mixed_summary.markdown(result, heading="###"))
+        chart = result["meta"].get("chart")
+        if chart and (directory / chart).exists():
+            parts.append(f"![{chart}]({directory.parent.name}/{directory.name}/{chart})\n")
+    return "\n".join(parts)
 
 
 def _settings_table() -> str:
@@ -341,6 +428,7 @@ def write(docs_dir: Path, page: Path) -> None:
     ]
     parts.append(targets.section(summaries))
     parts += [_profile_section(s, docs_dir) for s in summaries]
+    parts.append(_mixed_section(docs_dir / MIXED_DIR))
     trips = docs_dir / ROUND_TRIPS
     if trips.exists():  # python -m benchmarks roundtrips
         parts.append(trips.read_text())

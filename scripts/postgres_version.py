@@ -88,6 +88,7 @@ def stop(major: str) -> None:
     server = PrivatePostgres.__new__(PrivatePostgres)
     server.bindir = binaries(major)
     server.database = "sqltasks"
+    server.settings = {}
     server.port = saved["port"]
     server.dir = Path(saved["dir"])
     server.data = server.dir / "data"

@@ -1,25 +1,50 @@
-"""A private PostgreSQL server to restart at will, so no one else's connections are hurt."""
+"""A private PostgreSQL server to restart at will, so no one else's connections are hurt.
+
+The fault tests restart it under running workers; scripts/soak.py and scripts/long_life.py run
+their long loads on it; the ``mixed`` benchmark profile (benchmarks/mixed/) gives it autovacuum
+at its defaults and pg_stat_statements. One server per ``PrivatePostgres``: ``initdb`` in a
+temporary directory, ``pg_ctl`` start/restart/stop on a free port, the directory removed at the
+stop. As a context manager it stops (and removes) the server however the block ends, Ctrl-C
+included; pg_ctl starts the server in a session of its own, so the terminal's Ctrl-C reaches only
+the program that started it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import glob
 import os
+import pwd
 import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
+# What the fault tests, the soak and the long-life script have always run with: a server that
+# loses its data on a crash of the machine, which none of them needs.
+DEFAULT_SETTINGS: Mapping[str, str] = {"fsync": "off"}
+RUN_AS = "postgres"  # the unprivileged user the server runs as when this process is root
 
-def find_bindir() -> Path | None:
-    """The newest PostgreSQL server binaries on this machine, or ``None``."""
-    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+
+def find_bindir(version: int | None = None) -> Path | None:
+    """The server binaries of PostgreSQL ``version`` (or the newest) on this machine, or None."""
+    pattern = f"/usr/lib/postgresql/{version or '*'}/bin"
+    for candidate in sorted(glob.glob(pattern), key=_major, reverse=True):
         if (Path(candidate) / "pg_ctl").exists():
             return Path(candidate)
     pg_ctl = shutil.which("pg_ctl")
-    return Path(pg_ctl).parent if pg_ctl else None
+    if pg_ctl is None or version is not None:
+        return None
+    return Path(pg_ctl).parent
+
+
+def _major(bindir: str) -> int:
+    part = Path(bindir).parent.name
+    return int(part) if part.isdigit() else 0
 
 
 def free_port() -> int:
@@ -28,23 +53,44 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def ensure_user(name: str = RUN_AS) -> None:
+    """Create the system user ``name`` (no home, no shell) if this machine has none."""
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            check=True,
+            capture_output=True,
+        )
+
+
 class PrivatePostgres:
     """``initdb`` in a temporary directory, then ``pg_ctl`` start/restart/stop on a free port.
 
-    initdb refuses to run as root; as root, the server runs as the ``postgres`` user.
+    ``settings`` are written to the server's postgresql.conf after initdb (default: fsync off);
+    every other setting is initdb's default, autovacuum on included. initdb refuses to run as
+    root; as root, the server runs as the ``postgres`` user, created if missing.
     """
 
-    def __init__(self, bindir: Path, database: str = "sqltasks") -> None:
+    def __init__(
+        self,
+        bindir: Path,
+        database: str = "sqltasks",
+        settings: Mapping[str, str] = DEFAULT_SETTINGS,
+    ) -> None:
         self.bindir = bindir
         self.database = database
+        self.settings = dict(settings)
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="sqltasks-pg-"))
         self.data = self.dir / "data"
         self.log = self.dir / "server.log"
         self.as_user: list[str] = []
         if os.geteuid() == 0:
-            self.as_user = ["runuser", "-u", "postgres", "--"]
-            shutil.chown(self.dir, "postgres", "postgres")
+            ensure_user(RUN_AS)
+            self.as_user = ["runuser", "-u", RUN_AS, "--"]
+            shutil.chown(self.dir, RUN_AS, RUN_AS)
 
     @property
     def url(self) -> str:
@@ -60,19 +106,29 @@ class PrivatePostgres:
         )
 
     def init(self) -> PrivatePostgres:
-        self._run(
-            str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
-            "--auth=trust", "--no-sync", "-E", "UTF8",
-        )  # fmt: skip
-        self.start()
-        self._run(
-            str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
-            "-U", "postgres", self.database,
-        )  # fmt: skip
+        """Create the cluster, start it and create ``database``; on a failure, remove it all."""
+        try:
+            self._run(
+                str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
+                "--auth=trust", "--no-sync", "-E", "UTF8",
+            )  # fmt: skip
+            with (self.data / "postgresql.conf").open("a") as conf:
+                conf.write("\n# PrivatePostgres\n")
+                for name, value in self.settings.items():
+                    quoted = value.replace("'", "''")
+                    conf.write(f"{name} = '{quoted}'\n")
+            self.start()
+            self._run(
+                str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
+                "-U", "postgres", self.database,
+            )  # fmt: skip
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _ctl(self, action: str, *extra: str) -> None:
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
         self._run(
             str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
             "-o", options, "-w", "-t", "60", action, *extra,
@@ -92,7 +148,25 @@ class PrivatePostgres:
         with psycopg.connect(self.url) as connection:
             return connection.execute(sql).fetchall()
 
+    def postmaster_pid(self) -> int | None:
+        """The server's main process, from its postmaster.pid; None when it is not running."""
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return int((self.data / "postmaster.pid").read_text().split()[0])
+        return None
+
     def stop(self) -> None:
+        """Stop the server at once (no checkpoint: nothing is kept) and remove its directory."""
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             self._ctl("stop", "-m", "immediate")
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> PrivatePostgres:
+        return self.init()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -2,7 +2,8 @@
 
 ``noop`` is a plain ``def`` for every system. ``sleep`` sleeps 10 ms: ``async def`` with
 ``asyncio.sleep`` where the system runs async tasks natively, ``time.sleep`` otherwise.
-``probe`` reports its own start to the latency agent.
+``probe`` reports its own start to the latency agent. ``touch`` is the ``mixed`` profile's task
+(benchmarks/mixed/): one small write to the app's table, then its report.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.marker import hit, send_probe
+from benchmarks.mixed import app
 from benchmarks.systems import current_system
 
 SLEEP_SECONDS = 0.010
@@ -70,6 +72,14 @@ else:
 @_task
 def probe(seq: int, enqueued_at: float, port: int) -> None:
     send_probe(port, seq, enqueued_at)
+
+
+@_task
+def touch(seq: int, enqueued_at: float, port: int, account: int) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        app.run_task(cursor, seq, enqueued_at, port, account)
 
 
 TASKS: dict[str, Any] = {"noop": noop, "sleep": sleep, "probe": probe}
