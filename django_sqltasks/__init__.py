@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports each on first use
     from .admin.subject import SubjectTasksMixin
     from .backend import SQLTaskBackend
+    from .core.durable import SentEvent
     from .core.error_text import error_summary
     from .core.progress import SQLTaskContext
     from .core.subject import Subject
@@ -65,6 +66,7 @@ _LAZY = {
     "Cancelled": ".store.query",
     "send_event": ".store.events",
     "asend_event": ".store.events",
+    "SentEvent": ".core.durable",
     "EventTimeout": ".exceptions",
 }
 __all__ = [
@@ -77,6 +79,7 @@ __all__ = [
     "SQLTaskBackend",
     "SQLTaskContext",
     "SQLTaskResult",
+    "SentEvent",
     "Signature",
     "Snooze",
     "Subject",

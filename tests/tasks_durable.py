@@ -16,6 +16,7 @@ from django.db import transaction
 
 from django_sqltasks import EventTimeout, group, send_event
 from django_sqltasks.compat import task
+from django_sqltasks.core.durable import SentEvent
 from tests import events, tasks_workflows
 from tests.lost_connections import lost_at
 
@@ -279,7 +280,7 @@ def enqueue_losing(log: str, stage: str, when: str, gate: str = "") -> Any:
     """``loses_connection`` at ``stage``, its event sent already; as a member of a group (with
     ``count_page(10)``, then ``sum_of``) for "group". The workflow for "group", else the
     task's result."""
-    assert send_event("lost", stage, {"stage": stage}) is True
+    assert send_event("lost", stage, {"stage": stage}) == SentEvent.RESUMED
     call = loses_connection
     if stage == "group":
         return (

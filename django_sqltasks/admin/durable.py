@@ -161,7 +161,7 @@ def send(request: HttpRequest, admin_: Any, task: TaskRecord, payload: Any) -> b
         admin_.message_user(request, _("Event sent: the task runs on."), messages.SUCCESS)
     else:
         admin_.message_user(request, _("The event had been sent already."), messages.WARNING)
-    return sent
+    return bool(sent)
 
 
 def end(request: HttpRequest, admin_: Any, task: TaskRecord) -> bool:

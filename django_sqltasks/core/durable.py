@@ -6,6 +6,7 @@ worker gives the attempt (``store/steps.py``). See docs/durable.md.
 
 from __future__ import annotations
 
+import enum
 import math
 import numbers
 from collections.abc import Awaitable, Callable, Sequence
@@ -201,3 +202,18 @@ def _sleep_args(seconds: Any, until: Any) -> tuple[float | None, datetime | None
             raise InvalidStep(f"sleep(until=...) must be a datetime, not {until!r}.")
         return None, until
     return check_seconds(seconds, "sleep() seconds"), None
+
+
+class SentEvent(str, enum.Enum):
+    """What ``send_event`` did with an event: true unless it was sent already (the first payload
+    stands), as the ``bool`` it returned before."""
+
+    RESUMED = "resumed"  # its waiting task is due now (or, running, takes it at its wait)
+    STORED = "stored"  # nobody waits for it yet: the first task to wait for it takes it
+    # Its waiter ended (cancelled, failed, deleted) without it: kept for the next task that
+    # waits for the key.
+    WAITER_GONE = "waiter_gone"
+    ALREADY_SENT = "already_sent"  # sent before: nothing changed
+
+    def __bool__(self) -> bool:
+        return self is not SentEvent.ALREADY_SENT

@@ -9,6 +9,7 @@ never sent.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime
 from functools import partial
@@ -19,7 +20,7 @@ from django.db import IntegrityError, connections, transaction
 
 from ..compat import DEFAULT_TASK_BACKEND_ALIAS, TaskResultStatus
 from ..core.backends import sql_backend
-from ..core.durable import check_event
+from ..core.durable import SentEvent, check_event
 from ..core.serialization import check_json, dumps, normalized
 from ..enqueue.wakeup import has_local_listeners, notify_local
 from ..exceptions import InvalidStep, InvalidTaskArguments, PayloadTooLarge
@@ -27,13 +28,17 @@ from ..models import EventRecord, StepRecord, TaskRecord
 from ..sql import dialect_for
 from .control import database_now
 
+logger = logging.getLogger("django_sqltasks")
+LIVE = (TaskResultStatus.READY, TaskResultStatus.RUNNING)
+
 
 def send_event(
     name: str, key: Any, payload: Any = None, *, backend: str = DEFAULT_TASK_BACKEND_ALIAS
-) -> bool:
+) -> SentEvent:
     """Send the event ``name`` with ``key`` and a JSON ``payload`` to the task that waits for
     it (``context.wait_for_event``), or will; in the caller's transaction on the database of
-    ``backend``. Return False if it was sent already (the first payload stands)."""
+    ``backend``. Return what became of it (``SentEvent``: false if it was sent already, the
+    first payload standing)."""
     name, key = check_event(name, key)
     config = sql_backend(backend)
     payload = _payload(payload, config.config.max_payload_bytes)
@@ -48,25 +53,39 @@ def send_event(
         for _ in range(2):
             if events.filter(sent_at__isnull=True).update(payload=payload, sent_at=now):
                 task_id = events.values_list("task_id", flat=True).get()
-                if task_id is not None:
-                    wake(database, task_id, notify=config.config.notify, now=now)
-                return True
+                if task_id is None:
+                    return SentEvent.STORED
+                if wake(database, task_id, notify=config.config.notify, now=now):
+                    return SentEvent.RESUMED
+                tasks = TaskRecord.objects.using(database).filter(pk=task_id, status__in=LIVE)
+                if tasks.exists():  # running: it takes the event at its wait
+                    return SentEvent.RESUMED
+                logger.warning(
+                    "Event %r with key %r was sent to task %s, which no longer waits for it "
+                    "(it was cancelled, failed or deleted): the next task to wait for the key "
+                    "takes it",
+                    name,
+                    key,
+                    task_id,
+                    extra={"action": "event_waiter_gone", "task_id": str(task_id)},
+                )
+                return SentEvent.WAITER_GONE
             try:
                 with transaction.atomic(using=database):
                     EventRecord.objects.using(database).create(
                         name=name, key=key, payload=payload, sent_at=now
                     )
-                return True  # nobody waits yet: the wait will find it
+                return SentEvent.STORED  # nobody waits yet: the wait will find it
             except IntegrityError:  # sent already, or a wait began meanwhile: look again
                 continue
-    return False
+    return SentEvent.ALREADY_SENT
 
 
 async def asend_event(
     name: str, key: Any, payload: Any = None, *, backend: str = DEFAULT_TASK_BACKEND_ALIAS
-) -> bool:
+) -> SentEvent:
     """Async ``send_event``."""
-    sent: bool = await sync_to_async(send_event)(name, key, payload, backend=backend)
+    sent: SentEvent = await sync_to_async(send_event)(name, key, payload, backend=backend)
     return sent
 
 

@@ -43,6 +43,7 @@ class Met:
 
 
 STEP, SLEEP, EVENT = StepRecord.STEP, StepRecord.SLEEP, StepRecord.EVENT
+LIVE = (TaskResultStatus.READY, TaskResultStatus.RUNNING)
 DONE, FAILED = StepRecord.DONE, StepRecord.FAILED
 WAITING, TIMED_OUT = StepRecord.WAITING, StepRecord.TIMED_OUT
 
@@ -125,6 +126,15 @@ class AttemptSteps(StepRecords):
             if again and not self._held().select_for_update().exists():
                 # Parked by that try (and perhaps claimed again since), or taken from us.
                 return Met(WAITING, until=parked_at())
+            if event.task_id not in (None, self.task_id) and waiter_gone(
+                self.database, event, key
+            ):
+                # Its waiter ended (cancelled, failed, deleted) without taking it: the key is
+                # free again, with the payload if one was sent meanwhile.
+                EventRecord.objects.using(self.database).filter(pk=event.pk).update(
+                    task_id=self.task_id
+                )
+                event.task_id = self.task_id
             if event.task_id not in (None, self.task_id):
                 raise EventAlreadyAwaited(
                     f"Event {name!r} with key {key!r} is awaited by (or went to) task "
@@ -254,3 +264,15 @@ class AttemptSteps(StepRecords):
                 "or an atomic=True task): the task stops there, and its transaction would "
                 "roll back. Call it outside the transaction."
             )
+
+
+def waiter_gone(database: str, event: EventRecord, key: str) -> bool:
+    """Whether ``event``'s waiter ended without taking it: its task is neither READY nor
+    RUNNING (cancelled, failed, finished or deleted) and recorded no payload of the event."""
+    if event.task_id is None:
+        return False
+    if TaskRecord.objects.using(database).filter(pk=event.task_id, status__in=LIVE).exists():
+        return False
+    return not StepRecord.objects.using(database).filter(
+        task_id=event.task_id, kind=EVENT, name=event.name, event_key=key, state=DONE
+    ).exists()

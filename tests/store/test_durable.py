@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from django_sqltasks import asend_event, get_workflow, group, send_event
 from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.core.durable import SentEvent
 from django_sqltasks.exceptions import InvalidStep, PayloadTooLarge
 from django_sqltasks.models import EventRecord, StepRecord, TaskRecord
 from django_sqltasks.store import pruning
@@ -164,7 +165,7 @@ def test_a_hostile_durable_call_fails_its_task_alone_naming_the_rule(
     assert [s[3] for s in steps(bad)] == (["failed"] if call == "step result" else [])
     assert row(good).return_value == 7
     assert row(waiting).status == TaskResultStatus.READY
-    assert send_event("order.paid", "other", "ok") is True
+    assert send_event("order.paid", "other", "ok") == SentEvent.RESUMED
     run_worker()
     assert row(waiting).return_value == "ok"
 
@@ -252,7 +253,7 @@ def test_an_event_sent_after_the_wait_resumes_the_task_with_its_payload(
     record = row(result)
     assert record.status == TaskResultStatus.READY and record.attempts == 0
     assert record.available_at.year == 9999  # no timeout: never due by the clock
-    assert send_event("order.paid", 42, {"amount": 10}) is True
+    assert send_event("order.paid", 42, {"amount": 10}) == SentEvent.RESUMED
     assert row(result).available_at <= timezone.now()
     run_worker()
     record = row(result)
@@ -262,8 +263,59 @@ def test_an_event_sent_after_the_wait_resumes_the_task_with_its_payload(
     assert steps(result)[1] == ("event", "order.paid", 0, "done", 1)
 
 
+def test_a_cancelled_waiter_lets_its_key_go_and_the_sender_is_told(
+    run_worker: RunWorker, tmp_path: Path
+) -> None:
+    """A waiter cancelled before its event came: the send says its waiter is gone and keeps the
+    payload, and a new task waiting for the key takes it (it failed EventAlreadyAwaited,
+    naming the cancelled task, until that task was deleted)."""
+    log = str(tmp_path / "log")
+    first = tasks_durable.waiter.enqueue(log, "order.paid", "77")
+    run_worker()  # it waits
+    assert tasks_durable.waiter.get_backend().cancel(first.id)
+    assert row(first).status == TaskResultStatus.FAILED
+    assert send_event("order.paid", "77", "paid") == SentEvent.WAITER_GONE
+    again = tasks_durable.waiter.enqueue(log, "order.paid", "77")
+    run_worker()
+    record = row(again)
+    assert record.status == TaskResultStatus.SUCCESSFUL and record.return_value == "paid"
+    assert send_event("order.paid", "77", "twice") == SentEvent.ALREADY_SENT
+
+
+def test_a_key_whose_waiter_was_cancelled_is_awaited_again_before_its_event(
+    run_worker: RunWorker, tmp_path: Path
+) -> None:
+    log = str(tmp_path / "log")
+    first = tasks_durable.waiter.enqueue(log, "order.paid", "78")
+    run_worker()
+    tasks_durable.waiter.get_backend().cancel(first.id)
+    again = tasks_durable.waiter.enqueue(log, "order.paid", "78")
+    run_worker()  # it waits, where it failed EventAlreadyAwaited
+    assert row(again).status == TaskResultStatus.READY
+    assert send_event("order.paid", "78", "paid") == SentEvent.RESUMED
+    run_worker()
+    assert row(again).return_value == "paid"
+
+
+def test_a_key_whose_waiter_took_its_event_stays_its_own(
+    run_worker: RunWorker, tmp_path: Path
+) -> None:
+    """An event that went to its task is not handed to the next: a second waiter for the key
+    fails EventAlreadyAwaited, as before."""
+    log = str(tmp_path / "log")
+    first = tasks_durable.waiter.enqueue(log, "order.paid", "79")
+    assert send_event("order.paid", "79", "paid") == SentEvent.STORED
+    run_worker()
+    assert row(first).status == TaskResultStatus.SUCCESSFUL
+    second = tasks_durable.waiter.enqueue(log, "order.paid", "79")
+    run_worker()
+    record = row(second)
+    assert record.status == TaskResultStatus.FAILED
+    assert "EventAlreadyAwaited" in record.errors[-1]["exception_class_path"]
+
+
 def test_an_event_sent_before_the_wait_is_not_lost(run_worker: RunWorker, tmp_path: Path) -> None:
-    assert send_event("order.paid", "7", [1, 2]) is True
+    assert send_event("order.paid", "7", [1, 2]) == SentEvent.STORED
     result = tasks_durable.waiter.enqueue(str(tmp_path / "log"), "order.paid", "7")
     run_worker()
     record = row(result)
@@ -276,8 +328,8 @@ def test_an_event_sent_twice_resumes_the_task_once(run_worker: RunWorker, tmp_pa
     log = tmp_path / "log"
     result = tasks_durable.waiter.enqueue(str(log), "order.paid", "9")
     run_worker()
-    assert send_event("order.paid", "9", "first") is True
-    assert send_event("order.paid", "9", "second") is False
+    assert send_event("order.paid", "9", "first") == SentEvent.RESUMED
+    assert send_event("order.paid", "9", "second") == SentEvent.ALREADY_SENT
     run_worker()
     run_worker()
     record = row(result)
@@ -293,7 +345,7 @@ def test_an_event_sent_in_a_rolled_back_transaction_resumes_nothing(
     run_worker()
     parked = row(result).available_at
     with transaction.atomic():
-        assert send_event("order.paid", "5", "lost") is True
+        assert send_event("order.paid", "5", "lost") == SentEvent.RESUMED
         assert row(result).available_at < parked  # woken, in this transaction
         transaction.set_rollback(True)
     assert row(result).available_at == parked
@@ -317,7 +369,9 @@ def test_a_wait_whose_timeout_passes_resumes_with_the_timeout(
     assert record.return_value == {"timed_out": "3"}
     assert steps(result)[1][3] == "timed_out"
     # The event, sent late, is kept for whoever waits next; it wakes nothing.
-    assert send_event("order.paid", "3", "late") is True
+    assert (
+        send_event("order.paid", "3", "late") == SentEvent.STORED
+    )  # the wait timed out: kept for the next
     assert EventRecord.objects.get(key="3").task_id is None
 
 
@@ -407,10 +461,11 @@ async def test_asend_event_from_async_code_resumes_a_task_aenqueue_queued(
     log = str(tmp_path / "log")
     waits = await tasks_durable.waiter.aenqueue(log, "order.paid", "31")
     found = await tasks_durable.waiter.aenqueue(log, "order.paid", "32")
-    assert await asend_event("order.paid", "32", "early") is True  # before its wait began
+    # Before its wait began: kept for it.
+    assert await asend_event("order.paid", "32", "early") == SentEvent.STORED
     await sync_to_async(run_worker)()
-    assert await asend_event("order.paid", "31", "paid") is True
-    assert await asend_event("order.paid", "31", "again") is False
+    assert await asend_event("order.paid", "31", "paid") == SentEvent.RESUMED
+    assert await asend_event("order.paid", "31", "again") == SentEvent.ALREADY_SENT
     with pytest.raises(InvalidStep, match="The event key contains a NUL character"):
         await asend_event("order.paid", "3\x001")
     await sync_to_async(run_worker)()
@@ -478,7 +533,7 @@ def test_events_sent_while_their_waits_begin_each_resume_their_task_once(
     results = [tasks_durable.waiter.enqueue(str(log), "race", str(i)) for i in range(count)]
     with worker_thread(Worker(queue_names=["*"], concurrency=8)):
         for i in range(count):  # before, while and after the worker reaches each wait
-            assert send_event("race", str(i), i) is True
+            assert send_event("race", str(i), i) in (SentEvent.RESUMED, SentEvent.STORED)
         wait_for(
             lambda: TaskRecord.objects.filter(status="SUCCESSFUL").count() == count, timeout=120
         )

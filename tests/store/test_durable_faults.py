@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from django_sqltasks import get_workflow, group, send_event
 from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.core.durable import SentEvent
 from django_sqltasks.exceptions import Suspended
 from django_sqltasks.models import StepRecord, TaskRecord
 from django_sqltasks.store.waits import AttemptSteps
@@ -167,7 +168,7 @@ def test_a_park_whose_commit_went_unheard_is_not_made_again_under_the_next_claim
 
     def claimed_and_sent() -> None:
         claim()
-        assert send_event("order.paid", key, "paid") is True
+        assert send_event("order.paid", key, "paid") == SentEvent.RESUMED
 
     if call == "sleep":
         stage, then, stop = "park", claim, lambda: steps.sleep("sleep", 3600, None)

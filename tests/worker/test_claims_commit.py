@@ -17,6 +17,7 @@ from django.db import OperationalError, connection, transaction
 
 from django_sqltasks import send_event
 from django_sqltasks.compat import TaskResultStatus, task_backends
+from django_sqltasks.core.durable import SentEvent
 from django_sqltasks.core.options import BackendOptions, OptionError
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql import dialect_for
@@ -246,7 +247,7 @@ def test_a_durable_task_claimed_again_before_its_attempt_ends_runs_on(tmp_path: 
             if action == "claimed_again":
                 reclaimed.set()
             elif action == "task_suspended" and not reclaimed.is_set():
-                assert send_event("order.paid", "between", "paid") is True
+                assert send_event("order.paid", "between", "paid") == SentEvent.RESUMED
                 assert reclaimed.wait(30), "the worker did not claim the task again"
             return True
 
