@@ -126,9 +126,7 @@ class AttemptSteps(StepRecords):
             if again and not self._held().select_for_update().exists():
                 # Parked by that try (and perhaps claimed again since), or taken from us.
                 return Met(WAITING, until=parked_at())
-            if event.task_id not in (None, self.task_id) and waiter_gone(
-                self.database, event, key
-            ):
+            if event.task_id not in (None, self.task_id) and waiter_gone(self.database, event, key):
                 # Its waiter ended (cancelled, failed, deleted) without taking it: the key is
                 # free again, with the payload if one was sent meanwhile.
                 EventRecord.objects.using(self.database).filter(pk=event.pk).update(
@@ -273,6 +271,8 @@ def waiter_gone(database: str, event: EventRecord, key: str) -> bool:
         return False
     if TaskRecord.objects.using(database).filter(pk=event.task_id, status__in=LIVE).exists():
         return False
-    return not StepRecord.objects.using(database).filter(
-        task_id=event.task_id, kind=EVENT, name=event.name, event_key=key, state=DONE
-    ).exists()
+    return (
+        not StepRecord.objects.using(database)
+        .filter(task_id=event.task_id, kind=EVENT, name=event.name, event_key=key, state=DONE)
+        .exists()
+    )
