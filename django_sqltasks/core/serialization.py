@@ -98,7 +98,8 @@ def text_problem(value: str) -> str | None:
     """Say why ``value`` cannot be stored as text by every supported database, or None."""
     if "\x00" in value:
         return (
-            "contains a NUL character (\\x00), which PostgreSQL cannot store; remove it, or "
+            "contains a NUL character (\\x00), which not every supported database can store "
+            "(PostgreSQL's text and jsonb cannot), so no database takes it; remove it, or "
             "encode the data (base64) first"
         )
     if not value.isascii():

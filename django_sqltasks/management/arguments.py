@@ -121,7 +121,8 @@ def queue_names(value: str) -> list[str]:
     names = [name.strip() for name in value.split(",")]
     if "" in names:
         raise argparse.ArgumentTypeError(f"has an empty queue name: {value!a}")
-    return [text(name, "a queue name") for name in names]
+    # A name given twice is one queue (-Q default,default).
+    return list(dict.fromkeys(text(name, "a queue name") for name in names))
 
 
 # A bare --max-memory-per-child at or above this many MiB (about 98 GiB) is taken for a

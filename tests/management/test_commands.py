@@ -39,3 +39,18 @@ def test_commands_say_in_one_line_that_the_database_is_down(command: list[str]) 
     assert done.returncode == 1, output
     assert "Traceback" not in output
     assert "Cannot connect to database 'default'" in output
+
+
+def test_a_queue_named_twice_is_one_queue() -> None:
+    """``-Q default,default`` (the commands' queue lists): each queue once, in order."""
+    from django_sqltasks.management.arguments import queue_names
+
+    assert queue_names("default, emails,default") == ["default", "emails"]
+
+
+def test_a_nul_in_a_stored_text_is_refused_on_every_database_alike() -> None:
+    """The message says why on any database: it named PostgreSQL on MariaDB and SQLite too."""
+    from django_sqltasks.core.serialization import text_problem
+
+    problem = text_problem("a\x00b")
+    assert problem is not None and "not every supported database" in problem
