@@ -280,21 +280,60 @@ def try_upkeep_lock(cursor: CursorWrapper) -> bool:
     return bool(cursor.fetchone()[0])
 
 
-def add_day_statements(table: str, status: str, day: date, *, like: str = "") -> list[str]:
+def add_day_statements(
+    table: str, status: str, day: date, *, like: str = "", default_has_rows: bool = False
+) -> list[str]:
     """Add the partition of ``day`` to ``status``'s branch of ``table`` (whose columns are
     those of ``like``, the table itself by default): made apart and then attached, which locks
     the branch in SHARE UPDATE EXCLUSIVE mode (CREATE TABLE ... PARTITION OF would take ACCESS
-    EXCLUSIVE, waiting for every read of the history and stopping every write)."""
+    EXCLUSIVE, waiting for every read of the history and stopping every write).
+
+    The attach scans the default partition for rows of the day, holding it ACCESS EXCLUSIVE
+    (1,000,000 rows there stalled reads by id for a second): where it has rows
+    (``default_has_rows``, none of that day), a CHECK that excludes the day is validated
+    first, which scans it while reads and writes go on, and spares the attach its scan; it is
+    dropped once the day is attached."""
     name = day_partition(table, status, day)
     start, end = day_start(day), day_start(day + timedelta(days=1))
-    return [
+    default = q(default_partition(table, status))
+    guard = q(f"sqltasks_not_{day:%Y%m%d}")
+    bounds = f"finished_at >= '{start.isoformat()}' AND finished_at < '{end.isoformat()}'"
+    statements = [
         f"CREATE TABLE IF NOT EXISTS {q(name)} (LIKE {q(like or table)} INCLUDING DEFAULTS "
         "INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE)",
         _unique_id(name),
         f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'",
-        f"ALTER TABLE {q(branch(table, status))} ATTACH PARTITION {q(name)} "
-        f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')",
     ]
+    if default_has_rows:
+        statements += [
+            f"ALTER TABLE {default} DROP CONSTRAINT IF EXISTS {guard}",
+            f"ALTER TABLE {default} ADD CONSTRAINT {guard} "
+            f"CHECK (NOT (finished_at IS NOT NULL AND {bounds})) NOT VALID",
+            f"ALTER TABLE {default} VALIDATE CONSTRAINT {guard}",
+        ]
+    statements.append(
+        f"ALTER TABLE {q(branch(table, status))} ATTACH PARTITION {q(name)} "
+        f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
+    )
+    if default_has_rows:
+        statements.append(f"ALTER TABLE {default} DROP CONSTRAINT {guard}")
+    return statements
+
+
+def default_rows(cursor: CursorWrapper, table: str, status: str, day: date) -> tuple[bool, bool]:
+    """Whether ``status``'s default partition has rows, and rows finished on ``day`` (one
+    probe of its finished index each)."""
+    default = q(default_partition(table, status))
+    start, end = day_start(day), day_start(day + timedelta(days=1))
+    cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {default})")
+    any_rows = bool(cursor.fetchone()[0])
+    if not any_rows:
+        return False, False
+    cursor.execute(
+        f"SELECT EXISTS (SELECT 1 FROM {default} WHERE finished_at >= %s AND finished_at < %s)",
+        [start, end],
+    )
+    return True, bool(cursor.fetchone()[0])
 
 
 # Pruning ---------------------------------------------------------------------------------

@@ -108,9 +108,21 @@ def add_days(using: str, *, days_ahead: int = DAYS_AHEAD, today: date | None = N
 def _add_day(
     connection: BaseDatabaseWrapper, cursor: CursorWrapper, table: str, status: str, day: date
 ) -> bool:
+    has_rows, of_the_day = sql.default_rows(cursor, table, status, day)
+    if of_the_day:  # an attach would scan the default partition only to fail: not tried
+        logger.warning(
+            "Could not add the partition of %s tasks finished on %s: some are in the default "
+            "partition already, where they stay until pruned",
+            status,
+            day,
+            extra={"action": "partition_not_added"},
+        )
+        return False
     try:
         with transaction.atomic(using=connection.alias):  # a savepoint: one day fails alone
-            for statement in sql.add_day_statements(table, status, day):
+            for statement in sql.add_day_statements(
+                table, status, day, default_has_rows=has_rows
+            ):
                 cursor.execute(statement)
     except DatabaseError as e:
         logger.warning(

@@ -711,6 +711,14 @@ def _partition_statements() -> list[tuple[str, list[Statement]]]:
             listed(p.add_day_statements(TABLE, "SUCCESSFUL", DAY)),
         ),
         (
+            "add_day_statements(table, 'SUCCESSFUL', day, default_has_rows=True)",
+            listed(p.add_day_statements(TABLE, "SUCCESSFUL", DAY, default_has_rows=True)),
+        ),
+        (
+            "default_rows(cursor, table, 'SUCCESSFUL', day)",
+            run(lambda c: p.default_rows(c, TABLE, "SUCCESSFUL", DAY), [(True,)], [(False,)]),
+        ),
+        (
             "outside_scope(cursor, partition, backend='shop', queue='mail')",
             run(
                 lambda c: p.outside_scope(

@@ -366,3 +366,33 @@ def test_the_live_partition_has_a_queues_autovacuum_settings() -> None:
     }
     assert options["autovacuum_vacuum_cost_delay"] == "0"
     assert options["autovacuum_vacuum_scale_factor"] == "0"
+
+
+def test_a_day_is_attached_beside_a_full_default_partition_without_scanning_it_locked() -> None:
+    """Old tasks in the default partition (a day without a partition of its own): a day whose
+    tasks are there is not tried (an attach would scan it all, then fail), and another is
+    attached with the default partition checked beforehand by a constraint, left no more."""
+    stray = task_row(TaskResultStatus.SUCCESSFUL, finished_ago=timedelta(days=400))
+    default = sql.default_partition(TABLE, "SUCCESSFUL")
+    assert where_is(stray) == default
+    stray_day = stray.finished_at.astimezone(sql.dt_timezone.utc).date()
+    with connection.cursor() as cursor:
+        assert sql.default_rows(cursor, TABLE, "SUCCESSFUL", stray_day) == (True, True)
+    # Its own day cannot be added: its task is in the default partition.
+    assert partitions.add_days("default", days_ahead=0, today=stray_day) == 1  # FAILED's only
+    with connection.cursor() as cursor:
+        days = {p.day for p in sql.day_partitions(cursor, TABLE, "SUCCESSFUL")}
+        assert stray_day not in days
+        # A day of none of them is attached beside it.
+        later = stray_day + timedelta(days=1)
+        assert sql.default_rows(cursor, TABLE, "SUCCESSFUL", later) == (True, False)
+    assert partitions.add_days("default", days_ahead=0, today=later) == 2
+    with connection.cursor() as cursor:
+        assert later in {p.day for p in sql.day_partitions(cursor, TABLE, "SUCCESSFUL")}
+        cursor.execute(
+            "SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(%s) "
+            "AND conname LIKE 'sqltasks_not_%%'",
+            [sql.q(default)],
+        )
+        assert cursor.fetchone()[0] == 0
+    assert where_is(stray) == default

@@ -112,6 +112,32 @@ ALTER TABLE "django_sqltasks_taskrecord_successful" ATTACH PARTITION
     "django_sqltasks_taskrecord_successful_20260102" FOR VALUES
 FROM ('2026-01-02T00:00:00+00:00') TO ('2026-01-03T00:00:00+00:00');
 
+-- add_day_statements(table, 'SUCCESSFUL', day, default_has_rows=True)
+CREATE TABLE IF NOT EXISTS "django_sqltasks_taskrecord_successful_20260102" (LIKE
+    "django_sqltasks_taskrecord" INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED
+    INCLUDING STORAGE);
+CREATE UNIQUE INDEX IF NOT EXISTS "django_sqltasks_taskrecord_successful_20260102_id" ON
+    "django_sqltasks_taskrecord_successful_20260102" (id);
+SET LOCAL lock_timeout = '500ms';
+ALTER TABLE "django_sqltasks_taskrecord_successful_default" DROP CONSTRAINT IF EXISTS
+    "sqltasks_not_20260102";
+ALTER TABLE "django_sqltasks_taskrecord_successful_default" ADD CONSTRAINT "sqltasks_not_20260102"
+    CHECK (NOT (finished_at IS NOT NULL AND finished_at >= '2026-01-02T00:00:00+00:00' AND
+    finished_at < '2026-01-03T00:00:00+00:00')) NOT VALID;
+ALTER TABLE "django_sqltasks_taskrecord_successful_default" VALIDATE CONSTRAINT
+    "sqltasks_not_20260102";
+ALTER TABLE "django_sqltasks_taskrecord_successful" ATTACH PARTITION
+    "django_sqltasks_taskrecord_successful_20260102" FOR VALUES
+FROM ('2026-01-02T00:00:00+00:00') TO ('2026-01-03T00:00:00+00:00');
+ALTER TABLE "django_sqltasks_taskrecord_successful_default" DROP CONSTRAINT "sqltasks_not_20260102";
+
+-- default_rows(cursor, table, 'SUCCESSFUL', day)
+SELECT EXISTS (SELECT 1 FROM "django_sqltasks_taskrecord_successful_default");
+SELECT EXISTS (SELECT 1 FROM "django_sqltasks_taskrecord_successful_default" WHERE finished_at >= %s
+    AND finished_at < %s);
+-- %s 1: 2026-01-02T00:00:00+00:00
+-- %s 2: 2026-01-03T00:00:00+00:00
+
 -- outside_scope(cursor, partition, backend='shop', queue='mail')
 SELECT EXISTS (SELECT 1 FROM "django_sqltasks_taskrecord_failed_20260102" WHERE NOT (backend_name =
     %s AND queue_name = %s));
