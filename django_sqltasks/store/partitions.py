@@ -120,9 +120,7 @@ def _add_day(
         return False
     try:
         with transaction.atomic(using=connection.alias):  # a savepoint: one day fails alone
-            for statement in sql.add_day_statements(
-                table, status, day, default_has_rows=has_rows
-            ):
+            for statement in sql.add_day_statements(table, status, day, default_has_rows=has_rows):
                 cursor.execute(statement)
     except DatabaseError as e:
         logger.warning(
