@@ -17,6 +17,7 @@ from ..ops import search
 from . import durable
 from . import progress as admin_progress
 from .display import (
+    attempts_html,
     cut_html,
     error_summary_html,
     full_time_html,
@@ -71,7 +72,7 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
         "queue",
         "enqueued_display",
         "duration_display",
-        "attempts",
+        "attempts_display",
         "tags_display",
     )
     list_filter = (
@@ -119,7 +120,16 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
         (_("Outcome"), {"fields": ("return_value_display", "errors_display")}),
         (
             _("Attempts"),
-            {"fields": ("attempts", "rescues", "snoozes", "worker_ids", "owner", "limit_key")},
+            {
+                "fields": (
+                    "attempts_display",
+                    "rescues",
+                    "snoozes",
+                    "worker_ids",
+                    "owner",
+                    "limit_key",
+                )
+            },
         ),
         (_("Times"), {"fields": TIME_FIELDS}),
     )
@@ -137,7 +147,7 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
         "errors_display",
         "progress_display",
         "metadata_display",
-        "attempts",
+        "attempts_display",
         "rescues",
         "snoozes",
         "limit_key",
@@ -204,6 +214,13 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
             return "—"
         seconds = duration.total_seconds()
         return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+    @admin.display(description=_("attempts"))
+    def attempts_display(self, obj: TaskRecord) -> str:
+        # As TaskResult.attempts and context.attempt count: every run, a durable task's
+        # resumptions and a snoozed task's runs included; the column counts those charged
+        # against max_attempts.
+        return attempts_html(len(obj.worker_ids), obj.attempts)
 
     @admin.display(description=_("args"))
     def args_display(self, obj: TaskRecord) -> str:
