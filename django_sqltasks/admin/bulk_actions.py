@@ -24,6 +24,7 @@ from django.utils.translation import gettext_lazy as _
 from ..models import TaskRecord
 from ..store import bulk
 from . import bulk_jobs
+from .display import BREADCRUMBS_LIST
 from .lists import id_floor
 
 CONFIRMED = "sqltasks_confirmed"  # the confirmation page's field: run it
@@ -66,6 +67,7 @@ def confirm_or_queue(
             "stated_name": STATED,
             "below_name": BELOW,
             "form_url": request.get_full_path(),
+            "breadcrumbs_list": BREADCRUMBS_LIST,
         }
         return TemplateResponse(
             request, "admin/django_sqltasks/taskrecord/bulk_confirmation.html", context

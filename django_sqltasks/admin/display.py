@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+import django
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -14,6 +15,8 @@ from django.utils.translation import gettext_lazy as _
 
 from ..core import error_text
 
+# Django 6.1 styles breadcrumbs as <ol class="breadcrumbs">; earlier versions as a <div>.
+BREADCRUMBS_LIST = django.VERSION >= (6, 1)
 STATUS_COLOURS = {
     "READY": "#2563eb",
     "RUNNING": "#d97706",

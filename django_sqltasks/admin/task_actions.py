@@ -29,6 +29,7 @@ from ..store import control, steps
 from ..store.partitions import partitioned_recently
 from . import bulk_actions as bulk
 from . import durable
+from .display import BREADCRUMBS_LIST
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[TaskRecord]
@@ -236,6 +237,7 @@ class TaskActions(TaskAdminBase):
             "waiting": record,
             "form": form,
             "title": _("Send the event"),
+            "breadcrumbs_list": BREADCRUMBS_LIST,
         }
         return TemplateResponse(
             request, "admin/django_sqltasks/taskrecord/send_event.html", context

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django_sqltasks.admin import bulk_actions, bulk_jobs
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import StepRecord, TaskRecord
+from tests.admin.test_durable import assert_crumbs
 from tests.conftest import WorkerProcess, expire_lease, wait_for
 from tests.factories import task_row
 
@@ -59,6 +60,7 @@ def test_the_page_counts_what_changes_and_the_job_changes_exactly_that(
     task_row(TaskResultStatus.SUCCESSFUL, queue_name="other")  # matches, but is not retried
     page, fields = confirm(admin_client, "queue_name=other", "retry_tasks")
     assert "these will be retried: 7 task(s)." in page
+    assert_crumbs(page, "Every task of the list")  # not "Retried", before anything is
     assert fields["sqltasks_stated"] == "7"
     done = post_across(admin_client, "queue_name=other", "retry_tasks", **fields)
     assert "Queued: 7 task(s) to be retried by a job on a worker, in batches of 3" in done
@@ -75,8 +77,8 @@ def test_the_page_counts_what_changes_and_the_job_changes_exactly_that(
     assert {r.pk for r in retried} == {r.pk for r in failed}
     assert TaskRecord.objects.get(pk=kept.pk).status == TaskResultStatus.FAILED
     assert LogEntry.objects.filter(object_repr="retried: 7 task(s)").count() == 1
-    page = admin_client.get(reverse("admin:django_sqltasks_taskrecord_change", args=[job.pk]))
-    assert "7 of 7 retried" in page.text
+    job_page = admin_client.get(reverse("admin:django_sqltasks_taskrecord_change", args=[job.pk]))
+    assert "7 of 7 retried" in job_page.text
 
 
 @pytest.mark.django_db(transaction=True)
@@ -221,6 +223,7 @@ def test_a_job_whose_worker_is_killed_runs_on_from_its_last_batch(
     run_worker(queue_names=["default"])  # rescues the job, which runs on from its steps
     job.refresh_from_db()
     assert job.status == TaskResultStatus.SUCCESSFUL, job.errors
+    assert job.rescues == 1  # it ran alone on the worker that died
     assert job.return_value["changed"] == 9 and job.return_value["batches"] == 3
     # No batch ran twice: each step record was written by one run.
     batches = StepRecord.objects.filter(task_id=job.pk, name="batch").order_by("occurrence")

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import django
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -22,6 +23,24 @@ from tests import tasks_durable
 pytestmark = pytest.mark.django_db(transaction=True)
 
 RunWorker = Callable[..., Worker]
+
+
+def assert_crumbs(html: str, here: str, task: Any = None) -> None:
+    """The page has the admin's breadcrumb bar, as this Django styles it, ending at ``here``
+    after the task list (and the task's page)."""
+    tasks = reverse("admin:django_sqltasks_taskrecord_changelist")
+    if django.VERSION >= (6, 1):
+        crumbs = re.search(r'<ol class="breadcrumbs">(.*?)</ol>', html, re.S)
+        assert crumbs, "no breadcrumb bar"
+        assert crumbs.group(1).rstrip().endswith(f'<li aria-current="page">{here}</li>')
+    else:
+        crumbs = re.search(r'<div class="breadcrumbs">(.*?)</div>', html, re.S)
+        assert crumbs, "no breadcrumb bar"
+        assert crumbs.group(1).rstrip().endswith(f"&rsaquo; {here}")
+    assert f'<a href="{tasks}">Tasks</a>' in crumbs.group(1)
+    if task is not None:
+        change = reverse("admin:django_sqltasks_taskrecord_change", args=[task])
+        assert f'<a href="{change}">' in crumbs.group(1)
 
 
 def page(client: Client, task_id: Any) -> str:
@@ -88,6 +107,7 @@ def test_an_operator_sends_the_event_a_task_waits_for(
     url = reverse("admin:django_sqltasks_taskrecord_send_event", args=[result.id])
     form = admin_client.get(url).content.decode()
     assert "<code>order.paid</code> with the key <code>8</code>" in form
+    assert_crumbs(form, "Send the event", task=result.id)
     bad = admin_client.post(url, {"payload": "{not json"})
     assert bad.status_code == 200 and "Not JSON" in bad.content.decode()
     response = admin_client.post(url, {"payload": '{"paid": true}'}, follow=True)

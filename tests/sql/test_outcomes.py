@@ -107,9 +107,10 @@ def test_requeue_owned_keeps_what_it_is_told(dialect: Dialect) -> None:
 
 
 # How a rescue treats each RUNNING row of a dead worker that ran another task beside it
-# (MAX_RESCUES 2): a task that ran beside others, limited or not, is not charged, and runs alone next (a suspect); one that ran alone (a
-# suspect) is charged, and fails once its rescues are spent; one its worker had cleared (it ran
-# alone past its time bound) is not charged, and runs alone with no time bound next.
+# (MAX_RESCUES 2): a task that ran beside others, limited or not, is not charged, and runs
+# alone next (a suspect); one that ran alone (a suspect) is charged, and fails once its rescues
+# are spent; one its worker had cleared (it ran alone past its time bound) is not charged, and
+# runs alone with no time bound next.
 RESCUES = [
     # (mark, limit key, rescues before) -> (status, rescues after, mark after)
     pytest.param(None, None, 0, "READY", 0, SUSPECT, id="beside-others"),
