@@ -36,7 +36,7 @@ from .lists import (
     TaskFilter,
     WritesLocked,
 )
-from .task_actions import TaskActions, TaskAdminBase
+from .task_actions import TaskActions, TaskAdminBase, runs_async
 from .workflows import workflow_html
 
 
@@ -311,14 +311,33 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
         )
         context["can_cancel"] = (
             obj is not None
-            and obj.status in (TaskResultStatus.READY, TaskResultStatus.RUNNING)
+            and (
+                obj.status == TaskResultStatus.READY
+                or (obj.status == TaskResultStatus.RUNNING and not obj.cancel_requested)
+            )
             and self.has_cancel_permission(request)
         )
+        if context["can_cancel"]:
+            context["cancel_label"], context["cancel_help"] = cancel_button(obj)
         waiting = durable.waiting_record(obj, obj._state.db or "default") if obj else None
         can_run = self.has_run_permission(request)
         context["can_end_wait"] = waiting is not None and can_run
         context["can_send_event"] = waiting is not None and waiting.kind == "event" and can_run
         return super().render_change_form(request, context, *args, **kwargs)
+
+
+def cancel_button(obj: TaskRecord) -> tuple[Any, Any]:
+    """The Cancel button's label and tooltip: what it does to this task."""
+    if obj.status == TaskResultStatus.READY:
+        return _("Cancel"), _("It ends FAILED with a TaskCancelled error, and does not run.")
+    if runs_async(obj.task_path):
+        return _("Cancel at its next heartbeat"), _(
+            "Its worker cancels it at its next heartbeat: it ends FAILED with a TaskCancelled error."
+        )
+    return _("Cancel if not started yet"), _(
+        "A sync task that has started cannot be interrupted and runs to its end; this cancels "
+        "it only if its worker has not started it yet (a prefetched task)."
+    )
 
 
 def events_exist(obj: TaskRecord) -> bool:
