@@ -317,7 +317,7 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
             )
             and self.has_cancel_permission(request)
         )
-        if context["can_cancel"]:
+        if obj is not None and context["can_cancel"]:
             context["cancel_label"], context["cancel_help"] = cancel_button(obj)
         waiting = durable.waiting_record(obj, obj._state.db or "default") if obj else None
         can_run = self.has_run_permission(request)
@@ -332,7 +332,8 @@ def cancel_button(obj: TaskRecord) -> tuple[Any, Any]:
         return _("Cancel"), _("It ends FAILED with a TaskCancelled error, and does not run.")
     if runs_async(obj.task_path):
         return _("Cancel at its next heartbeat"), _(
-            "Its worker cancels it at its next heartbeat: it ends FAILED with a TaskCancelled error."
+            "Its worker cancels it at its next heartbeat: it ends FAILED with a TaskCancelled "
+            "error."
         )
     return _("Cancel if not started yet"), _(
         "A sync task that has started cannot be interrupted and runs to its end; this cancels "
