@@ -18,6 +18,7 @@ import uuid
 from contextvars import ContextVar
 from typing import Any, cast
 
+from django.contrib.admin.exceptions import NotRegistered
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.sites import all_sites
 from django.contrib.auth import get_user_model
@@ -95,13 +96,17 @@ def listed(site_name: str, query: str, user_id: Any) -> TaskRecordQuerySet:
     """The tasks the task list of admin site ``site_name`` shows for the URL query ``query``,
     as user ``user_id`` sees it: through the list's own filters and search."""
     site = next((site for site in all_sites if site.name == site_name), None)
-    if site is None or TaskRecord not in site._registry:
-        raise JobUnavailable(f"No admin site named {site_name!r} lists the tasks.")
+    try:
+        if site is None:
+            raise NotRegistered(site_name)
+        model_admin = site.get_model_admin(TaskRecord)
+    except NotRegistered as e:
+        raise JobUnavailable(f"No admin site named {site_name!r} lists the tasks.") from e
     request = HttpRequest()
     request.method = "GET"
     request.GET = QueryDict(query)
     request.user = get_user_model()._default_manager.get(pk=user_id)
-    changelist = site._registry[TaskRecord].get_changelist_instance(request)
+    changelist = model_admin.get_changelist_instance(request)
     return cast(TaskRecordQuerySet, changelist.get_queryset(request))
 
 

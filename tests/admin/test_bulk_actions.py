@@ -230,3 +230,9 @@ def test_a_job_whose_worker_is_killed_runs_on_from_its_last_batch(
     assert list(batches.values_list("occurrence", "attempts")) == [(0, 1), (1, 1), (2, 1)]
     assert TaskRecord.objects.filter(queue_name="other", status="READY").count() == 9
     assert LogEntry.objects.filter(object_repr="retried: 9 task(s)").count() == 1
+
+
+def test_a_job_for_a_list_no_admin_site_shows_fails_saying_so(admin_user: Any) -> None:
+    with pytest.raises(bulk_jobs.JobUnavailable, match="No admin site named 'gone' lists"):
+        bulk_jobs.listed("gone", "", admin_user.pk)
+    assert bulk_jobs.listed("admin", "queue_name=other", admin_user.pk).query.where
