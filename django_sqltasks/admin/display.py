@@ -7,12 +7,16 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+import django
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
 
 from ..core import error_text
 
+# Django 6.1 styles breadcrumbs as <ol class="breadcrumbs">; earlier versions as a <div>.
+BREADCRUMBS_LIST = django.VERSION >= (6, 1)
 STATUS_COLOURS = {
     "READY": "#2563eb",
     "RUNNING": "#d97706",
@@ -96,4 +100,20 @@ def tags_html(tags: Any) -> str:
         " ",
         '<a class="sqltasks-tag" href="{}?tag={}">{}</a>',
         ((tasks, quote(str(tag)), tag) for tag in tags),
+    )
+
+
+def attempts_html(runs: int, charged: int) -> str:
+    """A task's attempts as its ``TaskResult.attempts`` counts them (``runs``, one per worker id
+    it was run by), and, where it differs, how many count against ``max_attempts``."""
+    if runs == charged:
+        return str(runs)
+    return format_html(
+        '{} <span class="help" title="{}">({} against max_attempts)</span>',
+        runs,
+        _(
+            "Runs that resumed a durable task after a sleep or a wait, or ran a snoozed task "
+            "again, do not count against max_attempts."
+        ),
+        charged,
     )

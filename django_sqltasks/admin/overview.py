@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import django
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
@@ -23,14 +22,12 @@ from ..models import PausedQueue, QueueOverview, TaskRecord
 from ..ops import health as table_health
 from ..ops import overview
 from .chart import throughput_chart
+from .display import BREADCRUMBS_LIST
 
 if TYPE_CHECKING:
     OverviewAdminBase = admin.ModelAdmin[QueueOverview]
 else:
     OverviewAdminBase = admin.ModelAdmin
-
-# Django 6.1 styles breadcrumbs as <ol class="breadcrumbs">; earlier versions as a <div>.
-BREADCRUMBS_LIST = django.VERSION >= (6, 1)
 
 
 @admin.register(QueueOverview)

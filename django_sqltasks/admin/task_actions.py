@@ -24,10 +24,12 @@ from ..core.backends import sql_backends
 from ..core.resolve import resolve_task
 from ..exceptions import TaskNotFound
 from ..models import FINISHED_STATUSES, TaskRecord, TaskRecordQuerySet
+from ..store import bulk as store_bulk
 from ..store import control, steps
 from ..store.partitions import partitioned_recently
 from . import bulk_actions as bulk
 from . import durable
+from .display import BREADCRUMBS_LIST
 
 if TYPE_CHECKING:
     TaskAdminBase = admin.ModelAdmin[TaskRecord]
@@ -63,13 +65,7 @@ class TaskActions(TaskAdminBase):
     @admin.action(description=_("Retry selected failed tasks"), permissions=["retry"])
     def retry_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> Any:
         if bulk.across(request):
-            return bulk.confirm_or_run(
-                self,
-                request,
-                queryset,
-                verb="retried",
-                action=lambda batch: len(control.retry(retryable(batch), using=batch.db)),
-            )
+            return bulk.confirm_or_queue(self, request, queryset, kind=store_bulk.RETRY)
         failed = retryable(queryset)
         done = control.retry(failed, using=queryset.db)
         self._log(request, done, "Retried: FAILED to READY, errors and attempts kept.")
@@ -91,16 +87,7 @@ class TaskActions(TaskAdminBase):
     def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> Any:
         reason = f"Cancelled in the admin by {request.user.get_username()} before it started."
         if bulk.across(request):
-
-            def cancel_batch(batch: QuerySet[TaskRecord]) -> int:
-                ready = batch.filter(status=TaskResultStatus.READY)
-                running = batch.filter(status=TaskResultStatus.RUNNING)
-                done = control.cancel(ready, using=batch.db, reason=reason)
-                return len(done) + len(control.request_cancel(running, using=batch.db))
-
-            return bulk.confirm_or_run(
-                self, request, queryset, verb="cancelled (or asked to stop)", action=cancel_batch
-            )
+            return bulk.confirm_or_queue(self, request, queryset, kind=store_bulk.CANCEL)
         ready = queryset.filter(status=TaskResultStatus.READY)
         done = control.cancel(ready, using=queryset.db, reason=reason)
         self._log(request, done, "Cancelled: READY to FAILED (TaskCancelled).")
@@ -150,13 +137,7 @@ class TaskActions(TaskAdminBase):
         self, request: HttpRequest, queryset: QuerySet[TaskRecord]
     ) -> HttpResponse | None:
         if bulk.across(request):
-            return bulk.confirm_or_run(
-                self,
-                request,
-                queryset,
-                verb="deleted",
-                action=lambda batch: batch.filter(status__in=FINISHED_STATUSES).delete()[0],
-            )
+            return bulk.confirm_or_queue(self, request, queryset, kind=store_bulk.DELETE)
         # Django's confirmation page, logging and deletion, limited to finished tasks.
         return django_delete_selected(self, request, queryset.filter(status__in=FINISHED_STATUSES))
 
@@ -256,6 +237,7 @@ class TaskActions(TaskAdminBase):
             "waiting": record,
             "form": form,
             "title": _("Send the event"),
+            "breadcrumbs_list": BREADCRUMBS_LIST,
         }
         return TemplateResponse(
             request, "admin/django_sqltasks/taskrecord/send_event.html", context
@@ -280,8 +262,7 @@ class TaskActions(TaskAdminBase):
 def retryable(tasks: QuerySet[TaskRecord]) -> QuerySet[TaskRecord]:
     """The FAILED tasks of ``tasks`` that a retry can run: not a workflow step that never ran,
     which was written without the arguments the steps before it hand on."""
-    failed = tasks.filter(status=TaskResultStatus.FAILED)
-    return failed.exclude(workflow_id__isnull=False, attempts=0)
+    return store_bulk.eligible(store_bulk.RETRY, tasks)  # type: ignore[arg-type]
 
 
 def runs_async(task_path: str) -> bool:

@@ -17,6 +17,7 @@ from ..ops import search
 from . import durable
 from . import progress as admin_progress
 from .display import (
+    attempts_html,
     cut_html,
     error_summary_html,
     full_time_html,
@@ -35,7 +36,7 @@ from .lists import (
     TaskFilter,
     WritesLocked,
 )
-from .task_actions import TaskActions, TaskAdminBase
+from .task_actions import TaskActions, TaskAdminBase, runs_async
 from .workflows import workflow_html
 
 
@@ -71,7 +72,7 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
         "queue",
         "enqueued_display",
         "duration_display",
-        "attempts",
+        "attempts_display",
         "tags_display",
     )
     list_filter = (
@@ -119,7 +120,16 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
         (_("Outcome"), {"fields": ("return_value_display", "errors_display")}),
         (
             _("Attempts"),
-            {"fields": ("attempts", "rescues", "snoozes", "worker_ids", "owner", "limit_key")},
+            {
+                "fields": (
+                    "attempts_display",
+                    "rescues",
+                    "snoozes",
+                    "worker_ids",
+                    "owner",
+                    "limit_key",
+                )
+            },
         ),
         (_("Times"), {"fields": TIME_FIELDS}),
     )
@@ -137,7 +147,7 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
         "errors_display",
         "progress_display",
         "metadata_display",
-        "attempts",
+        "attempts_display",
         "rescues",
         "snoozes",
         "limit_key",
@@ -204,6 +214,13 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
             return "—"
         seconds = duration.total_seconds()
         return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+    @admin.display(description=_("attempts"))
+    def attempts_display(self, obj: TaskRecord) -> str:
+        # As TaskResult.attempts and context.attempt count: every run, a durable task's
+        # resumptions and a snoozed task's runs included; the column counts those charged
+        # against max_attempts.
+        return attempts_html(len(obj.worker_ids), obj.attempts)
 
     @admin.display(description=_("args"))
     def args_display(self, obj: TaskRecord) -> str:
@@ -294,14 +311,34 @@ class TaskRecordAdmin(WritesLocked, NulSafeAdmin, TaskActions, TaskAdminBase):
         )
         context["can_cancel"] = (
             obj is not None
-            and obj.status in (TaskResultStatus.READY, TaskResultStatus.RUNNING)
+            and (
+                obj.status == TaskResultStatus.READY
+                or (obj.status == TaskResultStatus.RUNNING and not obj.cancel_requested)
+            )
             and self.has_cancel_permission(request)
         )
+        if obj is not None and context["can_cancel"]:
+            context["cancel_label"], context["cancel_help"] = cancel_button(obj)
         waiting = durable.waiting_record(obj, obj._state.db or "default") if obj else None
         can_run = self.has_run_permission(request)
         context["can_end_wait"] = waiting is not None and can_run
         context["can_send_event"] = waiting is not None and waiting.kind == "event" and can_run
         return super().render_change_form(request, context, *args, **kwargs)
+
+
+def cancel_button(obj: TaskRecord) -> tuple[Any, Any]:
+    """The Cancel button's label and tooltip: what it does to this task."""
+    if obj.status == TaskResultStatus.READY:
+        return _("Cancel"), _("It ends FAILED with a TaskCancelled error, and does not run.")
+    if runs_async(obj.task_path):
+        return _("Cancel at its next heartbeat"), _(
+            "Its worker cancels it at its next heartbeat: it ends FAILED with a TaskCancelled "
+            "error."
+        )
+    return _("Cancel if not started yet"), _(
+        "A sync task that has started cannot be interrupted and runs to its end; this cancels "
+        "it only if its worker has not started it yet (a prefetched task)."
+    )
 
 
 def events_exist(obj: TaskRecord) -> bool:

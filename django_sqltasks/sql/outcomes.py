@@ -167,7 +167,15 @@ class OutcomeStatements(Vendor):
     ) -> tuple[str, list[Any]]:
         """The rescue statement (see ``requeue_orphans``)."""
         owner = "COALESCE(t.owner, '(none)')"
-        charged = "t.available_at IN (%s, %s)"
+        # Charged: a suspect, or the one task its worker ran (nothing beside it could have
+        # killed the worker). The owners of one task are read in a derived table with an
+        # aggregate, which MySQL materializes first: it refuses a subquery on the table it
+        # updates.
+        lone = (
+            f"t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM {self.tasks} r "
+            "WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)"
+        )
+        charged = f"(t.available_at IN (%s, %s) OR {lone})"
         charged_params = self._marks(SUSPECT, SUSPECT_UNBOUNDED)
         p = self._text_param
         ends = f"CASE WHEN {charged} THEN {p} WHEN t.available_at = %s THEN {p} ELSE {p} END"

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
@@ -33,6 +34,17 @@ def database_now(using: str) -> datetime:
         return dialect_for(connection).db_now(cursor)
 
 
+def retried_columns(now: datetime) -> dict[str, Any]:
+    """The columns a retry sets: READY, due ``now``, its last outcome cleared."""
+    return {
+        "status": TaskResultStatus.READY,
+        "available_at": now,
+        "finished_at": None,
+        "return_value": None,
+        "owner": None,
+    }
+
+
 def retry(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
     """Put FAILED tasks back to READY, keeping their errors, worker ids and attempt count.
 
@@ -48,13 +60,7 @@ def retry(tasks: Iterable[TaskRecord], using: str) -> list[TaskRecord]:
                 return (
                     TaskRecord.objects.using(using)
                     .filter(pk=record.pk, status=TaskResultStatus.FAILED)
-                    .update(
-                        status=TaskResultStatus.READY,
-                        available_at=now,
-                        finished_at=None,
-                        return_value=None,
-                        owner=None,
-                    )
+                    .update(**retried_columns(now))
                 )
 
         try:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connections, transaction
+from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -25,16 +25,14 @@ from ..core.subject import subject_of
 from ..core.tags import MAX_TAG_LENGTH, is_tag
 from ..exceptions import InvalidTaskQuery
 from ..models import TaskRecord, TaskRecordQuerySet
-from ..sql import dialect_for
 from ..sql.estimates import estimated_rows
-from ..sql.expressions import AppendError, HasTag
-from . import control
-from .moved import rerun_if_moved
+from ..sql.expressions import HasTag
+from . import bulk
 
 BATCH_SIZE = 1000  # rows per batch: each is its own transaction, holding its locks briefly
 MAX_BATCH_SIZE = 10_000
 STATES = tuple(str(state) for state in TaskResultStatus.values)
-CANCEL_REASON = "Cancelled by a task query."
+CANCEL_REASON = bulk.CANCEL_REASON
 
 When = datetime | timedelta  # a moment, or that long before now
 
@@ -193,41 +191,16 @@ class TaskQuery:
             last = ids[-1]
 
     def _cancel_batch(self, tasks: TaskRecordQuerySet, ids: list[Any], reason: str) -> int:
-        entry = {"exception_class_path": control.CANCELLED, "traceback": reason}
-        now = timezone.now()
-        # One UPDATE for the batch: its rows are READY and locked by this transaction (where
-        # the database locks rows), and the guard on status keeps any other row as it is.
-        count = tasks.filter(pk__in=ids).update(
-            status=TaskResultStatus.FAILED, errors=AppendError(entry), finished_at=now
-        )
-        connection = connections[self.database]
-        with connection.cursor() as cursor:  # wake their waiters (result.wait()) at commit
-            dialect_for(connection).announce_finished(cursor, ids)
-        return count
+        return bulk.cancel_ready_batch(self.database, ids, reason)
 
     def _ask_to_stop(self, tasks: TaskRecordQuerySet, ids: list[Any], reason: str) -> int:
-        return tasks.filter(pk__in=ids).update(cancel_requested=True)
+        return bulk.stop_batch(self.database, ids)
 
     def _retry_batch(self, tasks: TaskRecordQuerySet, ids: list[Any]) -> int:
-        now = control.database_now(self.database)  # due now by the clock the claim reads
-        try:
-            with transaction.atomic(using=self.database):
-                return tasks.filter(pk__in=ids).update(
-                    status=TaskResultStatus.READY,
-                    available_at=now,
-                    finished_at=None,
-                    return_value=None,
-                    owner=None,
-                )
-        except IntegrityError:
-            # A newer live task holds the dedupe key of one of them: retry them one by one,
-            # so that only that one stays FAILED.
-            return len(control.retry([TaskRecord(pk=pk) for pk in ids], using=self.database))
+        return bulk.retry_batch(self.database, ids)
 
     def _delete_batch(self, tasks: TaskRecordQuerySet, ids: list[Any]) -> int:
-        # A task retried meanwhile moved partition (PostgreSQL): delete again without it.
-        count, _ = rerun_if_moved(self.database, tasks.filter(pk__in=ids).delete)
-        return count
+        return bulk.delete_batch(self.database, ids)
 
 
 # Checking the filters -------------------------------------------------------------------------

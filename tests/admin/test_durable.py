@@ -3,22 +3,44 @@ waiting tasks, and sending its event or ending its wait."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import django
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import EventRecord, TaskRecord
+from django_sqltasks.models import EventRecord, StepRecord, TaskRecord
 from django_sqltasks.worker import Worker
 from tests import tasks_durable
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 RunWorker = Callable[..., Worker]
+
+
+def assert_crumbs(html: str, here: str, task: Any = None) -> None:
+    """The page has the admin's breadcrumb bar, as this Django styles it, ending at ``here``
+    after the task list (and the task's page)."""
+    tasks = reverse("admin:django_sqltasks_taskrecord_changelist")
+    if django.VERSION >= (6, 1):
+        crumbs = re.search(r'<ol class="breadcrumbs">(.*?)</ol>', html, re.S)
+        assert crumbs, "no breadcrumb bar"
+        assert crumbs.group(1).rstrip().endswith(f'<li aria-current="page">{here}</li>')
+    else:
+        crumbs = re.search(r'<div class="breadcrumbs">(.*?)</div>', html, re.S)
+        assert crumbs, "no breadcrumb bar"
+        assert crumbs.group(1).rstrip().endswith(f"&rsaquo; {here}")
+    assert f'<a href="{tasks}">Tasks</a>' in crumbs.group(1)
+    if task is not None:
+        change = reverse("admin:django_sqltasks_taskrecord_change", args=[task])
+        assert f'<a href="{change}">' in crumbs.group(1)
 
 
 def page(client: Client, task_id: Any) -> str:
@@ -85,6 +107,7 @@ def test_an_operator_sends_the_event_a_task_waits_for(
     url = reverse("admin:django_sqltasks_taskrecord_send_event", args=[result.id])
     form = admin_client.get(url).content.decode()
     assert "<code>order.paid</code> with the key <code>8</code>" in form
+    assert_crumbs(form, "Send the event", task=result.id)
     bad = admin_client.post(url, {"payload": "{not json"})
     assert bad.status_code == 200 and "Not JSON" in bad.content.decode()
     response = admin_client.post(url, {"payload": '{"paid": true}'}, follow=True)
@@ -145,3 +168,21 @@ def test_an_operators_payload_the_rules_refuse_is_reported_and_sends_nothing(
     assert not EventRecord.objects.filter(sent_at__isnull=False).exists()
     run_worker()
     assert TaskRecord.objects.get(pk=result.id).status == TaskResultStatus.READY
+
+
+def test_a_resumed_task_shows_the_attempts_its_result_and_context_count(
+    admin_client: Client, run_worker: RunWorker, tmp_path: Path
+) -> None:
+    result = tasks_durable.sleeper.enqueue(str(tmp_path / "log"), 3600)
+    run_worker()  # runs to its sleep
+    past = timezone.now() - timedelta(seconds=1)
+    StepRecord.objects.filter(task_id=result.id, state="waiting").update(wake_at=past)
+    TaskRecord.objects.filter(pk=result.id).update(available_at=past)
+    run_worker()  # resumes it, to its end
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.attempts == 2
+    assert TaskRecord.objects.get(pk=result.id).attempts == 1  # one charged to max_attempts
+    html = page(admin_client, result.id)
+    assert re.search(r'<div class="readonly">2 <span class="help"[^>]*>\(1 against', html)
+    listed = admin_client.get(reverse("admin:django_sqltasks_taskrecord_changelist")).text
+    assert re.search(r'<td class="field-attempts_display">2 <span', listed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -178,3 +179,24 @@ def test_cancelling_a_running_task_says_what_happens_to_it(
     assert "0 task(s) cancelled" not in text and "skipped" not in text
     assert said in text
     assert TaskRecord.objects.get(pk=row.pk).cancel_requested
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("status", "task_path", "label"),
+    [
+        (TaskResultStatus.READY, "tests.tasks.slow_sync", "Cancel"),
+        (TaskResultStatus.RUNNING, "tests.tasks.slow_async", "Cancel at its next heartbeat"),
+        (TaskResultStatus.RUNNING, "tests.tasks.slow_sync", "Cancel if not started yet"),
+    ],
+)
+def test_the_cancel_button_says_what_it_does_to_the_task(
+    superuser_client: Client, status: str, task_path: str, label: str
+) -> None:
+    row = task_row(status, task_path=task_path, args=[1])
+    change = reverse("admin:django_sqltasks_taskrecord_change", args=[row.pk])
+    body = superuser_client.get(change).content.decode()
+    assert re.search(rf'<button type="submit" id="sqltasks-cancel" title="[^"]+">{label}</', body)
+    if status == TaskResultStatus.RUNNING:  # asked already: no button that would do nothing
+        TaskRecord.objects.filter(pk=row.pk).update(cancel_requested=True)
+        assert 'id="sqltasks-cancel"' not in superuser_client.get(change).content.decode()

@@ -106,10 +106,11 @@ def test_requeue_owned_keeps_what_it_is_told(dialect: Dialect) -> None:
     assert record.status == "READY" and record.errors[-1]["traceback"] == "stopping"
 
 
-# How a rescue treats each RUNNING row of a dead worker (MAX_RESCUES 2): a task that ran beside
-# others, limited or not, is not charged, and runs alone next (a suspect); one that ran alone (a
-# suspect) is charged, and fails once its rescues are spent; one its worker had cleared (it ran
-# alone past its time bound) is not charged, and runs alone with no time bound next.
+# How a rescue treats each RUNNING row of a dead worker that ran another task beside it
+# (MAX_RESCUES 2): a task that ran beside others, limited or not, is not charged, and runs
+# alone next (a suspect); one that ran alone (a suspect) is charged, and fails once its rescues
+# are spent; one its worker had cleared (it ran alone past its time bound) is not charged, and
+# runs alone with no time bound next.
 RESCUES = [
     # (mark, limit key, rescues before) -> (status, rescues after, mark after)
     pytest.param(None, None, 0, "READY", 0, SUSPECT, id="beside-others"),
@@ -140,11 +141,12 @@ def test_requeue_orphans_charges_only_tasks_that_ran_alone(
     row = task_row(
         TaskResultStatus.RUNNING, owner="gone", rescues=before, limit_key=limit_key, **fields
     )
+    task_row(TaskResultStatus.RUNNING, owner="gone")  # ran beside it
     with connection.cursor() as cursor:
         count = dialect.requeue_orphans(
             cursor, backend_name="default", lease_timeout=30, max_rescues=2
         )
-    assert count == 1
+    assert count == 2
     record = TaskRecord.objects.get(id=row.id)
     assert (record.status, record.rescues, record.owner) == (status, after, None)
     if status == "READY":
@@ -154,6 +156,32 @@ def test_requeue_orphans_charges_only_tasks_that_ran_alone(
     assert ("to run alone next time" in message) is (mark is None)
     assert ("to run alone until it ends next time" in message) is (mark is SUSPECT_CLEARED)
     assert ("MAX_RESCUES is 2" in message) is (status == "FAILED")
+
+
+@pytest.mark.parametrize("mark", [None, SUSPECT_CLEARED, SUSPECT])
+@pytest.mark.django_db
+def test_requeue_orphans_charges_the_one_task_its_worker_ran(
+    dialect: Dialect, mark: object
+) -> None:
+    """Nothing ran beside it, so nothing else can have killed its worker: it is charged, and
+    its error does not say that it ran beside others."""
+    fields = {"available_at": stored(mark)} if mark is not None else {}
+    lone = task_row(TaskResultStatus.RUNNING, owner="gone", **fields)
+    pair = [task_row(TaskResultStatus.RUNNING, owner="also-gone") for _ in range(2)]
+    with connection.cursor() as cursor:
+        count = dialect.requeue_orphans(
+            cursor, backend_name="default", lease_timeout=30, max_rescues=2
+        )
+    assert count == 3
+    record = TaskRecord.objects.get(id=lone.id)
+    mark_after = SUSPECT_UNBOUNDED if mark is SUSPECT_CLEARED else SUSPECT
+    assert (record.status, record.rescues, record.available_at) == ("READY", 1, stored(mark_after))
+    assert record.errors[-1]["traceback"] == (
+        "Worker gone stopped heartbeating while running this task; it was put back in the queue."
+    )
+    for row in pair:  # each ran beside the other: not charged
+        record = TaskRecord.objects.get(id=row.id)
+        assert record.rescues == 0 and "beside others" in record.errors[-1]["traceback"]
 
 
 @pytest.mark.django_db

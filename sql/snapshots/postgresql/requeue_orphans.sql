@@ -6,11 +6,15 @@
 --   PostgreSQLDialect.requeue_orphans (django_sqltasks/sql/postgresql.py)
 UPDATE "django_sqltasks_taskrecord" AS t
 SET errors = t.errors || jsonb_build_array(jsonb_build_object('exception_class_path', %s::text,
-    'traceback', %s::text || COALESCE(t.owner, '(none)') || CASE WHEN t.available_at IN (%s, %s)
-    THEN %s::text WHEN t.available_at = %s THEN %s::text ELSE %s::text END)), status = 'READY',
-    finished_at = t.finished_at
-    , rescues = t.rescues + CASE WHEN t.available_at IN (%s, %s) THEN 1 ELSE 0 END, owner = NULL,
-        available_at = CASE WHEN t.available_at IN (%s, %s) THEN %s ELSE %s END
+    'traceback', %s::text || COALESCE(t.owner, '(none)') || CASE WHEN (t.available_at IN (%s, %s) OR
+    t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE
+    r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s::text WHEN
+    t.available_at = %s THEN %s::text ELSE %s::text END)), status = 'READY', finished_at =
+    t.finished_at
+    , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner
+        FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY
+        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, owner = NULL, available_at = CASE
+        WHEN t.available_at IN (%s, %s) THEN %s ELSE %s END
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= now() -
     make_interval(secs => %s)));
@@ -36,13 +40,22 @@ WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT E
 WITH done AS (
 UPDATE "django_sqltasks_taskrecord" AS t
 SET errors = t.errors || jsonb_build_array(jsonb_build_object('exception_class_path', %s::text,
-    'traceback', %s::text || COALESCE(t.owner, '(none)') || CASE WHEN t.available_at IN (%s, %s) AND
-    t.rescues >= %s THEN %s::text ELSE CASE WHEN t.available_at IN (%s, %s) THEN %s::text WHEN
-    t.available_at = %s THEN %s::text ELSE %s::text END END)), status = CASE WHEN t.available_at IN
-    (%s, %s) AND t.rescues >= %s THEN 'FAILED' ELSE 'READY' END, finished_at = CASE WHEN
-    t.available_at IN (%s, %s) AND t.rescues >= %s THEN now() ELSE t.finished_at END
-    , rescues = t.rescues + CASE WHEN t.available_at IN (%s, %s) THEN 1 ELSE 0 END, owner = NULL,
-        available_at = CASE WHEN t.available_at IN (%s, %s) THEN %s ELSE %s END
+    'traceback', %s::text || COALESCE(t.owner, '(none)') || CASE WHEN (t.available_at IN (%s, %s) OR
+    t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE
+    r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) AND t.rescues >= %s THEN
+    %s::text ELSE CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM
+    (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY r.owner
+    HAVING COUNT(*) = 1) lone)) THEN %s::text WHEN t.available_at = %s THEN %s::text ELSE %s::text
+    END END)), status = CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM
+    (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY r.owner
+    HAVING COUNT(*) = 1) lone)) AND t.rescues >= %s THEN 'FAILED' ELSE 'READY' END, finished_at =
+    CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
+    "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1)
+    lone)) AND t.rescues >= %s THEN now() ELSE t.finished_at END
+    , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner
+        FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY
+        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, owner = NULL, available_at = CASE
+        WHEN t.available_at IN (%s, %s) THEN %s ELSE %s END
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= now() -
     make_interval(secs => %s)))

@@ -43,6 +43,9 @@ def test_list_task_page_and_overview_update_in_place(live_server: Any, page: Any
     assert page.evaluate("window.notReloaded") is True
     assert page.locator(f'input.action-select[value="{other.pk}"]').is_checked()
     assert "1 newer task(s)" in page.locator("#sqltasks-live-new").inner_text()
+    above = "document.getElementById('sqltasks-live-new').getBoundingClientRect().top"
+    table = "document.getElementById('result_list').getBoundingClientRect().top"
+    assert page.evaluate(f"{above} < {table}")  # announced above the rows, not under 50 of them
     page.locator(f'input.action-select[value="{running.pk}"]').check()
     assert "2 of 2 selected" in page.locator(".action-counter").inner_text()
 
