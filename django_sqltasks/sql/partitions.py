@@ -323,14 +323,14 @@ def add_day_statements(
 def default_rows(cursor: CursorWrapper, table: str, status: str, day: date) -> tuple[bool, bool]:
     """Whether ``status``'s default partition has rows, and rows finished on ``day`` (one
     probe of its finished index each)."""
-    default = q(default_partition(table, status))
     start, end = day_start(day), day_start(day + timedelta(days=1))
-    cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {default})")
+    cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {q(default_partition(table, status))})")
     any_rows = bool(cursor.fetchone()[0])
     if not any_rows:
         return False, False
     cursor.execute(
-        f"SELECT EXISTS (SELECT 1 FROM {default} WHERE finished_at >= %s AND finished_at < %s)",
+        f"SELECT EXISTS (SELECT 1 FROM {q(default_partition(table, status))} "
+        "WHERE finished_at >= %s AND finished_at < %s)",
         [start, end],
     )
     return True, bool(cursor.fetchone()[0])
