@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ class PgBouncer:
     PgBouncer refuses to run as root; as root, it runs as the ``postgres`` user.
     """
 
-    def __init__(self, binary: str, settings: dict[str, Any]) -> None:
+    def __init__(self, binary: str, settings: Mapping[str, Any]) -> None:
         self.binary = binary
         self.host = str(settings.get("HOST") or "127.0.0.1")
         self.server_port = int(settings.get("PORT") or 5432)

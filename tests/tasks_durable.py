@@ -250,3 +250,10 @@ def hostile(context: Any, call: str, kind: str) -> Any:
     if call == "event key":
         return context.wait_for_event("order.paid", value)
     raise AssertionError(call)
+
+
+@task(takes_context=True)
+def one_step(context: Any) -> int:
+    """One step of a function that does nothing (scripts/pool_figures.py: a durable task's
+    own cost to its worker)."""
+    return int(context.step("one", int, 1))

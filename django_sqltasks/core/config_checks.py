@@ -20,6 +20,11 @@ from .binding import check_binds
 from .columns import MAX_NAME_LENGTH
 from .resolve import resolve_task
 
+# The connections a worker process takes from Django's pool of its tasks database and holds:
+# its database thread's, its outcome writer's, its periodic thread's (docs/worker.md).
+WORKER_OWN_POOLED = 3
+POOL_MIN_SIZE = 4  # psycopg_pool's default min_size (and so max_size), as "pool": True gives
+
 
 def check_backend(backend: SQLBackend) -> Iterable[checks.CheckMessage]:
     """Check one backend's configuration (run by Django's tasks check)."""
@@ -77,6 +82,8 @@ def check_backend(backend: SQLBackend) -> Iterable[checks.CheckMessage]:
         )
     if backend.config.listen_database is not None and apps.is_installed("django_sqltasks"):
         yield from _check_listen_database(backend, name)
+    if apps.is_installed("django_sqltasks"):
+        yield from _check_pool(backend)
     yield from _check_periodic(backend, name)
 
 
@@ -128,6 +135,36 @@ def _check_listen_database(backend: SQLBackend, name: str) -> Iterable[checks.Ch
             hint=f"{hint} In tests, give it 'TEST': {{'MIRROR': {database!r}}}.",
             id="django_sqltasks.E015",
         )
+
+
+def _check_pool(backend: SQLBackend) -> Iterable[checks.CheckMessage]:
+    """Django's connection pool of the tasks database: room for a worker's task threads."""
+    database = backend.database
+    pool = settings.DATABASES.get(database, {}).get("OPTIONS", {}).get("pool")
+    if not pool:
+        return
+    size = pool_max_size(pool)
+    if size is not None and size <= WORKER_OWN_POOLED:
+        yield checks.Warning(
+            f"DATABASES[{database!r}]['OPTIONS']['pool'] allows {size} connection(s) "
+            f"(max_size), and a worker holds {WORKER_OWN_POOLED} of its own from it (its "
+            "database thread, outcome writer and periodic thread): its tasks that use the ORM "
+            "would wait for a connection, and fail after the pool's timeout.",
+            hint=f"Set 'max_size' to {WORKER_OWN_POOLED} plus the tasks a worker process "
+            "should run on the ORM at once (docs: The worker, Database connections).",
+            id="django_sqltasks.W006",
+        )
+
+
+def pool_max_size(pool: Any) -> int | None:
+    """The most connections Django's ``OPTIONS["pool"]`` allows (psycopg_pool's defaults:
+    ``min_size`` 4, ``max_size`` its ``min_size``); None if it cannot tell."""
+    if pool is True:
+        return POOL_MIN_SIZE
+    if not isinstance(pool, Mapping):
+        return None
+    size = pool.get("max_size") or pool.get("min_size", POOL_MIN_SIZE)
+    return size if isinstance(size, int) else None
 
 
 def _vendor(database: Mapping[str, Any]) -> str:

@@ -195,3 +195,36 @@ def test_a_listen_database_reaching_the_same_database_passes(settings: Any) -> N
     found = messages(backend_with({"LISTEN_DATABASE": ""}))
     assert found[0][0] == "django_sqltasks.E002"
     assert "['LISTEN_DATABASE'] must be a database alias" in found[0][1]
+
+
+@extra_databases
+@pytest.mark.parametrize(
+    ("pool", "warned"),
+    [
+        (True, None),  # psycopg_pool's default size, 4: one for the tasks
+        ({"min_size": 1, "max_size": 1}, 1),
+        ({"min_size": 2, "max_size": 3}, 3),
+        ({"min_size": 3}, 3),  # max_size defaults to min_size
+        ({"min_size": 2, "max_size": 10}, None),
+    ],
+)
+def test_a_pool_too_small_for_a_worker_s_own_connections_is_reported(
+    settings: Any, pool: Any, warned: int | None
+) -> None:
+    settings.DATABASES = {
+        **settings.DATABASES,
+        "tasks": {**_postgres("app"), "OPTIONS": {"pool": pool}},
+    }
+    found = messages(backend_with({"DATABASE": "tasks"}))
+    if warned is None:
+        assert found == []
+        return
+    assert found == [
+        (
+            "django_sqltasks.W006",
+            f"DATABASES['tasks']['OPTIONS']['pool'] allows {warned} connection(s) (max_size), "
+            "and a worker holds 3 of its own from it (its database thread, outcome writer and "
+            "periodic thread): its tasks that use the ORM would wait for a connection, and "
+            "fail after the pool's timeout.",
+        )
+    ]
