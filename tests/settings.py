@@ -76,6 +76,22 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 # Worker subprocesses are told the test database's name, which pytest-django made.
 if os.environ.get("SQLTASKS_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["SQLTASKS_TEST_DB_NAME"]
+# Worker subprocesses of the pool tests use Django's connection pool (psycopg_pool), with these
+# pool options (JSON).
+if os.environ.get("SQLTASKS_TEST_POOL"):
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = json.loads(
+        os.environ["SQLTASKS_TEST_POOL"]
+    )
+# Worker subprocesses of the pooler tests reach the database through the PgBouncer on this port
+# (transaction mode); the alias "direct" reaches the same database without it, for
+# OPTIONS["LISTEN_DATABASE"] (SQLTASKS_TEST_LISTEN_DATABASE) to name.
+if os.environ.get("SQLTASKS_TEST_POOLER_PORT"):
+    DATABASES["direct"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+    DATABASES["default"] = {
+        **DATABASES["default"],
+        "HOST": "127.0.0.1",
+        "PORT": int(os.environ["SQLTASKS_TEST_POOLER_PORT"]),
+    }
 
 TASKS = {
     "default": {
@@ -98,6 +114,10 @@ TASKS = {
     },
     "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
 }
+if os.environ.get("SQLTASKS_NOTIFY") == "0":  # workers that poll
+    TASKS["default"]["OPTIONS"]["NOTIFY"] = False
+if os.environ.get("SQLTASKS_TEST_LISTEN_DATABASE"):
+    TASKS["default"]["OPTIONS"]["LISTEN_DATABASE"] = os.environ["SQLTASKS_TEST_LISTEN_DATABASE"]
 try:
     import django.tasks  # noqa: F401
 except ImportError:

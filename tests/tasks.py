@@ -146,18 +146,6 @@ async def async_touch_then_wait_at(path: str, gate: str) -> str:
 
 
 @task
-def connection_left_open() -> bool:
-    """Whether an earlier task left this thread's database connection open; then use it."""
-    from django.db import connection
-
-    from django_sqltasks.models import TaskRecord
-
-    was_open = connection.connection is not None
-    TaskRecord.objects.exists()
-    return was_open
-
-
-@task
 def count_rows() -> int:
     from django_sqltasks.models import TaskRecord
 
@@ -289,3 +277,16 @@ def probe_latency(port: int) -> None:
     started = time.time()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.sendto(f"{started:.6f}".encode(), ("127.0.0.1", port))
+
+
+@task
+def query_then_wait_at(gate: str) -> bool:
+    """Note ``started``, run a query (its thread takes a connection: from Django's pool where
+    the worker has one), note ``queried``, then wait until the test opens ``gate``."""
+    from django_sqltasks.models import TaskRecord
+
+    events.note("started")
+    TaskRecord.objects.exists()
+    events.note("queried")
+    events.wait_at(gate)
+    return True

@@ -4,11 +4,14 @@ database are in ``ops/checks.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db.utils import load_backend
 
 from ..exceptions import InvalidTaskArguments
 from . import tracing
@@ -16,6 +19,11 @@ from .backends import SQLBackend
 from .binding import check_binds
 from .columns import MAX_NAME_LENGTH
 from .resolve import resolve_task
+
+# The connections a worker process takes from Django's pool of its tasks database and holds:
+# its database thread's, its outcome writer's, its periodic thread's (docs/worker.md).
+WORKER_OWN_POOLED = 3
+POOL_MIN_SIZE = 4  # psycopg_pool's default min_size (and so max_size), as "pool": True gives
 
 
 def check_backend(backend: SQLBackend) -> Iterable[checks.CheckMessage]:
@@ -72,7 +80,101 @@ def check_backend(backend: SQLBackend) -> Iterable[checks.CheckMessage]:
             hint=f"Use one of QUEUES ({', '.join(backend.queues)}), or add the queue to it.",
             id="django_sqltasks.E013",
         )
+    if backend.config.listen_database is not None and apps.is_installed("django_sqltasks"):
+        yield from _check_listen_database(backend, name)
+    if apps.is_installed("django_sqltasks"):
+        yield from _check_pool(backend)
     yield from _check_periodic(backend, name)
+
+
+def _check_listen_database(backend: SQLBackend, name: str) -> Iterable[checks.CheckMessage]:
+    """LISTEN_DATABASE: another way to the same PostgreSQL database, for the workers' LISTEN."""
+    where = f"{name}['OPTIONS']['LISTEN_DATABASE']"
+    listen = backend.config.listen_database
+    assert listen is not None
+    database = backend.database
+    databases = settings.DATABASES
+    hint = (
+        "Point it at an alias of DATABASES that reaches the tasks' PostgreSQL database directly "
+        "(not through a pooler in transaction mode), with the same NAME."
+    )
+    if listen not in databases:
+        yield checks.Error(
+            f"{where} is {listen!r}, which is not in DATABASES.",
+            hint=f"Use one of: {', '.join(sorted(databases))}.",
+            id="django_sqltasks.E015",
+        )
+        return
+    if database not in databases:
+        return  # E003 says so
+    if not backend.config.notify:
+        yield checks.Error(
+            f"{where} is {listen!r}, but NOTIFY is False: enqueues send no notification and "
+            "workers do not listen, so the option would do nothing.",
+            hint="Set NOTIFY to True (a NOTIFY goes through a pooler in transaction mode: it "
+            "rides in the enqueue's INSERT), or remove LISTEN_DATABASE.",
+            id="django_sqltasks.E015",
+        )
+        return
+    for alias in dict.fromkeys((database, listen)):
+        vendor = _vendor(databases[alias])
+        if vendor != "postgresql":
+            yield checks.Error(
+                f"{where} is {listen!r}, but DATABASES[{alias!r}] is {vendor}, not PostgreSQL: "
+                "only PostgreSQL workers LISTEN.",
+                hint=hint,
+                id="django_sqltasks.E015",
+            )
+            return
+    names = {alias: databases[alias].get("NAME") for alias in (database, listen)}
+    if names[database] != names[listen]:
+        yield checks.Error(
+            f"{where} is {listen!r}, whose NAME {names[listen]!r} is not the NAME of the tasks' "
+            f"database {database!r} ({names[database]!r}): a NOTIFY reaches only the sessions "
+            "of the database it is sent in, so the workers would never be woken.",
+            hint=f"{hint} In tests, give it 'TEST': {{'MIRROR': {database!r}}}.",
+            id="django_sqltasks.E015",
+        )
+
+
+def _check_pool(backend: SQLBackend) -> Iterable[checks.CheckMessage]:
+    """Django's connection pool of the tasks database: room for a worker's task threads."""
+    database = backend.database
+    pool = settings.DATABASES.get(database, {}).get("OPTIONS", {}).get("pool")
+    if not pool:
+        return
+    size = pool_max_size(pool)
+    if size is not None and size <= WORKER_OWN_POOLED:
+        yield checks.Warning(
+            f"DATABASES[{database!r}]['OPTIONS']['pool'] allows {size} connection(s) "
+            f"(max_size), and a worker holds {WORKER_OWN_POOLED} of its own from it (its "
+            "database thread, outcome writer and periodic thread): its tasks that use the ORM "
+            "would wait for a connection, and fail after the pool's timeout.",
+            hint=f"Set 'max_size' to {WORKER_OWN_POOLED} plus the tasks a worker process "
+            "should run on the ORM at once (docs: The worker, Database connections).",
+            id="django_sqltasks.W006",
+        )
+
+
+def pool_max_size(pool: Any) -> int | None:
+    """The most connections Django's ``OPTIONS["pool"]`` allows (psycopg_pool's defaults:
+    ``min_size`` 4, ``max_size`` its ``min_size``); None if it cannot tell."""
+    if pool is True:
+        return POOL_MIN_SIZE
+    if not isinstance(pool, Mapping):
+        return None
+    size = pool.get("max_size") or pool.get("min_size", POOL_MIN_SIZE)
+    return size if isinstance(size, int) else None
+
+
+def _vendor(database: Mapping[str, Any]) -> str:
+    """The vendor of a DATABASES entry's ENGINE (``postgresql`` for PostGIS too), read from
+    its class: no connection is made."""
+    engine = str(database.get("ENGINE") or "")
+    try:
+        return str(load_backend(engine).DatabaseWrapper.vendor)
+    except ImproperlyConfigured:
+        return f"the engine {engine!r}, which does not load"
 
 
 def _check_periodic(backend: SQLBackend, name: str) -> Iterable[checks.CheckMessage]:

@@ -48,6 +48,10 @@ class BackendOptions:
     poll_interval: float = DEFAULT_POLL_INTERVAL
     max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES
     notify: bool = True
+    # The database alias the workers' LISTEN connection (and its claim) uses instead of
+    # DATABASE: the same database reached directly, where DATABASE goes through a pooler in
+    # transaction mode. None: DATABASE.
+    listen_database: str | None = None
     tracing: bool = False  # OpenTelemetry spans for enqueues and runs (the otel extra)
     enqueue_on_commit: bool | str = False
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -120,6 +124,12 @@ class BackendOptions:
                 f"{where}['HEARTBEAT_INTERVAL'] ({self.heartbeat_interval}s) must be at most half "
                 f"of LEASE_TIMEOUT ({self.lease_timeout}s), or live workers would lose their "
                 "tasks to a rescue."
+            )
+        listen = self.listen_database
+        if listen is not None and (not isinstance(listen, str) or not listen):
+            raise OptionError(
+                f"{where}['LISTEN_DATABASE'] must be a database alias (a non-empty string) or "
+                f"None, not {listen!r}."
             )
         if not isinstance(self.notify, bool):
             raise OptionError(f"{where}['NOTIFY'] must be True or False, not {self.notify!r}.")

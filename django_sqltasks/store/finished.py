@@ -201,10 +201,13 @@ class Watcher:
 
 
 class ListeningWatcher(Watcher):
-    """PostgreSQL: woken by the workers' NOTIFY as they write outcomes."""
+    """PostgreSQL: woken by the workers' NOTIFY as they write outcomes. Its connection is
+    opened with ``listen_database`` (the backend's LISTEN_DATABASE: the same database, reached
+    without a pooler), else with ``database``."""
 
-    def __init__(self, database: str) -> None:
+    def __init__(self, database: str, listen_database: str | None = None) -> None:
         super().__init__(database)
+        self.listen_database = listen_database or database
         self._unchecked: set[str] = set()  # new waiters' ids, read once listening
         self.listening = threading.Event()  # set while the connection LISTENs
         self.backend_pid: int | None = None  # the listening session's server process
@@ -275,7 +278,7 @@ class ListeningWatcher(Watcher):
     def _connect(self) -> Any:
         import psycopg  # optional dependency (the postgres extra)
 
-        params = connection_params(self.database)
+        params = connection_params(self.listen_database)
         dialect = dialect_for(connections[self.database])
         assert isinstance(dialect, PostgreSQLDialect)
         session = dialect.session_statements()
@@ -365,19 +368,22 @@ def _close_quietly(connection: Any) -> None:
         connection.close()
 
 
-# The watchers of this process, by database alias and kind; guarded by the lock.
+# The watchers of this process, by database alias and kind (the alias a listening one opens
+# its connection with, None for a polling one); guarded by the lock.
 _watchers_lock = threading.Lock()
-_watchers: dict[tuple[str, bool], Watcher] = {}
+_watchers: dict[tuple[str, str | None], Watcher] = {}
 
 
-def watcher_for(database: str, *, listen: bool) -> Watcher:
-    """This process's watcher of ``database`` (``listen``: by LISTEN, else by polling)."""
-    key = (database, listen)
+def watcher_for(database: str, *, listen: bool, listen_database: str | None = None) -> Watcher:
+    """This process's watcher of ``database`` (``listen``: by LISTEN, on a connection opened
+    with ``listen_database`` if given, else by polling)."""
+    key = (database, (listen_database or database) if listen else None)
     with _watchers_lock:
         watcher = _watchers.get(key)
         if watcher is None:
-            kind = ListeningWatcher if listen else PollingWatcher
-            watcher = _watchers[key] = kind(database)
+            watcher = _watchers[key] = (
+                ListeningWatcher(database, listen_database) if listen else PollingWatcher(database)
+            )
         return watcher
 
 

@@ -44,10 +44,11 @@ MAX_RETRY = 2.0  # seconds: the pace of the retries while the database stays awa
 
 def watcher_of(backend: Any) -> Watcher:
     """The watcher of ``backend``'s database: by LISTEN where it can (PostgreSQL through
-    psycopg 3, with the backend's NOTIFY option on), else by polling."""
+    psycopg 3, with the backend's NOTIFY option on; through LISTEN_DATABASE if set), else by
+    polling."""
     database = backend.database
     listen = backend.config.notify and can_listen(database)
-    return watcher_for(database, listen=listen)
+    return watcher_for(database, listen=listen, listen_database=backend.config.listen_database)
 
 
 def wait_result(backend: Any, result_id: str, timeout: Any = None) -> TaskResult:

@@ -7,6 +7,11 @@ Between claims the loop watches the connection's socket and reads notifications 
 during a claim psycopg reads the socket, and hands notifications to a handler. The limited
 claim, requeues and everything else stay on the worker's database thread, which is also where a
 claim falls back to while this connection is down.
+
+Behind a pooler in transaction mode a ``LISTEN`` would not stay on one server session, so
+``OPTIONS["LISTEN_DATABASE"]`` may name another alias of the same database, reached directly:
+this connection (its ``LISTEN`` and its claim) opens there, and everything else goes through
+the pooler.
 """
 
 from __future__ import annotations
@@ -49,8 +54,12 @@ class LoopDatabase:
         scope: Scope,
         listen: bool,
         on_wake: Callable[[str | None], None],
+        listen_database: str | None = None,
     ) -> None:
         self.database = database
+        # The alias this connection is opened with (OPTIONS["LISTEN_DATABASE"]): the same
+        # database as ``database``, reached without the pooler ``database`` goes through.
+        self.listen_database = listen_database or database
         self.backend_name = backend_name
         self.queue_names = queue_names
         self.worker_id = worker_id
@@ -83,7 +92,8 @@ class LoopDatabase:
         """Read the connection settings (from Django's settings: no query) and, to listen,
         connect now; if that fails, the next claim tries again."""
         self._loop = asyncio.get_running_loop()
-        self._params = connection_params(self.database)
+        self._params = connection_params(self.listen_database)
+        # The tasks database's session (its time zone): the claim's times are read as its.
         self._session = self.dialect.session_statements()
         if self._listen:
             try:

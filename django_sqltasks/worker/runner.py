@@ -250,6 +250,7 @@ class Worker:
                 scope=self._claims.main_scope,
                 listen=notify,
                 on_wake=self._producer.woken_here,
+                listen_database=self.backend.config.listen_database,
             )
             await self._native.start()
             self._producer.claim_on_loop(self._native)

@@ -15,8 +15,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
-from django.db import close_old_connections, connections
-from django.db.backends.signals import connection_created
+from django.db import connections
+
+from .thread_connections import (
+    close_used_connections,
+    drop_ended_connections,
+    release_used_connections,
+)
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -29,23 +34,11 @@ LOOK_MAX_AGE = 1.0  # seconds; an older look may span time the threads were idle
 # Share of the time every task thread spent on a CPU, from which they are taken to run at once
 # (tasks that release the GIL: NumPy, hashing, compression), so more could use more CPUs.
 PARALLEL = 0.9
-
-# Whether the current thread has opened a database connection: a thread that never did has
-# nothing to close after a task, and asking Django costs more than a fast task.
-_opened = threading.local()
-
-
-def _mark_opened(sender: Any, **kwargs: Any) -> None:
-    _opened.connection = True
-
-
-connection_created.connect(_mark_opened, dispatch_uid="django_sqltasks.threads")
-
-
-def close_used_connections() -> None:
-    """``close_old_connections()``, on a thread that has opened a connection."""
-    if getattr(_opened, "connection", False):
-        close_old_connections()
+# Seconds a task thread waits for its next task with the connection its last one left open,
+# before it closes it (CONN_MAX_AGE = 0; see release_used_connections): longer than the gaps
+# between a busy worker's claims, short enough that an idle worker holds nothing for long.
+IDLE_CLOSE = 1.0
+_TIMED_OUT = object()
 
 
 class TaskThreads:
@@ -59,8 +52,9 @@ class TaskThreads:
     before ``balance()`` adds threads for the queued ones. What counts is how long the task at
     the head of the queue has waited, not how long since a thread last took one: two threads
     taking a 10 ms task every 5 ms between them would otherwise never look blocked, and a
-    --concurrency 100 worker ran such tasks on two threads. Each thread closes its database
-    connections when it exits.
+    --concurrency 100 worker ran such tasks on two threads. A thread keeps its database
+    connection from one task to the next, and closes it as Django would after a request once
+    it has waited ``IDLE_CLOSE`` for one (``release_used_connections``), and when it exits.
 
     A queue that waits is not enough, though: on a machine short of CPU, or with the GIL
     busy, fast tasks wait too, and threads added then only wait with them (a NoOp run on a
@@ -203,34 +197,48 @@ class TaskThreads:
         self._threads.append(thread)
         thread.start()
 
-    def _take(self) -> Any:
+    def _take(self, holding: bool) -> Any:
+        """The next task; ``holding``: the last one left a connection open, which is closed
+        after ``IDLE_CLOSE`` without a task."""
         try:
             item = self._items.popleft()  # atomic: no lock, no wake-up, while work is queued
         except IndexError:
-            with self._ready:
-                while not self._items:
-                    self._idle += 1
-                    try:
-                        self._ready.wait()
-                    finally:
-                        self._idle -= 1
-                item = self._items.popleft()
+            item = self._wait(IDLE_CLOSE if holding else None)
+            if item is _TIMED_OUT:
+                close_used_connections()  # outside the lock: it may talk to the server
+                item = self._wait(None)
         self._taken += 1
         return item
 
+    def _wait(self, timeout: float | None) -> Any:
+        """Wait for a queued task and take it; ``_TIMED_OUT`` if none came in ``timeout``."""
+        with self._ready:
+            while not self._items:
+                self._idle += 1
+                try:
+                    notified = self._ready.wait(timeout)
+                finally:
+                    self._idle -= 1
+                if not notified and not self._items:
+                    return _TIMED_OUT
+            return self._items.popleft()
+
     def _run(self) -> None:
+        holding = False  # whether the last task left a connection open for the next
         try:
             while True:
-                item = self._take()
+                item = self._take(holding)
                 if item is _STOP:
                     return
                 fn, arg, _ = item
                 try:
+                    if holding:
+                        drop_ended_connections()
                     fn(arg)
                 except BaseException:  # fn handles task errors; this is a bug, keep the thread
                     logger.exception("Unexpected error on a task thread")
                 finally:
-                    close_used_connections()
+                    holding = release_used_connections()
         finally:
             connections.close_all()
 

@@ -127,3 +127,104 @@ def test_models_and_migrations_agree() -> None:
     out = io.StringIO()
     call_command("makemigrations", "django_sqltasks", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
+
+
+def _postgres(name: str) -> dict[str, Any]:
+    return {"ENGINE": "django.db.backends.postgresql", "NAME": name, "PORT": 6432}
+
+
+# The check reads DATABASES only (it makes no connection), so adding aliases for a test is safe.
+extra_databases = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+
+
+@pytest.mark.parametrize(
+    ("databases", "options", "message"),
+    [
+        (
+            {},
+            {"LISTEN_DATABASE": "direct"},
+            "TASKS['custom']['OPTIONS']['LISTEN_DATABASE'] is 'direct', which is not in DATABASES.",
+        ),
+        (
+            {"tasks": _postgres("app"), "direct": _postgres("app")},
+            {"DATABASE": "tasks", "LISTEN_DATABASE": "direct", "NOTIFY": False},
+            "TASKS['custom']['OPTIONS']['LISTEN_DATABASE'] is 'direct', but NOTIFY is False: "
+            "enqueues send no notification and workers do not listen, so the option would do "
+            "nothing.",
+        ),
+        (
+            {"tasks": _postgres("app"), "direct": {"ENGINE": "django.db.backends.sqlite3"}},
+            {"DATABASE": "tasks", "LISTEN_DATABASE": "direct"},
+            "TASKS['custom']['OPTIONS']['LISTEN_DATABASE'] is 'direct', but "
+            "DATABASES['direct'] is sqlite, not PostgreSQL: only PostgreSQL workers LISTEN.",
+        ),
+        (
+            {"tasks": {"ENGINE": "django.db.backends.sqlite3"}, "direct": _postgres("app")},
+            {"DATABASE": "tasks", "LISTEN_DATABASE": "direct"},
+            "TASKS['custom']['OPTIONS']['LISTEN_DATABASE'] is 'direct', but "
+            "DATABASES['tasks'] is sqlite, not PostgreSQL: only PostgreSQL workers LISTEN.",
+        ),
+        (
+            {"tasks": _postgres("app"), "direct": _postgres("app_direct")},
+            {"DATABASE": "tasks", "LISTEN_DATABASE": "direct"},
+            "TASKS['custom']['OPTIONS']['LISTEN_DATABASE'] is 'direct', whose NAME "
+            "'app_direct' is not the NAME of the tasks' database 'tasks' ('app'): a NOTIFY "
+            "reaches only the sessions of the database it is sent in, so the workers would "
+            "never be woken.",
+        ),
+    ],
+    ids=["unknown-alias", "notify-off", "not-postgresql", "tasks-not-postgresql", "other-name"],
+)
+@extra_databases
+def test_a_listen_database_that_cannot_work_is_reported(
+    settings: Any, databases: dict[str, Any], options: dict[str, Any], message: str
+) -> None:
+    settings.DATABASES = {**settings.DATABASES, **databases}
+    found = messages(backend_with(options))
+    assert found == [("django_sqltasks.E015", message)]
+
+
+@extra_databases
+def test_a_listen_database_reaching_the_same_database_passes(settings: Any) -> None:
+    settings.DATABASES = {
+        **settings.DATABASES,
+        "tasks": _postgres("app"),
+        "direct": {**_postgres("app"), "PORT": 5432},
+    }
+    assert messages(backend_with({"DATABASE": "tasks", "LISTEN_DATABASE": "direct"})) == []
+    found = messages(backend_with({"LISTEN_DATABASE": ""}))
+    assert found[0][0] == "django_sqltasks.E002"
+    assert "['LISTEN_DATABASE'] must be a database alias" in found[0][1]
+
+
+@extra_databases
+@pytest.mark.parametrize(
+    ("pool", "warned"),
+    [
+        (True, None),  # psycopg_pool's default size, 4: one for the tasks
+        ({"min_size": 1, "max_size": 1}, 1),
+        ({"min_size": 2, "max_size": 3}, 3),
+        ({"min_size": 3}, 3),  # max_size defaults to min_size
+        ({"min_size": 2, "max_size": 10}, None),
+    ],
+)
+def test_a_pool_too_small_for_a_worker_s_own_connections_is_reported(
+    settings: Any, pool: Any, warned: int | None
+) -> None:
+    settings.DATABASES = {
+        **settings.DATABASES,
+        "tasks": {**_postgres("app"), "OPTIONS": {"pool": pool}},
+    }
+    found = messages(backend_with({"DATABASE": "tasks"}))
+    if warned is None:
+        assert found == []
+        return
+    assert found == [
+        (
+            "django_sqltasks.W006",
+            f"DATABASES['tasks']['OPTIONS']['pool'] allows {warned} connection(s) (max_size), "
+            "and a worker holds 3 of its own from it (its database thread, outcome writer and "
+            "periodic thread): its tasks that use the ORM would wait for a connection, and "
+            "fail after the pool's timeout.",
+        )
+    ]

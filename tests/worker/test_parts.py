@@ -271,6 +271,118 @@ def test_stand_ins_change_the_size_under_the_lock_from_any_thread() -> None:
     pool.stop()
 
 
+class OneThread:
+    """A one-thread task pool whose tasks note whether their thread's connection was open when
+    they started (``seen``), then run a query, then call what they were given (if not None)."""
+
+    def __init__(self) -> None:
+        self.pool = TaskThreads(1, spawn_after=3600)
+        self.seen: list[bool] = []
+        self._done = threading.Semaphore(0)
+
+    def run(self, *tasks: Any) -> None:
+        """Queue ``tasks`` at once, and wait until they have run."""
+        self.pool.submit_many(self._run, list(tasks))
+        for _ in tasks:
+            assert self._done.acquire(timeout=30), f"the pool ran {len(self.seen)} tasks"
+
+    def _run(self, task: Any) -> None:
+        try:
+            self.seen.append(connection.connection is not None)
+            TaskRecord.objects.exists()
+            if task is not None:
+                task()
+        finally:
+            self._done.release()
+
+
+@pytest.fixture
+def one_thread() -> Any:
+    runner = OneThread()
+    yield runner
+    runner.pool.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_thread_keeps_its_connection_for_its_next_task(
+    one_thread: OneThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CONN_MAX_AGE is 0 here, as by default: Django would close the connection after each
+    request. A thread's next task reuses it, queued behind the last or coming while the thread
+    waits (a stream of durable tasks opened one connection a run)."""
+    assert connection.settings_dict["CONN_MAX_AGE"] == 0
+    monkeypatch.setattr(threads, "IDLE_CLOSE", 3600)
+    one_thread.run(None, None, None)
+    wait_for(lambda: one_thread.pool._idle == 1, timeout=30)  # the thread waits for work
+    one_thread.run(None)
+    assert one_thread.seen == [False, True, True, True]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="ends a session by its pid")
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_connection_the_server_ended_is_opened_again_for_the_next_task(
+    one_thread: OneThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(threads, "IDLE_CLOSE", 3600)
+    pids: list[int] = []
+
+    def note_pid() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pids.append(cursor.fetchone()[0])
+
+    one_thread.run(note_pid)
+    wait_for(lambda: one_thread.pool._idle == 1, timeout=30)
+    with connection.cursor() as cursor:  # as an idle timeout or a restart would
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pids[0]])
+        assert cursor.fetchone()[0]
+
+    def ended() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pids[0]])
+            return bool(cursor.fetchone()[0] == 0)
+
+    wait_for(ended, timeout=30)
+    one_thread.run(note_pid)  # its query would fail on the dead session
+    assert one_thread.seen == [False, False]  # the ended one was closed before the task
+    assert len(pids) == 2 and pids[1] != pids[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_thread_closes_its_connection_once_it_waited_for_work(
+    one_thread: OneThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed = threading.Event()
+    close = threads.close_used_connections
+
+    def close_and_tell() -> None:
+        close()
+        closed.set()
+
+    monkeypatch.setattr(threads, "IDLE_CLOSE", 0.01)
+    monkeypatch.setattr(threads, "close_used_connections", close_and_tell)
+    one_thread.run(None, None)
+    assert closed.wait(30), "the idle thread did not close its connection"
+    one_thread.run(None)
+    assert one_thread.seen == [False, True, False]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_that_leaves_a_transaction_open_gives_the_next_a_new_connection(
+    one_thread: OneThread,
+) -> None:
+    def leave_a_transaction_open() -> None:
+        connection.set_autocommit(False)
+        TaskRecord.objects.exists()
+
+    autocommit: list[bool] = []
+    one_thread.run(
+        leave_a_transaction_open, lambda: autocommit.append(connection.get_autocommit()), None
+    )
+    assert one_thread.seen == [False, False, True]
+    assert autocommit == [True]
+
+
 # The lease -----------------------------------------------------------------------------------
 
 

@@ -353,20 +353,6 @@ def test_a_failing_signal_receiver_does_not_fail_the_task(
     assert "receiver bug" in caplog.text
 
 
-def test_a_task_thread_closes_its_connection_after_each_task(
-    run_worker: RunWorker, settings: Any
-) -> None:
-    # CONN_MAX_AGE is 0 here, as by default: a task's connection is closed after it, as after a
-    # request, so that no task inherits a connection (or a transaction) from the one before.
-    assert settings.DATABASES["default"].get("CONN_MAX_AGE", 0) == 0
-    results = [tasks.connection_left_open.enqueue() for _ in range(3)]
-    run_worker(concurrency=1)  # one task thread runs all three, one after the other
-    for result in results:
-        result.refresh()
-        assert result.status == TaskResultStatus.SUCCESSFUL
-        assert result.return_value is False
-
-
 def test_tasks_can_use_the_orm(run_worker: RunWorker) -> None:
     result = tasks.count_rows.enqueue()
     run_worker()
