@@ -121,7 +121,7 @@ def _check_listen_database(backend: SQLBackend, name: str) -> Iterable[checks.Ch
         if vendor != "postgresql":
             yield checks.Error(
                 f"{where} is {listen!r}, but DATABASES[{alias!r}] is {vendor}, not PostgreSQL: "
-                "only PostgreSQL workers LISTEN.",
+                "only PostgreSQL workers listen for new tasks.",
                 hint=hint,
                 id="django_sqltasks.E015",
             )
