@@ -156,13 +156,15 @@ extra_databases = pytest.mark.filterwarnings("ignore:Overriding setting DATABASE
             {"tasks": _postgres("app"), "direct": {"ENGINE": "django.db.backends.sqlite3"}},
             {"DATABASE": "tasks", "LISTEN_DATABASE": "direct"},
             "TASKS['custom']['OPTIONS']['LISTEN_DATABASE'] is 'direct', but "
-            "DATABASES['direct'] is sqlite, not PostgreSQL: only PostgreSQL workers listen for new tasks.",
+            "DATABASES['direct'] is sqlite, not PostgreSQL: only PostgreSQL workers listen for new "
+            "tasks.",
         ),
         (
             {"tasks": {"ENGINE": "django.db.backends.sqlite3"}, "direct": _postgres("app")},
             {"DATABASE": "tasks", "LISTEN_DATABASE": "direct"},
             "TASKS['custom']['OPTIONS']['LISTEN_DATABASE'] is 'direct', but "
-            "DATABASES['tasks'] is sqlite, not PostgreSQL: only PostgreSQL workers listen for new tasks.",
+            "DATABASES['tasks'] is sqlite, not PostgreSQL: only PostgreSQL workers listen for new "
+            "tasks.",
         ),
         (
             {"tasks": _postgres("app"), "direct": _postgres("app_direct")},
