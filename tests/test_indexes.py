@@ -8,11 +8,13 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import PausedQueue, TaskRecord
 from django_sqltasks.sql import Scope, dialect_for
+from django_sqltasks.sql.rows import Outcome
 from tests.factories import insert_rows, plan_uses
 
 # ANALYZE TABLE commits implicitly on MySQL: flush the table after each test instead of
@@ -146,6 +148,28 @@ def test_rescue_uses_the_running_index() -> None:
     table = TaskRecord._meta.db_table
     plan = explain(f"SELECT id FROM {table} WHERE status = 'RUNNING' AND owner = %s", ["gone"])
     assert plan_uses(plan, "sqltasks_running_idx"), plan
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_an_outcome_finds_its_task_by_id_not_among_its_owners_running_tasks() -> None:
+    # An outcome's write is guarded by the owner; it must still find its row by id: the
+    # owner's entries in sqltasks_running_idx are as many as the worker runs at once, and as
+    # many dead ones again for each claim a held snapshot keeps alive.
+    fill(ready=2_000, finished=0)
+    running = list(TaskRecord.objects.ready().values_list("id", flat=True)[:1_000])
+    TaskRecord.objects.filter(id__in=running).update(
+        status=TaskResultStatus.RUNNING, owner="busy", attempts=1
+    )
+    analyze()
+    outcome = Outcome(
+        id=running[0], status="SUCCESSFUL", finished_at=timezone.now(), return_value="1"
+    )
+    with CaptureQueriesContext(connection) as queries, connection.cursor() as cursor:
+        written = dialect_for(connection).complete(cursor, "busy", [outcome])
+    assert written == {running[0]}
+    plan = explain(queries.captured_queries[-1]["sql"], [])
+    assert "sqltasks_running_idx" not in plan, plan
+    assert plan_uses(plan, f"{TaskRecord._meta.db_table}_pkey"), plan
 
 
 def add_ready(*rows: tuple[str, int, int], limit_key: str | None = None) -> list[TaskRecord]:

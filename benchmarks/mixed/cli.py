@@ -143,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="a setting for the private server besides initdb's defaults (repeatable)",
     )
+    add(
+        "--prepare-threshold",
+        type=int,
+        help="django-sqltasks' OPTIONS prepare_threshold (psycopg's prepared statements; "
+        "default: Django's, off)",
+    )
     add("--profile", help="result name (default: mixed, with the hold and a rate other than 120)")
     add("--out", type=Path, help="where the results go (default docs/benchmarks/mixed)")
     add("--smoke", action="store_true", help="a few seconds a phase, 1,000 rows (CI; under 60 s)")
@@ -174,6 +180,8 @@ def main(argv: list[str]) -> int:
     os.environ["BENCH_PG_DATABASE"] = DATABASE
     os.environ["BENCH_PG_USER"] = "postgres"
     os.environ["BENCH_PG_PASSWORD"] = ""
+    if args.prepare_threshold is not None:
+        os.environ["BENCH_PG_PREPARE_THRESHOLD"] = str(args.prepare_threshold)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = Path(tempfile.mkdtemp(prefix="bench-mixed-"))
     logs = RESULTS_DIR / f"{stamp}-{profile}-logs"

@@ -115,6 +115,7 @@ def _phase(
             {
                 "p99_ms": percentile(w_latencies, 99) * 1000 if w_latencies else None,
                 "completed_per_s": _count(ended, w_begin, w_end) / (w_end - w_begin),
+                "enqueued_per_s": _count(list(enqueued), w_begin, w_end) / (w_end - w_begin),
                 "backlog_max": max((b for t, b, _ in grid if w_begin <= t < w_end), default=0),
             }
         )
@@ -128,6 +129,12 @@ def _phase(
         "started": len(latencies),
         "completed_per_s": _count(ended, begin, end) / seconds,
         "completed_per_s_worst_window": min((w["completed_per_s"] for w in full), default=None),
+        # Completions against the arrivals of the same window: an enqueuer that falls behind
+        # its schedule (a loaded machine) slows completions too, and that is not the queue's.
+        "pace_worst_window": min(
+            (w["completed_per_s"] / w["enqueued_per_s"] for w in full if w["enqueued_per_s"]),
+            default=None,
+        ),
         "backlog_max": max((b for b, _ in in_grid), default=0),
         "oldest_waiting_max_s": max((age for _, age in in_grid), default=0.0),
         "latency_p50_ms": percentile(latencies, 50) * 1000 if latencies else None,
@@ -336,13 +343,13 @@ def checks(result: dict[str, Any], system: str) -> list[tuple[str, str, bool | N
                 worst <= bound,
             )
         )
-    pace = held["completed_per_s_worst_window"]
+    pace = held.get("pace_worst_window")
     if pace is not None:
         out.append(
             (
-                "completions keep pace (worst 10 s >= 90% of the rate)",
-                f"{pace:,.1f} per s",
-                pace >= 0.9 * rate,
+                "completions keep pace (every 10 s, at least 90% of that window's arrivals)",
+                f"worst {pace:.0%} ({held['completed_per_s_worst_window']:,.1f} completed per s)",
+                pace >= 0.9,
             )
         )
     back = recovered_after(result["systems"][system])

@@ -184,7 +184,7 @@ def postgres_name(name: str) -> str:
 
 
 def postgres_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
-    return {
+    database: dict[str, Any] = {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": postgres_name(name),
         "USER": os.environ.get("BENCH_PG_USER", "postgres"),
@@ -193,6 +193,12 @@ def postgres_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
         "PORT": endpoints.port("postgresql"),
         "CONN_MAX_AGE": conn_max_age(),
     }
+    # psycopg's prepared statements (docs/databases.md), where BENCH_PG_PREPARE_THRESHOLD
+    # says; Django's default leaves them off.
+    threshold = os.environ.get("BENCH_PG_PREPARE_THRESHOLD")
+    if threshold:
+        database["OPTIONS"] = {"prepare_threshold": int(threshold)}
+    return database
 
 
 def mariadb_database(endpoints: Endpoints, name: str) -> dict[str, Any]:

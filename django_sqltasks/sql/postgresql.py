@@ -509,20 +509,24 @@ class PostgreSQLDialect(health.PostgreSQLProbe, Dialect):
 
     def _run_claim(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> tuple[Any, ...]:
         """Run the claim statement and read its one row (``claim_sql``)."""
+        values = self._run_prepared(cursor, sql, params)
+        assert values  # json_agg() returns one row, NULL when nothing was claimed
+        return tuple(values[0])
+
+    def _run_prepared(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> list[Any]:
+        """Run one of the worker's own statements (a claim, an outcome batch) and read its rows:
+        as a prepared statement where the project allows them, planned once per connection
+        instead of at each call (planning a statement over the partitioned table costs about
+        as much as running it). Django's cursors bind parameters on the client."""
         raw: Any = getattr(cursor.cursor, "connection", None)
         if not _can_prepare(raw):
             cursor.execute(sql, params)
-            return tuple(cursor.fetchone())
-        # A prepared statement, where the project allows them: the claim is then planned
-        # once per connection, not at each call (planning its walk over priorities is a
-        # large part of its cost). Django's cursors bind parameters on the client.
+            return list(cursor.fetchall())
         import psycopg  # optional dependency (postgres extra)
 
         with self.connection.wrap_database_errors, psycopg.Cursor(raw) as prepared:
             prepared.execute(sql, params, prepare=True)
-            values = prepared.fetchone()
-            assert values is not None  # json_agg() returns one row, NULL when nothing was claimed
-            return tuple(values)
+            return prepared.fetchall()
 
     def _fetch_claimed(self, cursor: Any) -> list[ClaimedRow]:
         return self.claimed_rows(cursor.fetchone()[0])
@@ -541,10 +545,15 @@ class PostgreSQLDialect(health.PostgreSQLProbe, Dialect):
         # owner guard keeps a late result from overwriting a task that was rescued and claimed
         # again (or finished) meanwhile; the attempt guard, one claimed again by another
         # process under the same worker id.
+        # Each row is found by its id: the ids' array tells the planner how many rows there
+        # are (it takes the document's for a hundred), so that it looks each up in the
+        # primary key rather than reading every RUNNING entry of sqltasks_running_idx, which
+        # a held snapshot fills with dead ones (741 buffers a call where the key reads a few).
         # Finished tasks are announced in the same statement, one NOTIFY per IDS_PER_NOTIFY
         # of them, for the processes waiting on them (``result.wait()``); the cross join with
         # ``told`` (always one row) makes it run.
-        cursor.execute(
+        rows = self._run_prepared(
+            cursor,
             f"""
             WITH done AS (
                 UPDATE {self.tasks} AS t
@@ -562,15 +571,19 @@ class PostgreSQLDialect(health.PostgreSQLProbe, Dialect):
                     error_class text, error_traceback text, available_at timestamptz, snoozed int,
                     delay float8, attempt int
                 )
-                WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
-                    AND (v.attempt IS NULL OR t.attempts = v.attempt)
+                WHERE t.id = ANY(%s::uuid[]) AND t.id = v.id AND t.status = 'RUNNING'
+                    AND t.owner = %s AND (v.attempt IS NULL OR t.attempts = v.attempt)
                 RETURNING t.id, t.status
             ), told AS ({ANNOUNCE_OUTCOMES})
             SELECT done.id FROM done, told
             """,
-            [_outcomes_document(outcomes), worker_id],
+            [
+                _outcomes_document(outcomes),
+                [str(outcome.id) for outcome in outcomes],
+                worker_id,
+            ],
         )
-        return {self._decode_id(values[0]) for values in cursor.fetchall()}
+        return {self._decode_id(values[0]) for values in rows}
 
 
 def _announce_finished_sql(rows: str, where: str) -> str:

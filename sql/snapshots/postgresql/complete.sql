@@ -21,8 +21,8 @@ WITH done AS (
         error_class text, error_traceback text, available_at timestamptz, snoozed int,
         delay float8, attempt int
     )
-    WHERE t.id = v.id AND t.status = 'RUNNING' AND t.owner = %s
-        AND (v.attempt IS NULL OR t.attempts = v.attempt)
+    WHERE t.id = ANY(%s::uuid[]) AND t.id = v.id AND t.status = 'RUNNING'
+        AND t.owner = %s AND (v.attempt IS NULL OR t.attempts = v.attempt)
     RETURNING t.id, t.status
 ), told AS (
     SELECT count(pg_notify('sqltasks_finished', g.ids)) FROM (
@@ -34,4 +34,5 @@ GROUP BY (f.n - 1) / 200
     )
 SELECT done.id FROM done, told;
 -- %s 1: '[{"id":"01940000-0000-7000-8000-000000000001","status":"SUCCESSFUL","finished_at":"2026-01-02T03:04:05+00:00","return_value":"{\\"sent\\": true}","error_class":null,"error_traceback":null,"available_at":null,"snoozed":0,"delay":null,"attempt":null},{"id":"01940000-0000-7000-8000-000000000002","status":"FAILED","finished_at":"2026-01-02T03:04:05+00:00","return_value":null,"error_class":"shop.errors.PaymentDeclined","error_traceback":"Traceback (most recent call last): ...","available_at":null,"snoozed":0,"delay":null,"attempt":1},{"id":"01940000-0000-7000-8000-000000000003","status":"READY","finished_at":null,"return_value":null,"error_class":null,"error_traceback":null,"available_at":null,"snoozed":0,"delay":30.0,"attempt":null}]'
--- %s 2: 'host-1234-abcd'
+-- %s 2: ['01940000-0000-7000-8000-000000000001', '01940000-0000-7000-8000-000000000002', '01940000-0000-7000-8000-000000000003']
+-- %s 3: 'host-1234-abcd'
