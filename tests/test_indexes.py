@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -152,11 +153,11 @@ def test_rescue_uses_the_running_index() -> None:
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
 def test_an_outcome_finds_its_task_by_id_not_among_its_owners_running_tasks() -> None:
-    # An outcome's write is guarded by the owner; it must still find its row by id: the
-    # owner's entries in sqltasks_running_idx are as many as the worker runs at once, and as
-    # many dead ones again for each claim a held snapshot keeps alive.
+    # An outcome's write is guarded by the owner; it must still find its row by id. The
+    # RUNNING entries of sqltasks_running_idx look few to the planner (as many as the workers
+    # run at once), but a held snapshot leaves a dead one there for every task claimed since.
     fill(ready=2_000, finished=0)
-    running = list(TaskRecord.objects.ready().values_list("id", flat=True)[:1_000])
+    running = list(TaskRecord.objects.ready().values_list("id", flat=True)[:8])
     TaskRecord.objects.filter(id__in=running).update(
         status=TaskResultStatus.RUNNING, owner="busy", attempts=1
     )
@@ -167,9 +168,39 @@ def test_an_outcome_finds_its_task_by_id_not_among_its_owners_running_tasks() ->
     with CaptureQueriesContext(connection) as queries, connection.cursor() as cursor:
         written = dialect_for(connection).complete(cursor, "busy", [outcome])
     assert written == {running[0]}
-    plan = explain(queries.captured_queries[-1]["sql"], [])
-    assert "sqltasks_running_idx" not in plan, plan
-    assert plan_uses(plan, f"{TaskRecord._meta.db_table}_pkey"), plan
+    plans = {"custom": explain(queries.captured_queries[-1]["sql"], [])}
+    # A prepared statement's generic plan (OPTIONS prepare_threshold): it guesses the number
+    # of ids and of RUNNING rows instead of reading them.
+    recorder = Recorder()
+    dialect_for(connection).complete(recorder, "busy", [outcome])  # type: ignore[arg-type]
+    numbers = iter(range(1, 100))
+    generic = re.sub(r"%s", lambda _: f"${next(numbers)}", recorder.sql)
+    with connection.cursor() as cursor:
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE an_outcome AS {generic}")
+        try:
+            cursor.execute("EXPLAIN EXECUTE an_outcome(%s, %s, %s)", recorder.params)
+            plans["generic"] = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE an_outcome")
+            cursor.execute("RESET plan_cache_mode")
+    for plan in plans.values():
+        assert "sqltasks_running_idx" not in plan, plan
+        assert plan_uses(plan, f"{TaskRecord._meta.db_table}_pkey"), plan
+
+
+class Recorder:
+    """A cursor that keeps the statement it is given instead of running it."""
+
+    sql = ""
+    params: list[object] = []
+    cursor = None  # no driver cursor: the statement is not prepared
+
+    def execute(self, sql: str, params: list[object]) -> None:
+        self.sql, self.params = sql, params
+
+    def fetchall(self) -> list[object]:
+        return []
 
 
 def add_ready(*rows: tuple[str, int, int], limit_key: str | None = None) -> list[TaskRecord]:

@@ -136,9 +136,9 @@ class EstimatedCountPaginator(Paginator):
         queryset = self.object_list
         all_ids = self.all_ids
         assert isinstance(queryset, QuerySet) and all_ids is not None
-        if connections[queryset.db].vendor == "mysql":
-            # MariaDB's UUID type orders otherwise than Python: the database orders the ids
-            # the count read, reading only their rows (none, for an empty result).
+        if not dialect_for(connections[queryset.db]).orders_uuids_as_python:
+            # The database orders the ids the count read, reading only their rows (none,
+            # for an empty result).
             return list(by_ids(queryset, all_ids)[bottom:top])
         ids = sorted(all_ids, reverse=True)[bottom:top]  # newest first is the ids' order
         return list(by_ids(queryset, ids))
@@ -287,7 +287,7 @@ def with_tag(queryset: QuerySet[Any], tag: str) -> QuerySet[Any]:
     """The tasks of ``queryset`` tagged ``tag``: through the tag index on PostgreSQL."""
     if not is_tag(tag):
         return queryset.none()
-    if connections[queryset.db].vendor == "postgresql":
+    if dialect_for(connections[queryset.db]).indexes_json_values:
         return queryset.filter(tags__contains=[tag])
     return queryset.filter(tags__icontains=f'"{tag}"')  # no quote in a tag: exactly this one
 

@@ -22,6 +22,7 @@ from ..compat import TaskResultStatus
 from ..core.tags import is_tag
 from ..indexes import QUEUE_KEY, TASK_KEY
 from ..models import TaskRecord, TaskRecordQuerySet
+from ..sql import dialect_for
 from ..sql.lists import estimated_rows
 from ..sql.search import ArgumentValues, ErrorClassName, LastErrorClass
 from .declared import declared_task_paths
@@ -64,7 +65,7 @@ def search(tasks: TaskRecordQuerySet, term: str) -> Found:
     if term in declared_task_paths():  # as the task filter
         return Found(by_column(tasks, "task_path", term))
     subject = SUBJECT_TERM.fullmatch(term)
-    if connections[tasks.db].vendor != "postgresql":
+    if not dialect_for(connections[tasks.db]).indexes_json_values:
         if subject is not None:
             return Found(tasks.filter(subject_query(subject)))
         return Found(tasks.filter(pk__gte=window_start(tasks.db)).filter(text_query(term)), True)
@@ -102,7 +103,7 @@ def by_column(tasks: TasksT, column: str, value: str) -> TasksT:
     and SQLite read an index of the column and id (``indexes.FilterIndex``) either way.
     """
     matching = tasks.filter(**{column: value})
-    if connections[tasks.db].vendor != "postgresql":
+    if not dialect_for(connections[tasks.db]).indexes_json_values:
         return matching  # read through (column, id) (indexes.FilterIndex)
     estimate = estimated_rows(matching)
     if estimate is not None and estimate >= FEW_BELOW:

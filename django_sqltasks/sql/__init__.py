@@ -47,6 +47,17 @@ def dialect_for(connection: BaseDatabaseWrapper) -> Dialect:
     return dialect
 
 
+def postgresql_dialect(connection: BaseDatabaseWrapper) -> PostgreSQLDialect:
+    """The dialect of ``connection``, for what only PostgreSQL does (the claim on the event
+    loop's connection, LISTEN); a clear error for another database."""
+    dialect = dialect_for(connection)
+    if not isinstance(dialect, PostgreSQLDialect):
+        raise TypeError(
+            f"Database {connection.alias!r} is {connection.display_name}, not PostgreSQL."
+        )
+    return dialect
+
+
 def _make_dialect(connection: BaseDatabaseWrapper) -> Dialect:
     dialect = DIALECTS.get(connection.vendor)
     if dialect is None:
@@ -86,5 +97,6 @@ __all__ = [
     "TableHealth",
     "dialect_for",
     "names_missing_table",
+    "postgresql_dialect",
     "unsupported_version",
 ]

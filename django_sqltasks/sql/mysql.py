@@ -57,6 +57,7 @@ MAX_ALLOWED_PACKET_SQL = "SELECT @@max_allowed_packet"
 
 class MySQLDialect(health.MySQLProbe, Dialect):
     product = "MySQL"
+    orders_uuids_as_python = False  # MariaDB's UUID type
 
     def __init__(self, connection: Any) -> None:
         super().__init__(connection)
@@ -69,6 +70,14 @@ class MySQLDialect(health.MySQLProbe, Dialect):
         if self._db_clock is None:
             return super()._ago_sql(seconds)
         return f"{self._db_clock} - INTERVAL %s MICROSECOND", [round(seconds * 1_000_000)]
+
+    def planned_rows(self, cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> int | None:
+        cursor.execute(f"EXPLAIN {sql}", params)
+        names = [column[0] for column in cursor.description]
+        row = dict(zip(names, cursor.fetchone(), strict=True))
+        rows = float(row.get("rows") or 0)
+        # MariaDB's "filtered" is the share of those rows the rest of the WHERE keeps.
+        return round(rows * float(row.get("filtered") or 100) / 100)
 
     def is_transient(self, error: BaseException) -> bool:
         if isinstance(error, InterfaceError):

@@ -79,6 +79,14 @@ class Vendor:
     single_writer = False
     # Whether the planner's row estimate is cheap to read (the admin uses it for large counts).
     estimates_counts = False
+    # Whether the task table may be partitioned (by status, and finished tasks by day).
+    partitions_tasks = False
+    # Whether an index finds a value inside the JSON columns (a task's arguments, its tags),
+    # so that the admin's search and filters look them up instead of reading a window.
+    indexes_json_values = False
+    # Whether the database orders task ids as Python orders their uuid.UUID values (MariaDB's
+    # UUID type orders by another byte order).
+    orders_uuids_as_python = True
     # How an operator ends another session, and the setting that ends a forgotten
     # transaction by itself (named in the warning of an old transaction).
     end_session = "KILL"
@@ -86,6 +94,12 @@ class Vendor:
     # Whether aenqueue() talks to the database natively from the event loop (psycopg 3's
     # async connections), rather than through a thread.
     async_driver = False
+
+    def planned_rows(self, cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> int | None:
+        """The rows the planner expects ``sql`` to return: a count that costs no scan, for a
+        question asked of millions of rows ("about 1,200,000 tasks match"). None where the
+        database makes no estimate (SQLite)."""
+        return None
 
     def is_transient(self, error: BaseException) -> bool:
         """Whether ``error`` may go away by itself (a lost connection, a server restart, a

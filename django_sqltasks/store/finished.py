@@ -33,9 +33,8 @@ from typing import Any
 
 from django.db import connections
 
-from ..sql import dialect_for
+from ..sql import dialect_for, postgresql_dialect
 from ..sql.pg import connection_params
-from ..sql.postgresql import PostgreSQLDialect
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -279,8 +278,7 @@ class ListeningWatcher(Watcher):
         import psycopg  # optional dependency (the postgres extra)
 
         params = connection_params(self.listen_database)
-        dialect = dialect_for(connections[self.database])
-        assert isinstance(dialect, PostgreSQLDialect)
+        dialect = postgresql_dialect(connections[self.database])
         session = dialect.session_statements()
         params.setdefault("application_name", APPLICATION_NAME)
         connection = psycopg.connect(**params, autocommit=True)
@@ -389,7 +387,7 @@ def watcher_for(database: str, *, listen: bool, listen_database: str | None = No
 
 def can_listen(database: str) -> bool:
     """Whether ``database`` is PostgreSQL reached through psycopg 3 (which LISTEN needs)."""
-    if not isinstance(dialect_for(connections[database]), PostgreSQLDialect):
+    if dialect_for(connections[database]).wakeup != "notify":
         return False
     try:
         import psycopg  # noqa: F401  # optional dependency (the postgres extra)

@@ -38,7 +38,7 @@ _layouts: dict[str, tuple[bool, float]] = {}
 def partitioned(using: str) -> bool:
     """Whether the task table of ``using`` is the partitioned layout (PostgreSQL only)."""
     connection = connections[using]
-    if connection.vendor != "postgresql":
+    if not dialect_for(connection).partitions_tasks:
         return False
     with connection.cursor() as cursor:
         return sql.kind(cursor, _table()) == "p"
@@ -48,7 +48,7 @@ def partitioned_recently(using: str) -> bool:
     """``partitioned``, looked up at most once every ``sql.LAYOUT_RECHECK`` seconds: for the
     reads by id, which then name the partitions a task may be in. A stale answer costs only
     speed: the condition those reads add holds in either layout."""
-    if connections[using].vendor != "postgresql":
+    if not dialect_for(connections[using]).partitions_tasks:
         return False
     now = time.monotonic()
     known = _layouts.get(using)
@@ -292,7 +292,7 @@ def move_history(
 def convert_at_migrate(connection: BaseDatabaseWrapper) -> None:
     """The migration's step: convert the (new, or small) plain table in place. A table past
     MIGRATE_MAX_ROWS is left for ``tasks_partition``, which converts it online."""
-    if connection.vendor != "postgresql":
+    if not dialect_for(connection).partitions_tasks:
         return  # MariaDB, MySQL, SQLite: one table
     table = _table()
     state = conversion_state(connection)

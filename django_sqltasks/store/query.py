@@ -25,7 +25,7 @@ from ..core.subject import subject_of
 from ..core.tags import MAX_TAG_LENGTH, is_tag
 from ..exceptions import InvalidTaskQuery
 from ..models import TaskRecord, TaskRecordQuerySet
-from ..sql.estimates import estimated_rows
+from ..sql import dialect_for
 from ..sql.expressions import HasTag
 from . import bulk
 
@@ -136,7 +136,7 @@ class TaskQuery:
         connection = connections[self.database]
         sql, params = self.queryset().order_by().values("pk").query.sql_with_params()
         with connection.cursor() as cursor:
-            rows = estimated_rows(cursor, connection.vendor, sql, params)
+            rows = dialect_for(connection).planned_rows(cursor, sql, params)
         return self.count() if rows is None else rows
 
     def cancel(

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from ..sql import dialect_for
 from ..sql.retries import run_with_retries
 from .attempt import Attempt
 from .completer import Completer
@@ -76,7 +77,7 @@ def _begin(stack: contextlib.ExitStack, database: str, attempt: Attempt) -> None
     """Open the task's transaction on ``stack``; on SQLite, wait for the write lock first (not
     if the task's timeout fires meanwhile)."""
     connection = connections[database]
-    if connection.vendor != "sqlite":
+    if not dialect_for(connection).single_writer:
         stack.enter_context(transaction.atomic(using=database))
         return
 

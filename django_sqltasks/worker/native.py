@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..sql import ClaimedRow, Scope, dialect_for
+from ..sql import ClaimedRow, Scope, dialect_for, postgresql_dialect
 from ..sql.marks import ClaimMarks
 from ..sql.pg import connection_params, open_async
 from ..sql.postgresql import PostgreSQLDialect, claim_feedback
@@ -66,9 +66,7 @@ class LoopDatabase:
         self.scope = scope
         self._on_wake = on_wake
         self._listen = listen
-        dialect = dialect_for(connections[database])
-        assert isinstance(dialect, PostgreSQLDialect)
-        self.dialect = dialect
+        self.dialect = postgresql_dialect(connections[database])
         self._params: dict[str, Any] = {}
         self._session: list[tuple[str, list[Any]]] = []  # time zone and role, as Django sets
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -9,6 +9,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import connections
 
 from ...compat import DEFAULT_TASK_BACKEND_ALIAS
+from ...sql import dialect_for
 from ...store import partitions
 from ..arguments import backend_alias, positive_int, sql_backend
 from ..help import package_version
@@ -57,7 +58,7 @@ class Command(OneLineWhenUnreachable):
     def handle(self, *args: Any, **options: Any) -> None:
         backend = sql_backend(options["backend"])
         connection = connections[backend.database]
-        if connection.vendor != "postgresql":
+        if not dialect_for(connection).partitions_tasks:
             raise CommandError(
                 f"Database {backend.database!r} is {connection.display_name}: only PostgreSQL "
                 "partitions the task table; pruning deletes elsewhere (docs/databases.md)."
