@@ -310,10 +310,14 @@ MIXED_DIR = "mixed"  # where python -m benchmarks mixed writes its results
 
 def _mixed_section(directory: Path) -> str:
     """The mixed profile's method and each of its results (python -m benchmarks mixed)."""
+    from benchmarks.mixed import databases  # MariaDB's and SQLite's runs: their own table
+
     parts = [MIXED]
     for path in sorted(directory.glob("*.json")):
         result = json.loads(path.read_text())
-        parts.append(mixed_summary.markdown(result, heading="###"))
+        on_postgresql = result["meta"].get("database", "postgresql") == "postgresql"
+        render = mixed_summary.markdown if on_postgresql else databases.markdown
+        parts.append(render(result, heading="###"))
         chart = result["meta"].get("chart")
         if chart and (directory / chart).exists():
             parts.append(f"![{chart}]({directory.parent.name}/{directory.name}/{chart})\n")

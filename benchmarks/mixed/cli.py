@@ -43,6 +43,7 @@ RESULTS_DIR = REPO_ROOT / "benchmarks" / "results" / "mixed"
 DATABASE = "bench_mixed"
 PG_VERSION = 15
 HOLDS = ("analytics", "pg_dump")
+DATABASES = ("postgresql", "mariadb", "sqlite")
 CLAIM_MATCH = "SKIP LOCKED"  # what django-sqltasks' claim statements (claim, claim_fair) contain
 READY_TIMEOUT = 60.0  # seconds for a worker to connect
 SETTLE = 1.0  # seconds after the worker's first connection before the first enqueue
@@ -116,6 +117,19 @@ def _setting(value: str) -> tuple[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks mixed", description=__doc__)
     add = parser.add_argument
+    add(
+        "--database",
+        choices=DATABASES,
+        default="postgresql",
+        help="postgresql (a private server, django-sqltasks and the classic table), mariadb "
+        "(the server at BENCH_MARIADB_ADDR, 127.0.0.1:3306) or sqlite (a WAL file); see "
+        "benchmarks/mixed/databases.py",
+    )
+    add(
+        "--mariadb-database",
+        default="bench_mixed",
+        help="the MariaDB database the run creates and drops (bench_mixed)",
+    )
     add("--rate", type=_positive, default=120.0, help="tasks enqueued per second (120)")
     add("--baseline", type=_positive, default=120.0, help="seconds before the snapshots (120)")
     add("--held", type=_positive, default=360.0, help="seconds the snapshots are held (360)")
@@ -166,6 +180,12 @@ def main(argv: list[str]) -> int:
             SMOKE["recovery"],
         )
         args.gap, args.drain, args.accounts = SMOKE["gap"], SMOKE["drain"], int(SMOKE["accounts"])
+    if args.database != "postgresql":
+        if args.hold != ["analytics"] or args.systems != list(SYSTEMS):
+            raise SystemExit("--hold and --systems: PostgreSQL's only (--database postgresql)")
+        from benchmarks.mixed import databases
+
+        return databases.main(args, argv, args.profile or _profile_name(args), args.out)
     bindir = args.pg_bindir or find_bindir(PG_VERSION)
     if bindir is None or not (bindir / "initdb").exists():
         raise SystemExit(
@@ -422,7 +442,7 @@ def _smoke_verdict(result: dict[str, Any]) -> int:
 
 
 def _profile_name(args: argparse.Namespace) -> str:
-    parts = ["mixed"]
+    parts = ["mixed"] + ([args.database] if args.database != "postgresql" else [])
     if args.hold != ["analytics"]:
         parts.append("-".join(h.replace("_", "") for h in args.hold))
     if args.rate != 120:
