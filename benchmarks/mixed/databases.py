@@ -612,7 +612,8 @@ def markdown(result: dict[str, Any], heading: str = "###") -> str:
 
 
 def write(result: dict[str, Any], out: Path) -> None:
-    """The JSON, the table and the chart under ``out``."""
+    """The JSON, the table and the chart under ``out`` (docs/benchmarks.md is edited by hand:
+    its sections on earlier runs are not in the results)."""
     out.mkdir(parents=True, exist_ok=True)
     name = result["meta"]["profile"]
     result["meta"]["chart"] = f"{name}.png"
@@ -627,7 +628,3 @@ def write(result: dict[str, Any], out: Path) -> None:
     summary.chart(result, out / f"{name}.png", panels)
     (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
     (out / f"{name}.md").write_text(markdown(result))
-    if out.resolve() == DOCS_DIR.resolve():
-        from benchmarks import page
-
-        page.write(DOCS_DIR.parent, REPO_ROOT / "docs" / "benchmarks.md")

@@ -43,8 +43,8 @@ STALE_NAPTIMES = 5  # autovacuum_naptime periods (1 minute each by default)
 OLD_TRANSACTION_SECONDS = 60.0
 # SQLite: a read transaction of another connection holds the WAL (W005) once the frames no
 # checkpoint could copy pass this many rounds of wal_autocheckpoint (1,000 pages, about 4 MiB,
-# by default: 10 make about 40 MiB). A short transaction holds a few pages at a time; at 120
-# tasks/s the WAL grew by about 0.5 MiB a second while one was held (docs/databases.md).
+# by default: 10 make about 40 MiB). A short transaction holds a few pages at a time; at 30
+# tasks/s the WAL grew by about 1.7 MiB a second while one was held (docs/databases.md).
 WAL_HELD_CHECKPOINTS: float = 10
 DEFAULT_WAL_AUTOCHECKPOINT = 1000  # pages: SQLite's, for a connection that turned it off
 MIB = 1024 * 1024
