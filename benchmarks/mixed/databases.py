@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,12 +43,10 @@ from benchmarks.mixed.cli import (
     READY_TIMEOUT,
     SETTLE,
     _commit,
-    _drain,
-    _first_report,
-    _until,
     _uptime,
     _warnings,
     log,
+    run_phases,
 )
 from benchmarks.mixed.sampler import SAMPLE_EVERY, Events
 from benchmarks.systems.base import CORE_PATH_ENV, REPO_ROOT, Endpoints, System, django_env, manage
@@ -57,7 +54,6 @@ from benchmarks.systems.sqltasks import DATABASE_NAME, SQLTASKS_MARIADB, SQLTASK
 
 DOCS_DIR = REPO_ROOT / "docs" / "benchmarks" / "mixed"
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results" / "mixed"
-MARIADB_DATABASE = "bench_mixed"
 TASKS_TABLE = "django_sqltasks_taskrecord"
 
 # The app's table, as on PostgreSQL (app.SCHEMA), in each database's types.
@@ -435,36 +431,14 @@ def run(
         env,
         logs / f"{target.name}-enqueuer.log",
     )  # fmt: skip
-    wall = _first_report(events, enqueuer)
-    sampler.mark("baseline")
-    start = time.monotonic() - (time.time() - wall)
-    bounds: dict[str, tuple[float, float]] = {}
-    stopping = threading.Event()
     sessions = Sessions(database.session(), args.session, args.gap)
-    try:
-        _until(start + args.baseline, worker, enqueuer, events, "baseline")
-        bounds["baseline"] = (wall, wall + (time.monotonic() - start))
-        sampler.mark("held")
-        held_start = time.monotonic()
-        holding = threading.Thread(target=sessions.run, args=(held_start + args.held, stopping))
-        holding.start()
-        _until(held_start + args.held, worker, enqueuer, events, "held")
-        holding.join()
-        bounds["held"] = (bounds["baseline"][1], wall + (time.monotonic() - start))
-        sampler.mark("recovery")
-        _until(start + total, worker, enqueuer, events, "recovery")
-        enqueuer.wait(timeout=READY_TIMEOUT)
-        bounds["recovery"] = (bounds["held"][1], wall + total)
-        sampler.mark("drain")
-        enqueued = array("d", times.read_bytes())
-        _drain(events, len(enqueued), args.drain)
-        sampler.mark("end")
-    finally:
-        stopping.set()
-        sampler.close()
-        processes.stop(worker)
-        processes.stop(enqueuer)
-        events.close()
+
+    def hold(until: float, stopping: threading.Event) -> list[threading.Thread]:
+        thread = threading.Thread(target=sessions.run, args=(until, stopping))
+        thread.start()
+        return [thread]
+
+    bounds, enqueued = run_phases(args, worker, enqueuer, events, sampler, hold, times)
     # No hot table's dead rows here: the gauges stand for them.
     result = summary.system_figures(enqueued, events.tasks, sampler.samples, bounds, "")
     for name in bounds:
