@@ -86,11 +86,13 @@ bench:  ## The full side-by-side benchmark (about 30 minutes; see docs/benchmark
 	WITH_BENCH=1 VENV=$(VENV) scripts/venv.sh
 	$(PY) -m benchmarks run --probes 10 --http-requests 1000
 
-bench-smoke:  ## A few hundred tasks through our PostgreSQL and SQLite rows and one peer; the latency of the bare-SQL floor and hand-over; the scale profile at 2,000 tasks; the mixed profile for a few seconds a phase
+bench-smoke:  ## A few hundred tasks through our PostgreSQL and SQLite rows and one peer; the latency of the bare-SQL floor and hand-over; the scale profile at 2,000 tasks; the mixed profile for a few seconds a phase (PostgreSQL, MariaDB, SQLite)
 	WITH_BENCH=1 VENV=$(VENV) scripts/venv.sh
 	$(PY) -m benchmarks run --smoke
 	$(PY) -m benchmarks scale --smoke --database sqlite
 	$(PY) -m benchmarks mixed --smoke
+	$(PY) -m benchmarks mixed --smoke --database mariadb
+	$(PY) -m benchmarks mixed --smoke --database sqlite --rate 30
 
 docs:
 	WITH_DOCS=1 VENV=$(VENV) scripts/venv.sh

@@ -202,6 +202,8 @@ python -m benchmarks mixed --hold pg_dump   # a pg_dump through the middle phase
 python -m benchmarks mixed --hold analytics,pg_dump --rate 800
 python -m benchmarks mixed --baseline 30 --held 120 --recovery 30 --out /tmp/mixed
 python -m benchmarks mixed --smoke          # 4 s, 6 s, 4 s a system: under 60 s (CI)
+python -m benchmarks mixed --database mariadb --mariadb-database my_mixed   # MariaDB (below)
+python -m benchmarks mixed --database sqlite --rate 30 --smoke              # SQLite (below)
 ```
 
 1. **The server**: for each system a new one, `initdb` in a temporary directory (as the
@@ -255,8 +257,24 @@ python -m benchmarks mixed --smoke          # 4 s, 6 s, 4 s a system: under 60 s
    `benchmarks/results/mixed/`. django-sqltasks runs from the working tree the command runs in
    (not from a commit, unlike `run`): the figures give the commit and say if the tree differed.
 7. **What it is not**: the two systems run one after the other, each with the machine to
-   itself and whatever else runs on it. PostgreSQL only so far: MariaDB's purge held back by a
-   long transaction and SQLite's WAL kept from its checkpoints are their own versions of it.
+   itself and whatever else runs on it.
+8. **MariaDB and SQLite** (`--database mariadb|sqlite`, `benchmarks/mixed/databases.py`):
+   django-sqltasks alone (no classic table), the same load, phases and sessions, each database's
+   own version of the problem. MariaDB (the server at `BENCH_MARIADB_ADDR`, 127.0.0.1:3306, as
+   root; the run creates the database `--mariadb-database`, `bench_mixed`, and drops it at the
+   end): sessions `START TRANSACTION WITH CONSISTENT SNAPSHOT; SELECT count(*) FROM app_account;
+   SELECT SLEEP(120), 'analytics-N'`, which stop InnoDB's purge; once a second, the history
+   list length (`information_schema.INNODB_METRICS`, `trx_rseg_history_len`: the whole
+   server's) and the oldest transaction on the database (`innodb_trx`). SQLite (a file in WAL
+   mode with a 20 s timeout, as [Databases](databases.md#sqlite) sets it up): sessions `BEGIN;
+   SELECT count(*) FROM app_account;` held open in another connection, which keep the WAL from
+   being checkpointed; once a second, the size of the `-wal` and `-shm` files. Neither keeps
+   statement statistics here (MariaDB's `performance_schema` is off by default), so the worker
+   and the enqueuer time their own statements (a Django execute wrapper around the driver's
+   call, `benchmarks/mixed/timing.py`): the claim (MariaDB: its locking `SELECT` and its
+   `UPDATE`; SQLite: its `UPDATE … RETURNING`), the finish, the enqueue and the task's write.
+   No server CPU (MariaDB's server is shared; SQLite runs in the worker): the worker's CPU per
+   task instead. The worker's log is searched for the table check's `W00N` codes.
 """
 
 
@@ -310,10 +328,14 @@ MIXED_DIR = "mixed"  # where python -m benchmarks mixed writes its results
 
 def _mixed_section(directory: Path) -> str:
     """The mixed profile's method and each of its results (python -m benchmarks mixed)."""
+    from benchmarks.mixed import databases  # MariaDB's and SQLite's runs: their own table
+
     parts = [MIXED]
     for path in sorted(directory.glob("*.json")):
         result = json.loads(path.read_text())
-        parts.append(mixed_summary.markdown(result, heading="###"))
+        on_postgresql = result["meta"].get("database", "postgresql") == "postgresql"
+        render = mixed_summary.markdown if on_postgresql else databases.markdown
+        parts.append(render(result, heading="###"))
         chart = result["meta"].get("chart")
         if chart and (directory / chart).exists():
             parts.append(f"![{chart}]({directory.parent.name}/{directory.name}/{chart})\n")

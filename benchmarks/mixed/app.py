@@ -25,7 +25,8 @@ FILL = f"""
 INSERT INTO {TABLE} (id, note)
 SELECT i, md5(i::text) || md5((i + 1)::text) FROM generate_series(1, %s) AS i
 """
-WRITE = f"UPDATE {TABLE} SET balance = balance + 1, updated_at = now() WHERE id = %s"
+# CURRENT_TIMESTAMP: PostgreSQL's now(), and what MariaDB and SQLite (no now()) read too.
+WRITE = f"UPDATE {TABLE} SET balance = balance + 1, updated_at = CURRENT_TIMESTAMP WHERE id = %s"
 ANALYTICS_READ = f"SELECT count(*) FROM {TABLE}"
 
 # One datagram per task: seq, enqueued at, body started at, body ended at (epoch seconds).
@@ -33,6 +34,9 @@ TASK_EVENT = struct.Struct("!qddd")
 # The enqueuer's progress, every PROGRESS_EVERY seconds: tasks enqueued, when, the slowest call.
 PROGRESS_EVENT = struct.Struct("!qdd")
 PROGRESS_EVERY = 0.5  # seconds
+# A statement a worker or the enqueuer ran (benchmarks/mixed/timing.py): its kind's index in
+# the harness's list, its seconds.
+STATEMENT_EVENT = struct.Struct("!Bd")
 
 _socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -43,6 +43,7 @@ RESULTS_DIR = REPO_ROOT / "benchmarks" / "results" / "mixed"
 DATABASE = "bench_mixed"
 PG_VERSION = 15
 HOLDS = ("analytics", "pg_dump")
+DATABASES = ("postgresql", "mariadb", "sqlite")
 CLAIM_MATCH = "SKIP LOCKED"  # what django-sqltasks' claim statements (claim, claim_fair) contain
 READY_TIMEOUT = 60.0  # seconds for a worker to connect
 SETTLE = 1.0  # seconds after the worker's first connection before the first enqueue
@@ -116,6 +117,19 @@ def _setting(value: str) -> tuple[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks mixed", description=__doc__)
     add = parser.add_argument
+    add(
+        "--database",
+        choices=DATABASES,
+        default="postgresql",
+        help="postgresql (a private server, django-sqltasks and the classic table), mariadb "
+        "(the server at BENCH_MARIADB_ADDR, 127.0.0.1:3306) or sqlite (a WAL file); see "
+        "benchmarks/mixed/databases.py",
+    )
+    add(
+        "--mariadb-database",
+        default="bench_mixed",
+        help="the MariaDB database the run creates and drops (bench_mixed)",
+    )
     add("--rate", type=_positive, default=120.0, help="tasks enqueued per second (120)")
     add("--baseline", type=_positive, default=120.0, help="seconds before the snapshots (120)")
     add("--held", type=_positive, default=360.0, help="seconds the snapshots are held (360)")
@@ -166,6 +180,12 @@ def main(argv: list[str]) -> int:
             SMOKE["recovery"],
         )
         args.gap, args.drain, args.accounts = SMOKE["gap"], SMOKE["drain"], int(SMOKE["accounts"])
+    if args.database != "postgresql":
+        if args.hold != ["analytics"] or args.systems != list(SYSTEMS):
+            raise SystemExit("--hold and --systems: PostgreSQL's only (--database postgresql)")
+        from benchmarks.mixed import databases
+
+        return databases.main(args, argv, args.profile or _profile_name(args), args.out)
     bindir = args.pg_bindir or find_bindir(PG_VERSION)
     if bindir is None or not (bindir / "initdb").exists():
         raise SystemExit(
@@ -271,36 +291,14 @@ def run_system(
         env,
         logs / f"{system.name}-enqueuer.log",
     )  # fmt: skip
-    wall = _first_report(events, enqueuer)
-    sampler.mark("baseline")
-    start = time.monotonic() - (time.time() - wall)
-    bounds: dict[str, tuple[float, float]] = {}
-    stopping = threading.Event()
-    try:
-        _until(start + args.baseline, worker, enqueuer, events, "baseline")
-        bounds["baseline"] = (wall, wall + (time.monotonic() - start))
-        sampler.mark("held")
-        held_start = time.monotonic()
-        threads, held = _hold(args, server, held_start + args.held, stopping)
-        _until(held_start + args.held, worker, enqueuer, events, "held")
-        for thread in threads:
-            thread.join()
-        bounds["held"] = (bounds["baseline"][1], wall + (time.monotonic() - start))
-        sampler.mark("recovery")
-        _until(start + total, worker, enqueuer, events, "recovery")
-        enqueuer.wait(timeout=READY_TIMEOUT)
-        # The schedule's end, not the enqueuer's exit a moment later.
-        bounds["recovery"] = (bounds["held"][1], wall + args.baseline + args.held + args.recovery)
-        sampler.mark("drain")
-        enqueued = array("d", times.read_bytes())
-        _drain(events, len(enqueued), args.drain)
-        sampler.mark("end")
-    finally:
-        stopping.set()
-        sampler.close()
-        processes.stop(worker)
-        processes.stop(enqueuer)
-        events.close()
+    held: dict[str, Any] = {}  # what held the snapshots: the sessions', the dumps' records
+
+    def hold(until: float, stopping: threading.Event) -> list[threading.Thread]:
+        threads, records = _hold(args, server, until, stopping)
+        held.update(records)
+        return threads
+
+    bounds, enqueued = run_phases(args, worker, enqueuer, events, sampler, hold, times)
     result = summary.system_figures(
         enqueued, events.tasks, sampler.samples, bounds, system.hot_table
     )
@@ -313,6 +311,61 @@ def run_system(
         "worker_warnings": _warnings(logs / f"{system.name}-worker.log"),
     }
     return result
+
+
+class PhaseSampler(Protocol):
+    samples: list[dict[str, Any]]
+
+    def mark(self, phase: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def run_phases(
+    args: argparse.Namespace,
+    worker: Any,
+    enqueuer: Any,
+    events: Events,
+    sampler: PhaseSampler,
+    hold: Callable[[float, threading.Event], list[threading.Thread]],
+    times: Path,
+) -> tuple[dict[str, tuple[float, float]], array[float]]:
+    """From the enqueuer's start: the baseline, the held phase (``hold`` starts the threads
+    that hold snapshots until the monotonic time it is given), the recovery and the drain,
+    each marked on ``sampler``; then everything stopped. The phases' bounds (epoch seconds)
+    and every task's enqueue time."""
+    wall = _first_report(events, enqueuer)
+    sampler.mark("baseline")
+    start = time.monotonic() - (time.time() - wall)
+    total = args.baseline + args.held + args.recovery
+    bounds: dict[str, tuple[float, float]] = {}
+    stopping = threading.Event()
+    try:
+        _until(start + args.baseline, worker, enqueuer, events, "baseline")
+        bounds["baseline"] = (wall, wall + (time.monotonic() - start))
+        sampler.mark("held")
+        held_start = time.monotonic()
+        threads = hold(held_start + args.held, stopping)
+        _until(held_start + args.held, worker, enqueuer, events, "held")
+        for thread in threads:
+            thread.join()
+        bounds["held"] = (bounds["baseline"][1], wall + (time.monotonic() - start))
+        sampler.mark("recovery")
+        _until(start + total, worker, enqueuer, events, "recovery")
+        enqueuer.wait(timeout=READY_TIMEOUT)
+        # The schedule's end, not the enqueuer's exit a moment later.
+        bounds["recovery"] = (bounds["held"][1], wall + total)
+        sampler.mark("drain")
+        enqueued = array("d", times.read_bytes())
+        _drain(events, len(enqueued), args.drain)
+        sampler.mark("end")
+    finally:
+        stopping.set()
+        sampler.close()
+        processes.stop(worker)
+        processes.stop(enqueuer)
+        events.close()
+    return bounds, enqueued
 
 
 def _hold(
@@ -422,7 +475,7 @@ def _smoke_verdict(result: dict[str, Any]) -> int:
 
 
 def _profile_name(args: argparse.Namespace) -> str:
-    parts = ["mixed"]
+    parts = ["mixed"] + ([args.database] if args.database != "postgresql" else [])
     if args.hold != ["analytics"]:
         parts.append("-".join(h.replace("_", "") for h in args.hold))
     if args.rate != 120:

@@ -44,7 +44,7 @@ FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_p
 
 
 class Events(threading.Thread):
-    """The UDP socket every task and the enqueuer report to."""
+    """The UDP socket every task, the enqueuer and the statement timer report to."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
@@ -55,6 +55,8 @@ class Events(threading.Thread):
         self.port = int(self.socket.getsockname()[1])
         self.tasks: list[tuple[int, float, float, float]] = []  # seq, enqueued, started, ended
         self.progress: list[tuple[int, float, float]] = []  # enqueued so far, at, slowest call
+        # received at, kind, seconds: the statements timing.py times (MariaDB and SQLite runs)
+        self.statements: list[tuple[float, int, float]] = []
         self._closing = threading.Event()
 
     def run(self) -> None:
@@ -67,6 +69,8 @@ class Events(threading.Thread):
                 self.tasks.append(app.TASK_EVENT.unpack(data))
             elif len(data) == app.PROGRESS_EVENT.size:
                 self.progress.append(app.PROGRESS_EVENT.unpack(data))
+            elif len(data) == app.STATEMENT_EVENT.size:
+                self.statements.append((time.time(), *app.STATEMENT_EVENT.unpack(data)))
 
     def close(self) -> None:
         self._closing.set()

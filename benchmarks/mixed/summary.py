@@ -187,8 +187,9 @@ def _from_samples(
     loads = [s["load1"] for s in samples]
     out["load1_min"], out["load1_max"] = min(loads), max(loads)
     if previous is not None and completed:
-        server = samples[-1]["server_cpu_s"] - previous["server_cpu_s"]
-        out["server_cpu_ms_per_task"] = server / completed * 1000
+        if "server_cpu_s" in samples[-1] and "server_cpu_s" in previous:  # not a shared server's
+            server = samples[-1]["server_cpu_s"] - previous["server_cpu_s"]
+            out["server_cpu_ms_per_task"] = server / completed * 1000
         if "worker_cpu_s" in samples[-1] and "worker_cpu_s" in previous:
             worker = samples[-1]["worker_cpu_s"] - previous["worker_cpu_s"]
             out["worker_cpu_ms_per_task"] = worker / completed * 1000
@@ -481,19 +482,22 @@ def markdown(result: dict[str, Any], heading: str = "###") -> str:
 # The chart ---------------------------------------------------------------------------------
 
 
-def chart(result: dict[str, Any], path: Path) -> None:
-    """Backlog, window p99, dead versions and claim time over time, every system on each."""
+PANELS = [  # series key, axis label, scale
+    ("backlog", "backlog (tasks)", "symlog"),
+    ("p99_ms", "p99 start latency, last 10 s (ms)", "log"),
+    ("dead", "dead row versions, hot table", "symlog"),
+    ("claim_ms", "claim statement, mean (ms)", "log"),
+]
+
+
+def chart(result: dict[str, Any], path: Path, panels: list[tuple[str, str, str]] = PANELS) -> None:
+    """Backlog, window p99, dead versions and claim time over time (or ``panels``), every
+    system on each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [
-        ("backlog", "backlog (tasks)", "symlog"),
-        ("p99_ms", "p99 start latency, last 10 s (ms)", "log"),
-        ("dead", "dead row versions, hot table", "symlog"),
-        ("claim_ms", "claim statement, mean (ms)", "log"),
-    ]
     figure, axes = plt.subplots(len(panels), 1, figsize=(9, 10), sharex=True)
     meta = result["meta"]
     held_from = meta["seconds"]["baseline"]

@@ -9,7 +9,10 @@ class BenchConfig(AppConfig):
 
     def ready(self) -> None:
         from benchmarks import marker
+        from benchmarks.mixed import timing
         from benchmarks.systems import current_system
+
+        timing.install_from_env()  # the mixed profile's statement timer (MariaDB, SQLite)
 
         # Only worker processes get BENCH_MARKER_ADDR; enqueuers and the web server do not.
         # Made here, in the worker's first process, so that forked work-horses share it.

@@ -204,7 +204,8 @@ def postgres_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
 def mariadb_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
     return {
         "ENGINE": "django.db.backends.mysql",
-        "NAME": name,
+        # BENCH_MARIADB_DATABASE: one database of one's own for every system, as for PostgreSQL.
+        "NAME": os.environ.get("BENCH_MARIADB_DATABASE") or name,
         "USER": os.environ.get("BENCH_MARIADB_USER", "root"),
         "PASSWORD": os.environ.get("BENCH_MARIADB_PASSWORD", ""),
         "HOST": endpoints.host("mariadb"),

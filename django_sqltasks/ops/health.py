@@ -41,6 +41,13 @@ STALE_NAPTIMES = 5  # autovacuum_naptime periods (1 minute each by default)
 # 450,000 dead row versions behind, and claims grew 0.17-0.19 ms per 1,000 tasks drained with
 # a snapshot open (docs/reliability.md), so about 40 ms slower after one minute.
 OLD_TRANSACTION_SECONDS = 60.0
+# SQLite: a read transaction of another connection holds the WAL (W005) once the frames no
+# checkpoint could copy pass this many rounds of wal_autocheckpoint (1,000 pages, about 4 MiB,
+# by default: 10 make about 40 MiB). A short transaction holds a few pages at a time; at 30
+# tasks/s the WAL grew by about 1.7 MiB a second while one was held (docs/databases.md).
+WAL_HELD_CHECKPOINTS: float = 10
+DEFAULT_WAL_AUTOCHECKPOINT = 1000  # pages: SQLite's, for a connection that turned it off
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,29 @@ def warnings(health: TableHealth, using: str = "default") -> list[HealthWarning]
                     "its thresholds too high for this table (see docs/operations.md).",
                 )
             )
+    held = health.wal_held_frames
+    if held is not None and held > wal_held_limit(health):
+        page = health.wal_page_bytes or 0
+        size = (
+            ""
+            if health.wal_bytes is None
+            else f" (its -wal file is {health.wal_bytes / MIB:,.0f} MiB)"
+        )
+        found.append(
+            HealthWarning(
+                "django_sqltasks.W005",
+                "old_transaction",
+                f"A read transaction of another connection holds the WAL of database {using!r} "
+                f"back: {held:,} pages written since it began ({held * page / MIB:,.0f} MiB) "
+                f"cannot be checkpointed, and the WAL grows until it ends{size}. SQLite does "
+                "not say which connection holds it.",
+                "End that read transaction (a shell or a report left inside a transaction, a "
+                "long loop over a queryset inside transaction.atomic()) and keep read "
+                "transactions short; set PRAGMA journal_size_limit in the database's "
+                "init_command so that the file shrinks again once the WAL is reset "
+                "(see docs/databases.md).",
+            )
+        )
     if old and holder is not None:
         found.append(
             HealthWarning(
@@ -193,6 +223,14 @@ def dead_rows_limit(health: TableHealth, live: int) -> float:
     autovacuum on, W004 warns past it only if they cannot be removed or autovacuum is late."""
     share = DEAD_SHARE_AUTOVACUUM_OFF if health.autovacuum is False else 1.0
     return max(live * share, DEAD_ROWS_FLOOR)
+
+
+def wal_held_limit(health: TableHealth) -> int:
+    """The frames of SQLite's WAL a read transaction may keep from being checkpointed before
+    W005 warns: WAL_HELD_CHECKPOINTS rounds of the connection's wal_autocheckpoint."""
+    automatic = health.wal_autocheckpoint or 0
+    pages = automatic if automatic > 0 else DEFAULT_WAL_AUTOCHECKPOINT
+    return int(WAL_HELD_CHECKPOINTS * pages)
 
 
 def vacuum_is_late(health: TableHealth) -> bool:
@@ -348,6 +386,12 @@ def summary(health: TableHealth) -> str:
         parts.append(f"about {health.live_rows:,} live and {health.dead_rows:,} dead rows")
     if health.history_length is not None:
         parts.append(f"InnoDB history length {health.history_length:,}")
+    if health.wal_frames is not None:
+        size = "" if health.wal_bytes is None else f" ({health.wal_bytes / MIB:,.1f} MiB)"
+        parts.append(
+            f"WAL {health.wal_frames:,} pages{size}, {health.wal_held_frames or 0:,} not "
+            "checkpointed"
+        )
     if health.vacuumed_seconds_ago is not None:
         parts.append(f"last vacuumed {short(health.vacuumed_seconds_ago)} ago")
     if health.oldest_transaction_seconds is not None:
@@ -356,7 +400,7 @@ def summary(health: TableHealth) -> str:
             f"oldest other transaction {short(health.oldest_transaction_seconds)} "
             f"({session(health)}" + (f", query {query[:QUERY_SHOWN]!r})" if query else ")")
         )
-    elif health.known:
+    elif health.known and health.wal_frames is None:  # SQLite does not list transactions
         parts.append("no other transaction open")
     if health.prepared_gid is not None:
         parts.append(

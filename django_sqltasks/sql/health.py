@@ -1,11 +1,13 @@
-"""What the database says about the upkeep of the task table, one statement per database that
-says anything (SQLite does not): the statistics of its rows, whether it may be vacuumed, and
-the oldest transaction of another session, which holds back the cleanup of old row versions.
+"""What the database says about the upkeep of the task table, one statement per database: the
+statistics of its rows, whether it may be vacuumed, and the oldest transaction of another
+session, which holds back the cleanup of old row versions (SQLite: the WAL that a read
+transaction keeps from being checkpointed).
 ops/health.py turns these into warnings. And what the health probe (ops/probe.py) runs on each
 database besides its reads: a time limit on its statements, and a write that changes nothing."""
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime
 from typing import Any
@@ -172,6 +174,45 @@ def read_mysql(cursor: CursorWrapper) -> TableHealth:
         oldest_transaction_state=state,
         oldest_transaction_query=one_line(query),
         history_length=None if history is None else int(history[0]),
+    )
+
+
+# SQLite ------------------------------------------------------------------------------------
+
+# In WAL mode a checkpoint copies the WAL's frames into the database, up to the oldest read
+# transaction's snapshot, and once it has copied them all the next writer starts the WAL again
+# from its start. A read transaction left open in another connection stops both: the WAL grows
+# by every page written while it lasts (SQLite does not say which connection holds it). A
+# passive checkpoint waits for no reader or writer (it is what every commit runs past
+# wal_autocheckpoint): its row is (busy, the WAL's frames, the frames checkpointed), or
+# (0, -1, -1) outside WAL mode.
+WAL_CHECKPOINT_SQL = "PRAGMA wal_checkpoint(PASSIVE)"
+SQLITE_FILE_SQL = "PRAGMA database_list"
+
+
+def read_sqlite(cursor: CursorWrapper) -> TableHealth:
+    """The WAL's size and the frames a read transaction keeps from being checkpointed, after a
+    passive checkpoint; nothing outside WAL mode or while another checkpoint runs."""
+    cursor.execute(WAL_CHECKPOINT_SQL)
+    busy, frames, checkpointed = cursor.fetchone()
+    if busy or frames < 0:
+        return TableHealth()
+    cursor.execute("PRAGMA page_size")
+    (page,) = cursor.fetchone()
+    cursor.execute("PRAGMA wal_autocheckpoint")
+    (automatic,) = cursor.fetchone()
+    cursor.execute(SQLITE_FILE_SQL)
+    path = next((row[2] for row in cursor.fetchall() if row[1] == "main"), "")
+    try:
+        size: int | None = os.path.getsize(f"{path}-wal") if path else None
+    except OSError:
+        size = None
+    return TableHealth(
+        wal_bytes=size,
+        wal_frames=int(frames),
+        wal_held_frames=int(frames) - int(checkpointed),
+        wal_page_bytes=int(page),
+        wal_autocheckpoint=int(automatic),
     )
 
 

@@ -288,6 +288,15 @@ class TableHealth:
     prepared_xids: int | None = None
     slot_name: str | None = None
     slot_xids: int | None = None
+    # SQLite in WAL mode, after a passive checkpoint: the -wal file's size, the frames (pages)
+    # it holds, those no checkpoint could copy into the database (written after the snapshot of
+    # another connection's read transaction began: it keeps the WAL from being reset), and the
+    # size of a page and the connection's wal_autocheckpoint (in pages).
+    wal_bytes: int | None = None
+    wal_frames: int | None = None
+    wal_held_frames: int | None = None
+    wal_page_bytes: int | None = None
+    wal_autocheckpoint: int | None = None
 
     @property
     def known(self) -> bool:

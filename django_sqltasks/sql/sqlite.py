@@ -20,6 +20,7 @@ from .rows import (
     RETURNED_COLUMNS,
     ClaimedRow,
     Outcome,
+    TableHealth,
 )
 
 RETURNING = ", ".join(RETURNED_COLUMNS)
@@ -69,6 +70,13 @@ class SQLiteDialect(health.SQLiteProbe, Dialect):
             finally:
                 connection.transaction_mode = mode  # type: ignore[attr-defined]
             yield
+
+    def table_health(self, cursor: CursorWrapper) -> TableHealth:
+        # A checkpoint cannot run inside a transaction of its own connection ("database table
+        # is locked"): inside one (a caller's atomic block), nothing is read.
+        if self._current_connection().in_atomic_block:
+            return TableHealth()
+        return health.read_sqlite(cursor)
 
     def is_transient(self, error: BaseException) -> bool:
         # Another connection holds the write lock past the busy timeout: "database is

@@ -1,4 +1,5 @@
-"""The task table's upkeep (issue 20): autovacuum off, dead rows, an old transaction.
+"""The task table's upkeep (issue 20): autovacuum off, dead rows, an old transaction (on
+SQLite, a read transaction that keeps the WAL from being checkpointed).
 
 Each condition is made for real, and seen where an operator looks: the database checks,
 ``tasks_status``, the admin's overview page and the metrics.
@@ -122,8 +123,9 @@ def test_a_healthy_table_gives_no_warning(operator: Client) -> None:
         assert seen.warning_metric("dead_rows") == 0
         assert seen.warning_metric("old_transaction") == 0
     if connection.vendor == "sqlite":
-        assert not health.read().known  # nothing to warn about: no vacuum horizon
-        assert "Task table" not in seen.status
+        upkeep = health.read()  # no vacuum horizon: only the WAL, which nothing holds
+        assert upkeep.wal_held_frames is not None
+        assert upkeep.wal_held_frames <= health.wal_held_limit(upkeep)
 
 
 def test_warnings_need_the_database() -> None:
@@ -543,3 +545,36 @@ def test_the_overview_and_the_metrics_name_the_horizon_holder(
         }
         age = seen.metrics.get_sample_value("sqltasks_horizon_holder", labels)
         assert age is not None and age >= 0, labels
+
+
+@pytest.mark.skipif("connection.vendor != 'sqlite'", reason="the WAL is SQLite's")
+@pytest.mark.django_db(transaction=True)  # the read transaction is another connection's
+def test_a_read_transaction_holding_the_wal_back_warns_until_it_ends(
+    operator: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tenth of a checkpoint of 1,000 pages: the warning's bound at 100 pages, not 10,000.
+    monkeypatch.setattr(health, "WAL_HELD_CHECKPOINTS", 0.1)
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE health_wal_filler (payload blob)")
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute(f"SELECT count(*) FROM {TABLE}")  # its snapshot: the WAL's end now
+            cursor.fetchone()
+        with connection.cursor() as cursor:
+            for _ in range(60):  # each about two pages of 4 KiB, in a commit of its own
+                cursor.execute("INSERT INTO health_wal_filler VALUES (randomblob(6000))")
+        upkeep = health.read()
+        assert (upkeep.wal_held_frames or 0) > health.wal_held_limit(upkeep) == 100
+        seen = look(operator)
+        seen.assert_warns("django_sqltasks.W005", "old_transaction")
+        assert "A read transaction of another connection holds the WAL" in seen.status
+        assert "journal_size_limit" in seen.status
+    finally:
+        with other.cursor() as cursor:
+            cursor.execute("ROLLBACK")
+        other.close()
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE health_wal_filler")
+    assert not old_transaction_seen()  # the next checkpoint copies it all
