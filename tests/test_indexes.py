@@ -172,7 +172,7 @@ def test_an_outcome_finds_its_task_by_id_not_among_its_owners_running_tasks() ->
     # A prepared statement's generic plan (OPTIONS prepare_threshold): it guesses the number
     # of ids and of RUNNING rows instead of reading them.
     recorder = Recorder()
-    dialect_for(connection).complete(recorder, "busy", [outcome])  # type: ignore[arg-type]
+    dialect_for(connection).complete(recorder, "busy", [outcome])
     numbers = iter(range(1, 100))
     generic = re.sub(r"%s", lambda _: f"${next(numbers)}", recorder.sql)
     with connection.cursor() as cursor:
