@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -137,6 +138,18 @@ def worker_env(**extra: str) -> dict[str, str]:
     env["PGAPPNAME"] = WORKER_APPLICATION_NAME
     env.update(extra)
     return env
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with Django set up on ``env``'s database."""
+    return subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup()\n{code}"],
+        cwd=ROOT,
+        env=worker_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

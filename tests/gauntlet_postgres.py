@@ -1,6 +1,7 @@
 """A private PostgreSQL server to restart at will, so no one else's connections are hurt.
 
-The fault tests restart it under running workers; scripts/soak.py and scripts/long_life.py run
+The fault tests restart it under running workers; the failover tests make a streaming standby of
+it (``standby``), promote that and kill this one; scripts/soak.py and scripts/long_life.py run
 their long loads on it; the ``mixed`` benchmark profile (benchmarks/mixed/) gives it autovacuum
 at its defaults and pg_stat_statements. One server per ``PrivatePostgres``: ``initdb`` in a
 temporary directory, ``pg_ctl`` start/restart/stop on a free port, the directory removed at the
@@ -16,6 +17,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -148,11 +150,59 @@ class PrivatePostgres:
         with psycopg.connect(self.url) as connection:
             return connection.execute(sql).fetchall()
 
+    def reconfigure(self, name: str, value: str) -> None:
+        """``ALTER SYSTEM SET name = value``, then reload the configuration."""
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.url, autocommit=True) as connection:
+            statement = sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                sql.Identifier(name), sql.Literal(value)
+            )
+            connection.execute(statement)
+            connection.execute("SELECT pg_reload_conf()")
+
     def postmaster_pid(self) -> int | None:
         """The server's main process, from its postmaster.pid; None when it is not running."""
         with contextlib.suppress(OSError, ValueError, IndexError):
             return int((self.data / "postmaster.pid").read_text().split()[0])
         return None
+
+    def standby(self, settings: Mapping[str, str] | None = None) -> PrivatePostgres:
+        """A streaming standby of this running server: ``pg_basebackup -R`` of it, started on
+        a port of its own, with ``settings`` appended to the copied postgresql.conf. On a
+        failure, the standby is removed."""
+        standby = PrivatePostgres(self.bindir, self.database, self.settings)
+        try:
+            standby._run(
+                str(self.bindir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.port),
+                "-U", "postgres", "-D", str(standby.data), "-R", "-X", "stream",
+                "--no-sync", "-c", "fast",
+            )  # fmt: skip
+            with (standby.data / "postgresql.conf").open("a") as conf:
+                conf.write("\n# PrivatePostgres standby\n")
+                for name, value in (settings or {}).items():
+                    quoted = value.replace("'", "''")
+                    conf.write(f"{name} = '{quoted}'\n")
+            standby.start()
+        except BaseException:
+            standby.stop()
+            raise
+        return standby
+
+    def promote(self) -> None:
+        """Promote this standby to a primary, and wait until it takes writes."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "promote")
+
+    def kill(self) -> None:
+        """SIGKILL the server and every process of it at once, as a crash of its machine's
+        PostgreSQL would: no shutdown, no last WAL sent to a standby. (The kernel still closes
+        the clients' sockets, which a machine that vanished from the network would not.)"""
+        pid = self.postmaster_pid()
+        if pid is not None:
+            # pg_ctl starts the server in a session of its own: its group is all of it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """Stop the server at once (no checkpoint: nothing is kept) and remove its directory."""

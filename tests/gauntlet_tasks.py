@@ -1,13 +1,18 @@
-"""Tasks the gauntlet and the soak script enqueue: each leaves evidence that it ran."""
+"""Tasks the gauntlet and the soak script enqueue: each leaves evidence that it ran; and the
+failover tests' enqueuer, which leaves evidence of what it saw committed."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import threading
+import time
 from pathlib import Path
 
+from django.db import DatabaseError, connection
+
 from django_sqltasks.compat import task
+from django_sqltasks.sql.broken import drop
 from tests import events
 
 
@@ -93,3 +98,34 @@ UNSTORABLE = {"nul": "a\x00b", "surrogate": "\ud800"}
 def return_unstorable(kind: str) -> str:
     """Return text a JSON column cannot hold: a NUL character, or a lone surrogate."""
     return UNSTORABLE[kind]
+
+
+ENQUEUE_PAUSE = 0.01  # seconds between the steady enqueuer's enqueues (about 100 a second)
+ENQUEUE_BACKOFF = 0.2  # seconds before the steady enqueuer tries again after an error
+
+
+def enqueue_steadily(log: str, acked: str, stop: str, seconds: float) -> None:
+    """Enqueue ``mark_slowly(log, "e<n>", seconds)`` one task at a time (each in its own
+    transaction) until the file ``stop`` exists. Each enqueue that returned (committed, as its
+    caller sees it) adds a line to ``acked``: ``ok <label> <task id> <port of the server that
+    took it>``; one that raised (its commit unknown) adds ``? <label> <error>``, and its label
+    is not used again. A ``note`` (``enqueued``) follows each line, for a test to wake on."""
+    n = 0
+    with open(acked, "a") as out:
+        while not os.path.exists(stop):
+            label = f"e{n}"
+            n += 1
+            try:
+                result = mark_slowly.enqueue(log, label, seconds)
+                port = connection.connection.info.port
+            except DatabaseError as e:
+                out.write(f"? {label} {type(e).__name__}\n")
+                out.flush()
+                drop(connection)  # broken: the next enqueue opens a new one
+                events.note("enqueued", label=label, port=None)
+                time.sleep(ENQUEUE_BACKOFF)
+                continue
+            out.write(f"ok {label} {result.id} {port}\n")
+            out.flush()
+            events.note("enqueued", label=label, port=port)
+            time.sleep(ENQUEUE_PAUSE)

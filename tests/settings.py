@@ -76,6 +76,16 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 # Worker subprocesses are told the test database's name, which pytest-django made.
 if os.environ.get("SQLTASKS_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["SQLTASKS_TEST_DB_NAME"]
+# Worker subprocesses and enqueuers of the failover tests are given two servers, a primary and
+# its standby, in libpq's host list (docs/operations.md, "Failover"): each connection goes to the
+# one that takes writes.
+if os.environ.get("SQLTASKS_TEST_FAILOVER_PORTS"):
+    _ports = os.environ["SQLTASKS_TEST_FAILOVER_PORTS"].split(",")
+    DATABASES["default"]["HOST"] = ",".join("127.0.0.1" for _ in _ports)
+    DATABASES["default"]["PORT"] = ",".join(_ports)
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"target_session_attrs": "read-write", "connect_timeout": 2}
+    )
 # Worker subprocesses of the pool tests use Django's connection pool (psycopg_pool), with these
 # pool options (JSON).
 if os.environ.get("SQLTASKS_TEST_POOL"):

@@ -40,11 +40,14 @@ def run_with_retries(
     attempts: int | None = None,
     within: float | None = None,
     about: str = "",
+    on_lost: Callable[[], None] | None = None,
 ) -> T:
     """Call ``fn`` (which uses ``connections[alias]``); on a transient error reconnect and retry,
     up to ``attempts`` calls in all, and for up to ``within`` seconds after the first error
     (None: until the database is back, or a few more once ``stopping`` is set). Any other
-    error is raised at once. ``about`` says in the log what the call was for."""
+    error is raised at once. ``about`` says in the log what the call was for; ``on_lost`` is
+    called at each transient error that is not contention (the connection was lost, or the
+    server is going or coming), before the connection is dropped."""
     attempt = 0
     deadline = None
     while True:
@@ -72,6 +75,8 @@ def run_with_retries(
                 e,
                 extra={"action": "db_retry", "attempt": attempt},
             )
+            if on_lost is not None and not dialect_for(connections[alias]).is_contention(e):
+                on_lost()
             reset(alias)
             threading.Event().wait(delay)
 

@@ -4,6 +4,7 @@ suspect to run alone, and putting back what a failed claim or a stop leaves RUNN
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -23,13 +24,19 @@ logger = logging.getLogger("django_sqltasks")
 T = TypeVar("T")
 
 FAILED_CLAIM = "The claim that took this task failed before the worker saw it."
+LOST_CONNECTION = (
+    "The worker's connection to the database was lost; once it was back, the database had "
+    "this task RUNNING for the worker, which no longer held it (its outcome or its claim lost "
+    "in a failover, or a claim the worker never saw)."
+)
 SUSPECT_CANDIDATES = 8  # suspects read per claim_suspect: the next ones if others took the first
 
 
 class Claims:
     """Claim tasks for one worker. Every method runs on the worker's database thread; the
     fields are set once, here, but ``_claim_uncertain`` and the limited claim's state, which
-    are the database thread's (the loop reads ``limited_active`` as a hint)."""
+    are the database thread's (the loop reads ``limited_active`` and ``uncertain`` as hints),
+    and ``connection_lost``, which any thread sets."""
 
     def __init__(
         self,
@@ -39,6 +46,7 @@ class Claims:
         queue_names: list[str] | None,
         slots: Slots,
         completer: Completer,
+        connection_lost: threading.Event | None = None,
     ) -> None:
         self.backend_name: str = backend.alias
         self.database: str = backend.database
@@ -51,6 +59,10 @@ class Claims:
         self._main_excluded = self._limited.excluded
         self._main_marks = ClaimMarks()  # where the main claim starts reading (sql/marks.py)
         self._claim_uncertain = False  # a claim failed without telling us what it took
+        # Set by any thread that saw one of the worker's connections lost: the server it
+        # reconnects to (after a failover, another one) may have RUNNING tasks of this worker
+        # that it does not hold. Cleared by the claim that puts those back.
+        self.connection_lost = connection_lost or threading.Event()
 
     @property
     def main_scope(self) -> Scope:
@@ -64,18 +76,19 @@ class Claims:
         return self._main_scope
 
     @property
+    def uncertain(self) -> bool:
+        """Whether the next claim first puts back what the database says this worker holds and
+        it does not (then it runs here, not on the loop)."""
+        return self._claim_uncertain or self.connection_lost.is_set()
+
+    @property
     def limited_active(self) -> bool:
         """Whether limited tasks are claimed first (then the claim runs here, not on the loop)."""
         return self._limited.active
 
     def claim(self, limit: int, after_failed_claim: bool = False) -> list[ClaimedRow]:
         """Claim up to ``limit`` due tasks: limited ones first, then the main claim's."""
-        if self._claim_uncertain or after_failed_claim:
-            # The last claim failed mid-way: it may have committed rows we never saw, which
-            # our heartbeat would keep RUNNING forever. Put them back first.
-            count = self.requeue_owned(FAILED_CLAIM, keep_known=True)
-            if count:
-                logger.warning("Requeued %d task(s) from a failed claim", count)
+        self._put_back_unknown(after_failed_claim)
         self._claim_uncertain = True
         limited = self._limited
         rows: list[ClaimedRow] = []
@@ -101,8 +114,7 @@ class Claims:
     def claim_suspect(self) -> tuple[ClaimedRow, bool] | None:
         """Claim a suspect (see ``Dialect.requeue_orphans``) to run alone in one slot, within
         its limits, if one waits; with whether it has a time bound."""
-        if self._claim_uncertain:
-            self.requeue_owned(FAILED_CLAIM, keep_known=True)
+        self._put_back_unknown()
         self._claim_uncertain = True
         found = self._cursor_call(
             lambda d, c: d.suspects(
@@ -120,6 +132,30 @@ class Claims:
                 break
         self._claim_uncertain = False
         return claimed
+
+    def _put_back_unknown(self, after_failed_claim: bool = False) -> None:
+        """Put back the RUNNING tasks of this worker that it does not hold, where the last
+        claim failed mid-way (it may have committed rows we never saw) or a connection was
+        lost (the server may be another, with claims or outcomes of ours it lacks): our
+        heartbeat would keep them RUNNING forever."""
+        lost = self.connection_lost.is_set()
+        if not (self._claim_uncertain or after_failed_claim or lost):
+            return
+        self._claim_uncertain = True  # until the statement below has run
+        self.connection_lost.clear()  # a loss seen from now on puts back again
+        try:
+            count = self.requeue_owned(LOST_CONNECTION if lost else FAILED_CLAIM, keep_known=True)
+        except BaseException:
+            if lost:
+                self.connection_lost.set()
+            raise
+        if count:
+            logger.warning(
+                "Requeued %d task(s) this worker held no more, after %s",
+                count,
+                "a lost connection" if lost else "a failed claim",
+                extra={"action": "requeued_unknown", "count": count},
+            )
 
     def clear_suspect(self, task_id: uuid.UUID) -> bool:
         """Clear the suspect ``task_id`` running here past its time bound (see

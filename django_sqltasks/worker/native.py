@@ -54,6 +54,7 @@ class LoopDatabase:
         scope: Scope,
         listen: bool,
         on_wake: Callable[[str | None], None],
+        on_lost: Callable[[], None] | None = None,
         listen_database: str | None = None,
     ) -> None:
         self.database = database
@@ -65,6 +66,7 @@ class LoopDatabase:
         self.worker_id = worker_id
         self.scope = scope
         self._on_wake = on_wake
+        self._on_lost = on_lost  # told when the connection is lost (any thread may be told)
         self._listen = listen
         self.dialect = postgresql_dialect(connections[database])
         self._params: dict[str, Any] = {}
@@ -129,6 +131,7 @@ class LoopDatabase:
         except BaseException:
             self.marks.end(None)
             await self._drop()
+            self._lost()
             raise
         self.marks.end(claim_feedback(values))
         self._watch()
@@ -213,9 +216,18 @@ class LoopDatabase:
             self._connection = None
             self._retry_at = time.monotonic() + RECONNECT_DELAY
             self._loop_close(connection)
+            self._lost()
+            # Wake the worker, which waits for a notification that cannot come now: it claims
+            # on its database thread (a failover: on the new primary), polls, and listens
+            # again from its first claim after RECONNECT_DELAY, not after up to POLL_INTERVAL.
+            self._on_wake(None)
             return
         while (notify := pgconn.notifies()) is not None:
             self._on_wake(notify.extra.decode("utf-8", "replace") or None)
+
+    def _lost(self) -> None:
+        if self._on_lost is not None:
+            self._on_lost()
 
     def _loop_close(self, connection: Any) -> None:
         assert self._loop is not None

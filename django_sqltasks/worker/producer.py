@@ -292,7 +292,9 @@ class Producer:
     async def _claim_rows(self, free: int) -> list[ClaimedRow]:
         """Claim up to ``free`` tasks: on the loop where it can, else on the database thread."""
         native, claims = self._native, self._claims
-        if native is None or not native.ready or claims.limited_active:
+        if native is None or not native.ready or claims.limited_active or claims.uncertain:
+            # Also where the last claim failed or a connection was lost: the thread's claim
+            # first puts back what the database says this worker holds and it does not.
             return await self._db.call(claims.claim, free)
         try:
             return await native.claim(free)

@@ -18,13 +18,25 @@ class DatabaseThread:
     """A worker's database thread: one connection for its claims, its lease and its upkeep.
     Set up once, here; any thread may call it."""
 
-    def __init__(self, database: str, stopping: threading.Event) -> None:
+    def __init__(
+        self,
+        database: str,
+        stopping: threading.Event,
+        connection_lost: threading.Event | None = None,
+    ) -> None:
         self.database = database
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="sqltasks-db")
         self._stopping = stopping  # set when the worker winds down: retries give up sooner
+        # Set when the thread's connection is lost (see ``Claims.connection_lost``).
+        self._on_lost = connection_lost.set if connection_lost is not None else None
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the thread, riding out transient errors (from the loop)."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self.executor, run_with_retries, self.database, partial(fn, *args), self._stopping
+        call = partial(
+            run_with_retries,
+            self.database,
+            partial(fn, *args),
+            self._stopping,
+            on_lost=self._on_lost,
         )
+        return await asyncio.get_running_loop().run_in_executor(self.executor, call)

@@ -94,7 +94,11 @@ class Worker:
         )
         self._stopped = threading.Event()  # set when the worker winds down: threads end
         self._failing = FailingRoles()
-        self._db = DatabaseThread(self.database, self._stopped)
+        # Set by whichever of the worker's connections is lost first: the next claim puts
+        # back what the database (after a failover, another server) says this worker holds
+        # and it does not (see Claims.connection_lost).
+        self._connection_lost = threading.Event()
+        self._db = DatabaseThread(self.database, self._stopped, self._connection_lost)
         # Outcomes are written on a connection of their own, so that a claim and a write run
         # at the same time; a database that takes one writer at a time shares one.
         self._single_writer = dialect_for(connections[self.database]).single_writer
@@ -121,6 +125,7 @@ class Worker:
             queue_names=self.queue_names,
             slots=self.slots,
             completer=self._completer,
+            connection_lost=self._connection_lost,
         )
         self._producer = Producer(
             sender=type(task_backend),
@@ -250,6 +255,7 @@ class Worker:
                 scope=self._claims.main_scope,
                 listen=notify,
                 on_wake=self._producer.woken_here,
+                on_lost=self._connection_lost.set,
                 listen_database=self.backend.config.listen_database,
             )
             await self._native.start()

@@ -7,8 +7,6 @@ import json
 import logging
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -25,7 +23,7 @@ from django_sqltasks.sql.retries import run_with_retries
 from django_sqltasks.sql.rows import PARKED
 from django_sqltasks.worker import Worker
 from tests import gauntlet_tasks, tasks_durable
-from tests.conftest import ROOT, WORKER_APPLICATION_NAME, WorkerProcess, worker_env
+from tests.conftest import WORKER_APPLICATION_NAME, WorkerProcess, run_python
 from tests.events import EventLog, Gate
 from tests.gauntlet_mariadb import PrivateMariaDB, find_mariadbd
 from tests.gauntlet_postgres import PrivatePostgres, find_bindir
@@ -47,18 +45,6 @@ def enqueue_marks(log: Path, count: int, seconds: float = 0.0) -> None:
         ((str(log), f"t{i}", seconds), {}) for i in range(count)
     ]
     gauntlet_tasks.mark_slowly.get_backend().enqueue_many(gauntlet_tasks.mark_slowly, calls)
-
-
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter with Django set up on ``env``'s database."""
-    return subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup()\n{code}"],
-        cwd=ROOT,
-        env=worker_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 # A PostgreSQL restart ------------------------------------------------------------------------
