@@ -46,11 +46,14 @@ CLAIM_SET = """status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
 # by row: one row nested deeper than the decoder allows then fails alone, not its batch.
 COLUMNS = ", ".join(f"{c}::text" if c in JSON_SHAPES else c for c in RETURNED_COLUMNS)
 # SQLSTATEs that may go away by themselves: serialization failure, deadlock, lock not
-# available (lock_timeout), query canceled (statement_timeout), too many connections, and the
-# server shutting down or starting. Class 08 (connection exceptions) is matched by prefix.
+# available (lock_timeout), query canceled (statement_timeout), too many connections, the
+# server shutting down or starting, and a write in a read-only transaction: a session left on
+# a server that takes writes no more (a primary fenced for a switchover, the old writer behind
+# a DNS name that moved), which a new connection leaves (target_session_attrs=read-write, or
+# the name resolved again). Class 08 (connection exceptions) is matched by prefix.
 MISSING_SQLSTATES = frozenset({"42P01", "42703"})  # undefined_table, undefined_column
 CONTENTION_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014"})
-TRANSIENT_SQLSTATES = CONTENTION_SQLSTATES | {"53300", "57P01", "57P02", "57P03"}
+TRANSIENT_SQLSTATES = CONTENTION_SQLSTATES | {"53300", "57P01", "57P02", "57P03", "25006"}
 # What a multi-row INSERT reads from its JSON document: the columns a new task does not share
 # with every other new task, with their types.
 INSERT_RECORD = (

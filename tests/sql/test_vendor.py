@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 
 from django_sqltasks.sql import Outcome, unsupported_version
 from django_sqltasks.sql.dialect import Dialect
@@ -39,6 +39,22 @@ def test_ping_result_select_and_error_kinds(dialect: Dialect) -> None:
         with pytest.raises(DatabaseError) as refused:
             cursor.execute("SELECT no_such_column FROM django_sqltasks_nothing")
     assert not dialect.is_transient(refused.value)
+    assert not dialect.is_contention(refused.value)
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL session's fact")
+def test_a_write_refused_as_read_only_is_transient(dialect: Dialect) -> None:
+    """A session on a server that takes no writes (a primary fenced for a switchover, a
+    standby reached without ``target_session_attrs``) is dropped, and the call tried again on
+    a new connection, which libpq sends to the server that takes writes."""
+    task_row()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET TRANSACTION READ ONLY")
+        with pytest.raises(DatabaseError) as refused, transaction.atomic():
+            cursor.execute(f"UPDATE {dialect.tasks} SET priority = 1")
+    assert dialect.is_read_only(refused.value)
+    assert dialect.is_transient(refused.value)
     assert not dialect.is_contention(refused.value)
 
 
