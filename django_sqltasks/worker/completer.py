@@ -331,8 +331,11 @@ class Completer:
         and the statement is taken to be at fault, as for any other error."""
         if not is_transient(self._database, error):
             return
-        contention = self._dialect().is_contention(error)
-        answers = not contention and self._answers()
+        dialect = self._dialect()
+        # A server that takes no writes (a fenced primary) refuses every outcome alike: that
+        # is no statement's fault, however well it answers a ping.
+        refuses_all = dialect.is_contention(error) or dialect.is_read_only(error)
+        answers = not refuses_all and self._answers()
         if not (judging and answers):
             raise DatabaseAway(answers) from error
 

@@ -22,6 +22,7 @@ from django_sqltasks.models import StepRecord, TaskRecord
 from django_sqltasks.sql.retries import run_with_retries
 from django_sqltasks.sql.rows import PARKED
 from django_sqltasks.worker import Worker
+from django_sqltasks.worker.completer import JUDGE_AFTER
 from tests import gauntlet_tasks, tasks_durable
 from tests.conftest import WORKER_APPLICATION_NAME, WorkerProcess, run_python
 from tests.events import EventLog, Gate
@@ -404,6 +405,59 @@ def test_a_lock_held_past_the_lock_timeout_is_retried(
     assert len(executions) == count
     assert max(executions.values()) == 1
     print(f"\n{len(retries)} retries: {retries[0].getMessage()}")
+
+
+class Rounds(logging.Handler):
+    """Clear ``fenced`` once the worker has logged ``count`` rounds of outcome writes that met
+    a transient error."""
+
+    def __init__(self, count: int, fenced: threading.Event) -> None:
+        super().__init__()
+        self.count = count
+        self.fenced = fenced
+        self.seen = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "outcome(s) met a transient error" in record.getMessage():
+            self.seen += 1
+            if self.seen >= self.count:
+                self.fenced.clear()
+
+
+@postgres_only
+def test_outcomes_wait_for_a_server_that_takes_no_writes(
+    run_worker: RunWorker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A primary fenced for a switchover (every transaction read-only; with one host there is
+    no other to go to) refuses every outcome alike: they wait, past the rounds after which an
+    outcome refused while the database answers is judged the statement's fault and salvaged,
+    and are stored once the server takes writes again. None is blamed on the way."""
+    log = tmp_path / "executions"
+    enqueue_marks(log, 3)
+    fenced = threading.Event()
+    fenced.set()
+    rounds = Rounds(JUDGE_AFTER + 2, fenced)
+
+    def read_only(sender: Any, connection: Any, **kwargs: Any) -> None:
+        if fenced.is_set() and threading.current_thread().name.startswith("sqltasks-writer"):
+            with connection.cursor() as cursor:
+                cursor.execute("SET default_transaction_read_only = on")
+
+    connection_created.connect(read_only, dispatch_uid="gauntlet-read-only")
+    logging.getLogger("django_sqltasks").addHandler(rounds)
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_sqltasks"):
+            run_worker(concurrency=2)
+    finally:
+        logging.getLogger("django_sqltasks").removeHandler(rounds)
+        connection_created.disconnect(dispatch_uid="gauntlet-read-only")
+    assert rounds.seen > JUDGE_AFTER
+    blamed = [
+        r.getMessage() for r in caplog.records if "refused this task's outcome" in r.getMessage()
+    ]
+    assert blamed == []
+    assert list(TaskRecord.objects.values_list("status", flat=True)) == ["SUCCESSFUL"] * 3
+    assert Counter(gauntlet_tasks.executions(log)) == {f"t{i}": 1 for i in range(3)}
 
 
 @pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has one writer: no deadlocks")
