@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
-from ..sql import ClaimedRow, Dialect, Scope, dialect_for
+from ..sql import ClaimedRow, Dialect, Scope, SuspectRow, dialect_for
 from ..sql.marks import ClaimMarks
 from .completer import Completer
 from .limited import limited_claim_for
@@ -98,9 +98,10 @@ class Claims:
         self._claim_uncertain = False
         return rows
 
-    def claim_suspect(self) -> tuple[ClaimedRow, bool] | None:
-        """Claim a suspect (see ``Dialect.requeue_orphans``) to run alone in one slot, within
-        its limits, if one waits; with whether it has a time bound."""
+    def claim_suspects(self, limit: int, alone: bool) -> list[tuple[ClaimedRow, SuspectRow]]:
+        """Claim up to ``limit`` suspects (see ``Dialect.requeue_orphans``) that wait, within
+        their limits: those of a first death to run beside each other, and (``alone``) one
+        suspect to run alone in one slot; each with what its claim read of it."""
         if self._claim_uncertain:
             self.requeue_owned(FAILED_CLAIM, keep_known=True)
         self._claim_uncertain = True
@@ -109,15 +110,19 @@ class Claims:
                 c,
                 backend_name=self.backend_name,
                 queue_names=self.queue_names,
-                limit=SUSPECT_CANDIDATES,
+                limit=limit + SUSPECT_CANDIDATES,
             )
         )
-        claimed: tuple[ClaimedRow, bool] | None = None
+        claimed: list[tuple[ClaimedRow, SuspectRow]] = []
         for suspect in found:
+            if len(claimed) >= limit:
+                break
+            if not suspect.together and not alone:
+                continue
             row = self._cursor_call(partial(self._limited.claim_suspect, suspect=suspect))
             if row is not None:
-                claimed = row, suspect.bounded
-                break
+                claimed.append((row, suspect))
+                alone = alone and suspect.together  # one suspect runs alone at a time
         self._claim_uncertain = False
         return claimed
 

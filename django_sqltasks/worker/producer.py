@@ -131,9 +131,10 @@ class Producer:
                 # Wait for more free slots, so claims come in batches rather than one by one.
                 await self.sleep(GATHER_DELAY if free > 0 else self.poll_interval)
                 continue
-            if self._suspects.may_claim(self.slots):
-                # One suspect at a time runs alone here, in one of the free slots.
-                free -= await self._claim_suspect()
+            if self._suspects.may_look(self.slots):
+                # The suspects of a first death run beside each other in free slots; of the
+                # others, one at a time runs alone here, in one of them.
+                free -= await self._claim_suspects(free)
                 if free <= 0:
                     continue
             written_before = self._completer.written
@@ -165,7 +166,7 @@ class Producer:
                     if self._completer.wait_idle(0) and self._completer.written == written_before:
                         if await self._db.call(claims.suspects_waiting):
                             # Suspects wait (their limits may hold them back): look again.
-                            self._suspects.waiting = True
+                            self._suspects.told()
                             await self.sleep(self.poll_interval)
                             continue
                         if not await self._db.call(claims.limited_waiting):
@@ -188,11 +189,13 @@ class Producer:
                 )
                 await self.sleep(min(idle, self.poll_interval))
 
-    async def _claim_suspect(self) -> int:
-        """Claim a suspect to run alone in one slot, if one waits that its limits let start
-        (see ``suspects``); return how many slots it took (0 or 1)."""
+    async def _claim_suspects(self, free: int) -> int:
+        """Claim the suspects that wait and that their limits let start, up to ``free``: of a
+        first death, beside each other; of the others, one to run alone in one slot if none
+        runs alone here (see ``suspects``). Return how many slots they took."""
+        alone = self._suspects.may_claim(self.slots)
         try:
-            claimed = await self._db.call(self._claims.claim_suspect)
+            claimed = await self._db.call(self._claims.claim_suspects, free, alone)
         except Exception:
             self._failing.failed("claiming")
             logger.exception(
@@ -200,20 +203,32 @@ class Producer:
             )
             return 0
         self._failing.succeeded("claiming")
-        if claimed is None:
-            # None waits, or their limits are full: look again when told, or at a burst end.
-            self._suspects.waiting = False
-            return 0
-        row, bounded = claimed
-        logger.warning(
-            "Running task id=%s alone in one slot: its worker died while it ran beside other "
-            "tasks, and any of them may have killed it",
-            row.id,
-            extra={"action": "suspect_alone", "task_id": row.id, "worker_id": self.worker_id},
-        )
-        self._suspects.took(row.id, bounded)
-        self._hold([row], first=True)
-        return 1
+        took_alone = False
+        for row, suspect in claimed:
+            if suspect.together:
+                logger.info(
+                    "Running task id=%s beside the other tasks that lost a worker: its worker "
+                    "died while it ran; if this worker dies too, it runs alone next",
+                    row.id,
+                    extra={
+                        "action": "suspect_together",
+                        "task_id": row.id,
+                        "worker_id": self.worker_id,
+                    },
+                )
+                continue
+            took_alone = True
+            logger.warning(
+                "Running task id=%s alone in one slot: its worker died while it ran beside "
+                "other tasks, and any of them may have killed it",
+                row.id,
+                extra={"action": "suspect_alone", "task_id": row.id, "worker_id": self.worker_id},
+            )
+            self._suspects.took(row.id, suspect.bounded)
+        # None waits, or their limits are full: look again when told, or at a burst end.
+        self._suspects.looked(alone, took_alone, free, len(claimed))
+        self._hold([row for row, _ in claimed], first=True)
+        return len(claimed)
 
     async def _clear_suspect(self) -> None:
         """The suspect running alone here reached its time bound: clear it, so that the next
@@ -247,7 +262,7 @@ class Producer:
                 self._loop.call_soon_threadsafe(self._suspects_told)
 
     def _suspects_told(self) -> None:
-        self._suspects.waiting = True
+        self._suspects.told()
 
     async def sleep(self, seconds: float, *, wake_at: int | None = None) -> None:
         """Sleep up to ``seconds``; wake early once a quarter of the room is free (or no more

@@ -1,8 +1,11 @@
-"""Suspects run alone, in one slot. A suspect is a task that was running when its worker died
-beside other tasks: any of them may have killed it (see ``Dialect.requeue_orphans``). A worker
-runs at most one suspect at a time, in one of its slots, while its other slots run other
-tasks; if it dies then, the suspect is the one charged. A crash thus costs each worker one
-slot, not the worker.
+"""Suspects are judged in two rounds. A suspect is a task that was running when its worker died
+beside other tasks: any of them may have killed it (see ``Dialect.requeue_orphans``). Most
+deaths have no poison task (an OOM kill, a deploy's SIGKILL, a lost host), so the suspects of a
+first death run beside each other first, as many as a worker has free slots: they then cost
+one task's time, not their sum. Those whose worker dies again while they run beside others are
+suspects to run alone: a worker runs at most one of them at a time, in one of its slots, while
+its other slots run other tasks; if it dies then, the suspect is the one charged. A crash thus
+costs each worker one slot, not the worker.
 
 A suspect still running after its time bound (the lease timeout) is cleared: it no longer
 counts as running alone, and the worker takes the next suspect. If its worker dies after
@@ -24,17 +27,37 @@ class Suspects:
     def __init__(self, bound: float) -> None:
         self.bound = bound  # seconds a suspect with a time bound runs alone
         # Suspects may wait: set at start, when told, and by a burst worker that found nothing
-        # else; cleared when a look finds none.
+        # else; cleared when a look finds none it could take. ``waiting``: of any kind;
+        # ``together``: suspects of a first death, which run beside each other.
         self.waiting = True
+        self.together = True
         self.alone: uuid.UUID | None = None  # the suspect running alone here, if any
         self.bounded = True  # whether ``alone`` is cleared after ``bound``
         self.started: float | None = None  # monotonic: when ``alone`` started
 
+    def told(self) -> None:
+        """Suspects of any kind may wait: look for them."""
+        self.waiting = self.together = True
+
     def may_claim(self, slots: Slots) -> bool:
-        """Whether to look for a suspect now: some may wait, and none runs alone here."""
+        """Whether to look for a suspect to run alone now: some may wait, and none runs alone
+        here."""
         if self.alone is not None and self.alone not in slots.held_ids():
             self.alone, self.started = None, None  # it ended
         return self.waiting and self.alone is None
+
+    def may_look(self, slots: Slots) -> bool:
+        """Whether to look for suspects now: of a first death, or one to run alone."""
+        return self.may_claim(slots) or self.together
+
+    def looked(self, alone: bool, took_alone: bool, free: int, claimed: int) -> None:
+        """A look for suspects (``alone``: one to run alone too, which it ``took_alone``)
+        claimed ``claimed`` of ``free`` slots: when it took fewer, none it could take waits
+        (their limits may hold them back: look again when told)."""
+        if claimed < free:
+            self.together = False
+            if alone and not took_alone:
+                self.waiting = False
 
     def took(self, task_id: uuid.UUID, bounded: bool) -> None:
         """This worker claimed suspect ``task_id`` to run alone."""

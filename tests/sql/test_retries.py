@@ -19,6 +19,7 @@ from tests.worker.test_faults import SHORT_LOCK_TIMEOUT, Retried
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+
 def _hold_lock(task_id: str | uuid.UUID, locked: threading.Event, until: threading.Event) -> None:
     """Lock the row of ``task_id`` (SQLite: the file) from another connection until ``until``."""
     if connection.vendor == "sqlite":
