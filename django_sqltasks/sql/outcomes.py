@@ -310,14 +310,14 @@ class OutcomeStatements(Vendor):
                 *charged_params,
                 *self._marks(SUSPECT, SUSPECT_TOGETHER),
             ]
-        # errors comes first and available_at last: MySQL evaluates single-table SET clauses
-        # left to right, and the message, the status and the rescues read t.owner, t.rescues
-        # and t.available_at before they change.
+        # errors comes first, then available_at, then owner: MySQL evaluates single-table SET
+        # clauses left to right, and the message, the status, the rescues and the mark read
+        # t.owner, t.rescues and t.available_at before they change.
         return (
             f"""
             UPDATE {self.tasks} AS t
             SET errors = {error}, status = {status_sql}, finished_at = {finished_sql}
-                {rescues_sql}, owner = NULL, available_at = {available_sql}
+                {rescues_sql}, available_at = {available_sql}, owner = NULL
             WHERE t.status = 'RUNNING' AND {where}
             """,
             [

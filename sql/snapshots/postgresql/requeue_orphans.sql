@@ -13,11 +13,11 @@ SET errors = t.errors || jsonb_build_array(jsonb_build_object('exception_class_p
     status = 'READY', finished_at = t.finished_at
     , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner
         FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY
-        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, owner = NULL, available_at = CASE
-        WHEN t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR (t.available_at IN (%s,
-        %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord"
-        r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s ELSE %s
-        END
+        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, available_at = CASE WHEN
+        t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR (t.available_at IN (%s, %s)
+        OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r
+        WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s ELSE %s END,
+        owner = NULL
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= now() -
     make_interval(secs => %s)));
@@ -64,11 +64,11 @@ SET errors = t.errors || jsonb_build_array(jsonb_build_object('exception_class_p
     t.finished_at END
     , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner
         FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY
-        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, owner = NULL, available_at = CASE
-        WHEN t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR (t.available_at IN (%s,
-        %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord"
-        r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s ELSE %s
-        END
+        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, available_at = CASE WHEN
+        t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR (t.available_at IN (%s, %s)
+        OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r
+        WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s ELSE %s END,
+        owner = NULL
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= now() -
     make_interval(secs => %s)))

@@ -6,8 +6,8 @@
 UPDATE "django_sqltasks_taskrecord" AS t
 SET errors = json_insert(t.errors, '$[#]', json_object('exception_class_path', %s, 'traceback',
     %s)), status = 'READY', finished_at = t.finished_at
-    , owner = NULL, available_at = CASE WHEN t.available_at IN (%s, %s) THEN t.available_at WHEN
-        t.available_at IN (%s, %s) THEN %s ELSE %s END
+    , available_at = CASE WHEN t.available_at IN (%s, %s) THEN t.available_at WHEN t.available_at IN
+        (%s, %s) THEN %s ELSE %s END, owner = NULL
 WHERE t.status = 'RUNNING' AND t.owner = %s;
 -- %s 1: 'django_sqltasks.exceptions.WorkerStopped'
 -- %s 2: 'Worker stopped.'
@@ -24,8 +24,8 @@ WHERE t.status = 'RUNNING' AND t.owner = %s;
 UPDATE "django_sqltasks_taskrecord" AS t
 SET errors = json_insert(t.errors, '$[#]', json_object('exception_class_path', %s, 'traceback',
     %s)), status = 'READY', finished_at = t.finished_at
-    , owner = NULL, available_at = CASE WHEN t.available_at IN (%s, %s) THEN t.available_at WHEN
-        t.available_at IN (%s, %s) THEN %s ELSE %s END
+    , available_at = CASE WHEN t.available_at IN (%s, %s) THEN t.available_at WHEN t.available_at IN
+        (%s, %s) THEN %s ELSE %s END, owner = NULL
 WHERE t.status = 'RUNNING' AND t.owner = %s AND t.id NOT IN (%s);
 -- %s 1: 'django_sqltasks.exceptions.WorkerStopped'
 -- %s 2: 'Worker stopped.'
