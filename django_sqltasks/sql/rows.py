@@ -117,14 +117,15 @@ def parked_at() -> datetime:
 
 # available_at of a suspect: a task that was running when its worker died beside others, so
 # any of them may have killed it. No claim by the clock takes it. A suspect of a first death
-# (SUSPECT_TOGETHER) runs beside the others of its kind, as many as a worker has free slots:
+# (SUSPECT_TOGETHER) runs beside the others of its kind, in up to half of a worker's slots:
 # most deaths (an OOM kill, a deploy's SIGKILL, a lost host) have no poison task, and those
-# suspects then cost one task's time, not their sum. If its worker dies while it runs beside
-# others again, it is not charged but becomes a SUSPECT: one that runs alone. A worker takes one
-# SUSPECT at a time to run alone in one of its slots (claim_suspect), its other slots running
-# other tasks, and it keeps this mark while it runs, so that if its worker dies again the
-# rescue charges it (MAX_RESCUES). After its time bound (the lease timeout) a worker clears a
-# suspect still running (SUSPECT_CLEARED) and may take the next one.
+# suspects then cost about one task's time per half-worker, not their sum. If its worker dies
+# while it runs beside others again, it is not charged but becomes a SUSPECT: one that runs
+# alone. A worker takes one SUSPECT at a time to run alone in one of its slots
+# (claim_suspect), its other slots running other tasks, and it keeps this mark while it runs,
+# so that if its worker dies again the rescue charges it (MAX_RESCUES). After its time bound
+# (the lease timeout) a worker clears a suspect still running (SUSPECT_CLEARED) and may take
+# the next one.
 SUSPECT = datetime(9998, 1, 1, tzinfo=UTC)
 # A suspect that runs alone until it ends, with no time bound: one whose worker died after it
 # was cleared (a task that kills its worker only after its bound is then caught next time).

@@ -98,10 +98,10 @@ class Claims:
         self._claim_uncertain = False
         return rows
 
-    def claim_suspects(self, limit: int, alone: bool) -> list[tuple[ClaimedRow, SuspectRow]]:
-        """Claim up to ``limit`` suspects (see ``Dialect.requeue_orphans``) that wait, within
-        their limits: those of a first death to run beside each other, and (``alone``) one
-        suspect to run alone in one slot; each with what its claim read of it."""
+    def claim_suspects(self, beside: int, alone: bool) -> list[tuple[ClaimedRow, SuspectRow]]:
+        """Claim the suspects (see ``Dialect.requeue_orphans``) that wait, within their
+        limits: up to ``beside`` of a first death, to run beside each other, and (``alone``)
+        one suspect to run alone in one slot; each with what its claim read of it."""
         if self._claim_uncertain:
             self.requeue_owned(FAILED_CLAIM, keep_known=True)
         self._claim_uncertain = True
@@ -110,19 +110,21 @@ class Claims:
                 c,
                 backend_name=self.backend_name,
                 queue_names=self.queue_names,
-                limit=limit + SUSPECT_CANDIDATES,
+                limit=beside + SUSPECT_CANDIDATES,
             )
         )
         claimed: list[tuple[ClaimedRow, SuspectRow]] = []
         for suspect in found:
-            if len(claimed) >= limit:
-                break
-            if not suspect.together and not alone:
+            if not (beside if suspect.together else alone):
                 continue
             row = self._cursor_call(partial(self._limited.claim_suspect, suspect=suspect))
-            if row is not None:
-                claimed.append((row, suspect))
-                alone = alone and suspect.together  # one suspect runs alone at a time
+            if row is None:
+                continue
+            claimed.append((row, suspect))
+            if suspect.together:
+                beside -= 1
+            else:
+                alone = False  # one suspect runs alone at a time
         self._claim_uncertain = False
         return claimed
 

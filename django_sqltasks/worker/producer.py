@@ -87,7 +87,7 @@ class Producer:
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
         self._stopping = False  # set by stop(): claim no more
         self._stop_unseen = False  # set by stop(), cleared by the next sleep, which it ends
-        self._suspects = Suspects(suspect_bound)
+        self._suspects = Suspects(suspect_bound, slots.capacity)
 
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
         """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
@@ -132,8 +132,8 @@ class Producer:
                 await self.sleep(GATHER_DELAY if free > 0 else self.poll_interval)
                 continue
             if self._suspects.may_look(self.slots):
-                # The suspects of a first death run beside each other in free slots; of the
-                # others, one at a time runs alone here, in one of them.
+                # The suspects of a first death run beside each other in up to half of the
+                # slots; of the others, one at a time runs alone here, in one slot.
                 free -= await self._claim_suspects(free)
                 if free <= 0:
                     continue
@@ -191,11 +191,16 @@ class Producer:
 
     async def _claim_suspects(self, free: int) -> int:
         """Claim the suspects that wait and that their limits let start, up to ``free``: of a
-        first death, beside each other; of the others, one to run alone in one slot if none
-        runs alone here (see ``suspects``). Return how many slots they took."""
-        alone = self._suspects.may_claim(self.slots)
+        first death, beside each other in up to half of the slots; of the others, one to run
+        alone in one slot if none runs alone here (see ``suspects``). Return how many slots
+        they took."""
+        suspects = self._suspects
+        alone = suspects.may_claim(self.slots)
+        beside = min(free - alone, suspects.room_beside(self.slots))
+        if beside <= 0 and not alone:
+            return 0
         try:
-            claimed = await self._db.call(self._claims.claim_suspects, free, alone)
+            claimed = await self._db.call(self._claims.claim_suspects, max(0, beside), alone)
         except Exception:
             self._failing.failed("claiming")
             logger.exception(
@@ -206,6 +211,7 @@ class Producer:
         took_alone = False
         for row, suspect in claimed:
             if suspect.together:
+                suspects.took_beside(row.id)
                 logger.info(
                     "Running task id=%s beside the other tasks that lost a worker: its worker "
                     "died while it ran; if this worker dies too, it runs alone next",
@@ -224,9 +230,14 @@ class Producer:
                 row.id,
                 extra={"action": "suspect_alone", "task_id": row.id, "worker_id": self.worker_id},
             )
-            self._suspects.took(row.id, suspect.bounded)
+            suspects.took(row.id, suspect.bounded)
         # None waits, or their limits are full: look again when told, or at a burst end.
-        self._suspects.looked(alone, took_alone, free, len(claimed))
+        suspects.looked(
+            alone=alone,
+            took_alone=took_alone,
+            beside=max(0, beside),
+            took_beside=len(claimed) - took_alone,
+        )
         self._hold([row for row, _ in claimed], first=True)
         return len(claimed)
 
