@@ -163,11 +163,12 @@ def test_the_suspects_of_a_crash_with_no_poison_cost_one_tasks_time_not_their_su
 ) -> None:
     """Six tasks of 4 s each were running when their worker was killed (an OOM kill, a
     deploy): they ran alone one after another, 4 s apart, 24 s for the six. As the suspects of
-    a first death they run beside each other in half of the worker's 6 slots: about 8 s."""
+    a first death they run beside each other in half of the worker's slots (6 of 12): about one
+    task's time."""
     marker = tmp_path / "ran"
     six = [tasks.record.enqueue(str(marker), 4.0).id for _ in range(6)]
     env = {**ENV, "SQLTASKS_LEASE_TIMEOUT": "120"}
-    args = ("-c", "6", "--prefetch", "0", "--worker-id", "solo")
+    args = ("-c", "12", "--prefetch", "0", "--worker-id", "solo")
     first = worker_process(*args, env=env)
     events.wait("note", what="start", count=6)
     first.kill()
