@@ -62,6 +62,8 @@ class BackendOptions:
     timeout: float | None = None
     prune_successful_days: float | None = None  # None keeps successful tasks for ever
     prune_failed_days: float | None = None  # None keeps failed tasks for ever
+    # Days an event sent for a key no task waits for is kept; None keeps it for ever.
+    prune_unclaimed_event_days: float | None = None
     periodic: Mapping[str, Schedule] = field(default_factory=dict)
     # Packages a stored task path may import (besides modules already loaded); None: the
     # installed apps. See results.allowed_modules.
@@ -176,7 +178,7 @@ class BackendOptions:
                 f"{where}['TIMEOUT'] must be a positive number of seconds, at most "
                 f"{MAX_DELAY:g} (366 days), or None, not {timeout!r}."
             )
-        for name in ("prune_successful_days", "prune_failed_days"):
+        for name in ("prune_successful_days", "prune_failed_days", "prune_unclaimed_event_days"):
             days = getattr(self, name)
             if days is not None and not is_number(days, 0, MAX_DAYS):
                 raise OptionError(

@@ -17,6 +17,7 @@ from .rows import (
     ANY_LIMIT,
     SUSPECT,
     SUSPECT_CLEARED,
+    SUSPECT_TOGETHER,
     SUSPECT_UNBOUNDED,
     UNLIMITED,
     ClaimedRow,
@@ -300,13 +301,16 @@ class ClaimStatements(Vendor):
         ]
 
     def _suspect_marks(self) -> list[Any]:
-        """The marks of a suspect waiting to run alone (SUSPECT, SUSPECT_UNBOUNDED)."""
-        return [self._encode_datetime(stored(m)) for m in (SUSPECT, SUSPECT_UNBOUNDED)]
+        """The marks of a suspect waiting to run (SUSPECT, SUSPECT_UNBOUNDED, SUSPECT_TOGETHER),
+        for ``available_at IN (%s, %s, %s)``."""
+        return [
+            self._encode_datetime(stored(m)) for m in (SUSPECT, SUSPECT_UNBOUNDED, SUSPECT_TOGETHER)
+        ]
 
     def _suspects_sql(
         self, backend_name: str, queue_names: list[str] | None, limit: int, limited: bool
     ) -> tuple[str, list[Any]]:
-        """Up to ``limit`` suspects (id, mark, limit key, queue) a worker on ``queue_names``
+        """Up to ``limit`` suspects (id, kind, limit key, queue) a worker on ``queue_names``
         may take, best first: of no limit key (one probe of its ready index per priority and
         mark), or (``limited``) of any (a range of sqltasks_ready_limited_at_idx: suspects
         are few, but their keys may be many)."""
@@ -319,13 +323,15 @@ class ClaimStatements(Vendor):
             priorities = list(range(TASK_MAX_PRIORITY, TASK_MIN_PRIORITY - 1, -1))
             marks = ", ".join(["%s"] * len(priorities))
             where += f" AND priority IN ({marks})"
+        # kind: 1 a suspect with a time bound, 2 one to run beside others, 0 neither.
         return (
-            "SELECT id, CASE WHEN available_at = %s THEN 1 ELSE 0 END, limit_key, queue_name, "
-            "priority "
+            "SELECT id, CASE WHEN available_at = %s THEN 1 WHEN available_at = %s THEN 2 "
+            "ELSE 0 END, limit_key, queue_name, priority "
             f"FROM {self.tasks} WHERE {where} "
-            "AND available_at IN (%s, %s) ORDER BY priority DESC, id LIMIT %s",
+            "AND available_at IN (%s, %s, %s) ORDER BY priority DESC, id LIMIT %s",
             [
                 self._encode_datetime(stored(SUSPECT)),
+                self._encode_datetime(stored(SUSPECT_TOGETHER)),
                 *params,
                 *priorities,
                 *self._suspect_marks(),
@@ -350,9 +356,10 @@ class ClaimStatements(Vendor):
         rows = [
             SuspectRow(
                 id=self._decode_id(values[0]),
-                bounded=bool(values[1]),
+                bounded=values[1] == 1,
                 limit_key=values[2],
                 queue_name=values[3],
+                together=values[1] == 2,
             )
             for values in found
         ]
@@ -369,7 +376,8 @@ class ClaimStatements(Vendor):
         self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
     ) -> ClaimedRow | None:
         """Mark suspect ``task_id`` RUNNING for ``worker_id`` (None if another took it). It
-        keeps its mark while it runs: if its worker dies, the rescue charges it."""
+        keeps its mark while it runs: if its worker dies, the rescue charges it (SUSPECT,
+        SUSPECT_UNBOUNDED) or makes it one to run alone (SUSPECT_TOGETHER)."""
         raise NotImplementedError
 
     def clear_suspect(self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str) -> bool:

@@ -186,7 +186,7 @@ class MySQLDialect(health.MySQLProbe, Dialect):
         with self._atomic():
             cursor.execute(
                 f"SELECT {COLUMNS}, {now} FROM {self.tasks} "
-                "WHERE id = %s AND status = 'READY' AND available_at IN (%s, %s) "
+                "WHERE id = %s AND status = 'READY' AND available_at IN (%s, %s, %s) "
                 "FOR UPDATE SKIP LOCKED",
                 [*now_params, self._encode_id(task_id), *self._suspect_marks()],
             )

@@ -17,6 +17,7 @@ from .rows import (
     OUTCOME_NOT_STORED,
     SUSPECT,
     SUSPECT_CLEARED,
+    SUSPECT_TOGETHER,
     SUSPECT_UNBOUNDED,
     WORKER_LOST,
     WORKER_STOPPED,
@@ -35,7 +36,14 @@ ORPHAN_MESSAGE = (
 # worker: it runs alone next time, and is charged a rescue only if its worker dies then.
 ORPHAN_SUSPECT = (
     " stopped heartbeating while running this task beside others; it was put back in the "
-    "queue, to run alone next time."
+    "queue, to run beside the other tasks that lost a worker next time (a task that kills its "
+    "worker there too runs alone after that)."
+)
+# The end of that error for a suspect that ran beside other suspects (SUSPECT_TOGETHER): it
+# runs alone next time, and is charged a rescue only if its worker dies then.
+ORPHAN_TOGETHER = (
+    " stopped heartbeating again while running this task beside others; it was put back in "
+    "the queue, to run alone next time."
 )
 # The end of that error for a suspect its worker had cleared (it ran alone past its time
 # bound): it runs alone next time until it ends.
@@ -143,9 +151,10 @@ class OutcomeStatements(Vendor):
         """Put RUNNING tasks whose owner has not heartbeaten for ``lease_timeout`` seconds (by
         the database's clock) back in the queue. A task that ran alone (a suspect, SUSPECT or
         SUSPECT_UNBOUNDED) is charged a rescue, and fails once it was rescued ``max_rescues``
-        times already (a task that kills its worker); the others become suspects, each to run
-        alone, limited or not: a suspect its worker had cleared (SUSPECT_CLEARED) with no time
-        bound next time."""
+        times already (a task that kills its worker); the others become suspects, limited or
+        not: of a first death (SUSPECT_TOGETHER), run beside each other next; one that died
+        beside others as such a suspect already, to run alone (SUSPECT); a suspect its worker
+        had cleared (SUSPECT_CLEARED), alone with no time bound next time."""
         cursor.execute(
             *self.requeue_orphans_sql(
                 backend_name=backend_name,
@@ -178,12 +187,17 @@ class OutcomeStatements(Vendor):
         charged = f"(t.available_at IN (%s, %s) OR {lone})"
         charged_params = self._marks(SUSPECT, SUSPECT_UNBOUNDED)
         p = self._text_param
-        ends = f"CASE WHEN {charged} THEN {p} WHEN t.available_at = %s THEN {p} ELSE {p} END"
+        ends = (
+            f"CASE WHEN {charged} THEN {p} WHEN t.available_at = %s THEN {p} "
+            f"WHEN t.available_at = %s THEN {p} ELSE {p} END"
+        )
         ends_params = [
             *charged_params,
             ORPHAN_MESSAGE[1],
             *self._marks(SUSPECT_CLEARED),
             ORPHAN_CLEARED,
+            *self._marks(SUSPECT_TOGETHER),
+            ORPHAN_TOGETHER,
             ORPHAN_SUSPECT,
         ]
         if max_rescues is None:
@@ -269,11 +283,11 @@ class OutcomeStatements(Vendor):
         # A stop (or a failed claim) puts a suspect back as one, a cleared one with its time
         # bound again; other tasks are due at once.
         available_sql = (
-            f"CASE WHEN t.available_at = %s THEN %s WHEN t.available_at IN (%s, %s) THEN %s "
-            f"ELSE {now} END"
+            f"CASE WHEN t.available_at IN (%s, %s) THEN t.available_at "
+            f"WHEN t.available_at IN (%s, %s) THEN %s ELSE {now} END"
         )
         available_params = [
-            *self._marks(SUSPECT_UNBOUNDED, SUSPECT_UNBOUNDED),
+            *self._marks(SUSPECT_UNBOUNDED, SUSPECT_TOGETHER),
             *self._marks(SUSPECT, SUSPECT_CLEARED, SUSPECT),
             *now_params,
         ]
@@ -282,20 +296,28 @@ class OutcomeStatements(Vendor):
             rescues_sql = f", rescues = t.rescues + CASE WHEN {charged} THEN 1 ELSE 0 END"
             rescues_params = list(charged_params)
             # A rescue makes every task a suspect (any of them may have killed the worker),
-            # limited ones too: the suspects' claim keeps their limits. One the worker had
-            # cleared, or an unbounded one, runs with no time bound next time.
-            available_sql = "CASE WHEN t.available_at IN (%s, %s) THEN %s ELSE %s END"
-            available_params = self._marks(
-                SUSPECT_UNBOUNDED, SUSPECT_CLEARED, SUSPECT_UNBOUNDED, SUSPECT
+            # limited ones too: the suspects' claim keeps their limits. A task of a first death
+            # runs beside the others next (SUSPECT_TOGETHER); one charged, or a suspect that
+            # ran beside others as such already, runs alone (SUSPECT). One the worker had
+            # cleared, or an unbounded one, runs alone with no time bound next time.
+            available_sql = (
+                "CASE WHEN t.available_at IN (%s, %s) THEN %s "
+                f"WHEN t.available_at = %s OR {charged} THEN %s ELSE %s END"
             )
-        # errors comes first and available_at last: MySQL evaluates single-table SET clauses
-        # left to right, and the message, the status and the rescues read t.owner, t.rescues
-        # and t.available_at before they change.
+            available_params = [
+                *self._marks(SUSPECT_UNBOUNDED, SUSPECT_CLEARED, SUSPECT_UNBOUNDED),
+                *self._marks(SUSPECT_TOGETHER),
+                *charged_params,
+                *self._marks(SUSPECT, SUSPECT_TOGETHER),
+            ]
+        # errors comes first, then available_at, then owner: MySQL evaluates single-table SET
+        # clauses left to right, and the message, the status, the rescues and the mark read
+        # t.owner, t.rescues and t.available_at before they change.
         return (
             f"""
             UPDATE {self.tasks} AS t
             SET errors = {error}, status = {status_sql}, finished_at = {finished_sql}
-                {rescues_sql}, owner = NULL, available_at = {available_sql}
+                {rescues_sql}, available_at = {available_sql}, owner = NULL
             WHERE t.status = 'RUNNING' AND {where}
             """,
             [

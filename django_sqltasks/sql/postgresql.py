@@ -509,7 +509,7 @@ class PostgreSQLDialect(health.PostgreSQLProbe, Dialect):
             WITH claimed AS (
                 UPDATE {self.tasks} AS t
                 SET {CLAIM_SET}
-                WHERE t.id = %s AND t.status = 'READY' AND t.available_at IN (%s, %s)
+                WHERE t.id = %s AND t.status = 'READY' AND t.available_at IN (%s, %s, %s)
                 RETURNING {RETURNING}
             )
             SELECT json_agg(json_build_array({COLUMNS}))::text FROM claimed

@@ -24,6 +24,7 @@ T = TypeVar("T")
 FIRST_BACKOFF = 0.05  # seconds before the first retry
 MAX_BACKOFF = 5.0  # seconds; retries continue at this pace until the database is back
 RETRIES_WHEN_STOPPING = 3  # once the worker stops, give up after this many retries
+QUIET_CONTENTION_RETRIES = 2  # retries of a lock conflict logged at INFO; the next at WARNING
 
 
 def is_transient(alias: str, error: BaseException) -> bool:
@@ -67,16 +68,33 @@ def run_with_retries(
                 deadline = deadline or time.monotonic() + within
                 if time.monotonic() + delay > deadline:
                     raise
-            logger.warning(
-                "Transient database error%s (attempt %d), retrying in %.2fs: %s",
-                f" {about}" if about else "",
-                attempt,
-                delay,
-                e,
-                extra={"action": "db_retry", "attempt": attempt},
-            )
-            if on_lost is not None and not dialect_for(connections[alias]).is_contention(e):
-                on_lost()
+            where = f" {about}" if about else ""
+            if dialect_for(connections[alias]).is_contention(e):
+                # A deadlock or a lock wait another transaction caused: the database rolled
+                # this try back and it runs again, nothing lost. Said so, at INFO for the first
+                # tries: MySQL's "Deadlock found" in a warning reads as a fault when it is
+                # routine; a conflict that goes on is a warning.
+                logger.log(
+                    logging.INFO if attempt <= QUIET_CONTENTION_RETRIES else logging.WARNING,
+                    "Lock conflict with another transaction%s (attempt %d): this try was "
+                    "rolled back, retrying in %.2fs: %s",
+                    where,
+                    attempt,
+                    delay,
+                    e,
+                    extra={"action": "db_retry", "attempt": attempt, "contention": True},
+                )
+            else:
+                logger.warning(
+                    "Transient database error%s (attempt %d), retrying in %.2fs: %s",
+                    where,
+                    attempt,
+                    delay,
+                    e,
+                    extra={"action": "db_retry", "attempt": attempt},
+                )
+                if on_lost is not None:
+                    on_lost()
             reset(alias)
             threading.Event().wait(delay)
 

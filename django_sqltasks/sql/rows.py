@@ -116,11 +116,16 @@ def parked_at() -> datetime:
 
 
 # available_at of a suspect: a task that was running when its worker died beside others, so
-# any of them may have killed it. No claim by the clock takes it; a worker takes one at a time
-# to run alone in one of its slots (claim_suspect), its other slots running other tasks, and it
-# keeps this mark while it runs, so that if its worker dies again the rescue charges it
-# (MAX_RESCUES). After its time bound (the lease timeout) a worker clears a suspect still
-# running (SUSPECT_CLEARED) and may take the next one.
+# any of them may have killed it. No claim by the clock takes it. A suspect of a first death
+# (SUSPECT_TOGETHER) runs beside the others of its kind, in up to half of a worker's slots:
+# most deaths (an OOM kill, a deploy's SIGKILL, a lost host) have no poison task, and those
+# suspects then cost about one task's time per half-worker, not their sum. If its worker dies
+# while it runs beside others again, it is not charged but becomes a SUSPECT: one that runs
+# alone. A worker takes one SUSPECT at a time to run alone in one of its slots
+# (claim_suspect), its other slots running other tasks, and it keeps this mark while it runs,
+# so that if its worker dies again the rescue charges it (MAX_RESCUES). After its time bound
+# (the lease timeout) a worker clears a suspect still running (SUSPECT_CLEARED) and may take
+# the next one.
 SUSPECT = datetime(9998, 1, 1, tzinfo=UTC)
 # A suspect that runs alone until it ends, with no time bound: one whose worker died after it
 # was cleared (a task that kills its worker only after its bound is then caught next time).
@@ -128,6 +133,9 @@ SUSPECT_UNBOUNDED = datetime(9998, 1, 2, tzinfo=UTC)
 # available_at of a running suspect past its time bound: not charged if its worker dies (the
 # next suspect may run beside it), and a suspect with no time bound after that.
 SUSPECT_CLEARED = datetime(9998, 1, 3, tzinfo=UTC)
+# A suspect of a first death, run beside other suspects of its kind (see SUSPECT); it keeps
+# this mark while it runs, and a rescue then makes it a SUSPECT (charged only if it ran alone).
+SUSPECT_TOGETHER = datetime(9998, 1, 4, tzinfo=UTC)
 # The first date a run_after may not have: from here on the dates are marks (SUSPECT..PARKED).
 RESERVED_FROM = SUSPECT
 
@@ -207,6 +215,7 @@ class SuspectRow:
     bounded: bool  # whose worker clears it after its time bound (SUSPECT, not _UNBOUNDED)
     limit_key: str | None
     queue_name: str
+    together: bool = False  # of a first death: runs beside others (SUSPECT_TOGETHER)
 
 
 @dataclass(slots=True)

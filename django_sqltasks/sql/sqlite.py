@@ -184,7 +184,7 @@ class SQLiteDialect(health.SQLiteProbe, Dialect):
             f"""
             UPDATE {self.tasks}
             SET {CLAIM_SET}
-            WHERE id = %s AND status = 'READY' AND available_at IN (%s, %s)
+            WHERE id = %s AND status = 'READY' AND available_at IN (%s, %s, %s)
             RETURNING {RETURNING}
             """,
             [worker_id, worker_id, at, at, self._encode_id(task_id), *self._suspect_marks()],

@@ -24,6 +24,9 @@ logger = logging.getLogger("django_sqltasks")
 
 DEFAULT_SUCCESSFUL_DAYS = 14.0  # long enough to look into last week's results
 DEFAULT_FAILED_DAYS = 30.0  # failures are kept longer: someone may still need the traceback
+# tasks_prune's: an event nobody waited for two weeks after it was sent is most likely a key
+# no task will wait for (a webhook for an order no flow runs for).
+DEFAULT_UNCLAIMED_EVENT_DAYS = 14.0
 BATCH_SIZE = 1000  # rows per DELETE: each batch is its own short transaction
 
 
@@ -34,6 +37,7 @@ class Pruned:
     successful: int = 0
     failed: int = 0
     workflows: int = 0  # finished workflows (not counted in ``total``, which counts tasks)
+    events: int = 0  # unclaimed events (not counted in ``total`` either)
     partitions: int = 0  # day partitions dropped whole (PostgreSQL); their tasks are counted
     # PostgreSQL without ``exact``: when the old tasks of the day the cutoff falls in, kept for
     # now, go with their day's partition (None: no such task was kept).
@@ -56,6 +60,7 @@ def prune(
     max_batches: int | None = None,
     now: datetime | None = None,
     exact: bool = False,
+    unclaimed_event_days: float | None = None,
 ) -> Pruned:
     """Delete tasks that finished more than the given days ago; ``None`` keeps that status.
 
@@ -105,12 +110,10 @@ def prune(
         pruned.workflows = _prune_workflows(
             using, backend, successful_days, failed_days, now, dry_run, batch_size, max_batches
         )
-    if queue is None and backend is None and successful_days is not None:
-        # Events sent that no task waited for, as old as the successful tasks deleted.
-        unclaimed = EventRecord.objects.using(using).filter(
-            task_id__isnull=True, sent_at__lte=now - timedelta(days=successful_days)
+    if unclaimed_event_days is not None:
+        pruned.events = prune_unclaimed_events(
+            using, unclaimed_event_days, now, dry_run, batch_size, max_batches
         )
-        _delete(unclaimed.order_by(), dry_run, batch_size, max_batches)
     if pruned.total and not dry_run:
         logger.info(
             "Pruned finished tasks successful=%d failed=%d partitions=%d",
@@ -125,6 +128,31 @@ def prune(
             },
         )
     return pruned
+
+
+def prune_unclaimed_events(
+    using: str,
+    days: float,
+    now: datetime,
+    dry_run: bool = False,
+    batch_size: int = BATCH_SIZE,
+    max_batches: int | None = None,
+) -> int:
+    """Delete the events sent more than ``days`` ago for a key no task waits for (one range
+    of sqltasks_event_unclaimed_idx per batch). The table holds the events of every backend
+    on the database: their keys are shared."""
+    unclaimed = EventRecord.objects.using(using).filter(
+        task_id__isnull=True, sent_at__lte=now - timedelta(days=days)
+    )
+    count = _delete(unclaimed.order_by(), dry_run, batch_size, max_batches)
+    if count and not dry_run:
+        logger.info(
+            "Pruned %d unclaimed event(s) sent over %g days ago",
+            count,
+            days,
+            extra={"action": "prune_events", "events": count},
+        )
+    return count
 
 
 def _prune_workflows(
@@ -200,7 +228,8 @@ RETENTION_BATCHES = 5  # batches per run, so one run holds the worker's database
 
 
 class Retention:
-    """Apply a backend's PRUNE_SUCCESSFUL_DAYS and PRUNE_FAILED_DAYS from a worker's heartbeat."""
+    """Apply a backend's PRUNE_SUCCESSFUL_DAYS, PRUNE_FAILED_DAYS and
+    PRUNE_UNCLAIMED_EVENT_DAYS from a worker's heartbeat."""
 
     def __init__(
         self,
@@ -209,26 +238,34 @@ class Retention:
         using: str,
         successful_days: float | None,
         failed_days: float | None,
+        unclaimed_event_days: float | None = None,
         interval: float = PRUNE_INTERVAL,
     ) -> None:
         self.backend = backend
         self.using = using
         self.successful_days = successful_days
         self.failed_days = failed_days
+        self.unclaimed_event_days = unclaimed_event_days
         self.interval = interval
         self._next = 0.0  # monotonic time of the next run; 0 runs at the first heartbeat
 
     @classmethod
     def for_backend(cls, backend: Any) -> Retention | None:
-        """Return the backend's retention, or None when neither option is set."""
+        """Return the backend's retention, or None when no option of it is set."""
         config = backend.config
-        if config.prune_successful_days is None and config.prune_failed_days is None:
+        days = (
+            config.prune_successful_days,
+            config.prune_failed_days,
+            config.prune_unclaimed_event_days,
+        )
+        if all(d is None for d in days):
             return None
         return cls(
             backend=backend.alias,
             using=backend.database,
             successful_days=config.prune_successful_days,
             failed_days=config.prune_failed_days,
+            unclaimed_event_days=config.prune_unclaimed_event_days,
         )
 
     def due(self) -> bool:
@@ -242,10 +279,10 @@ class Retention:
             successful_days=self.successful_days,
             failed_days=self.failed_days,
             max_batches=RETENTION_BATCHES,
+            unclaimed_event_days=self.unclaimed_event_days,
         )
         # Counting the tasks of dropped days too: at worst one more run, which finds nothing.
-        behind = pruned.successful >= RETENTION_BATCHES * BATCH_SIZE or (
-            pruned.failed >= RETENTION_BATCHES * BATCH_SIZE
-        )
+        full = RETENTION_BATCHES * BATCH_SIZE
+        behind = pruned.successful >= full or pruned.failed >= full or pruned.events >= full
         self._next = 0.0 if behind else time.monotonic() + self.interval
         return pruned

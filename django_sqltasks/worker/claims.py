@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
-from ..sql import ClaimedRow, Dialect, Scope, dialect_for
+from ..sql import ClaimedRow, Dialect, Scope, SuspectRow, dialect_for
 from ..sql.marks import ClaimMarks
 from .completer import Completer
 from .limited import limited_claim_for
@@ -111,9 +111,10 @@ class Claims:
         self._claim_uncertain = False
         return rows
 
-    def claim_suspect(self) -> tuple[ClaimedRow, bool] | None:
-        """Claim a suspect (see ``Dialect.requeue_orphans``) to run alone in one slot, within
-        its limits, if one waits; with whether it has a time bound."""
+    def claim_suspects(self, beside: int, alone: bool) -> list[tuple[ClaimedRow, SuspectRow]]:
+        """Claim the suspects (see ``Dialect.requeue_orphans``) that wait, within their
+        limits: up to ``beside`` of a first death, to run beside each other, and (``alone``)
+        one suspect to run alone in one slot; each with what its claim read of it."""
         self._put_back_unknown()
         self._claim_uncertain = True
         found = self._cursor_call(
@@ -121,15 +122,21 @@ class Claims:
                 c,
                 backend_name=self.backend_name,
                 queue_names=self.queue_names,
-                limit=SUSPECT_CANDIDATES,
+                limit=beside + SUSPECT_CANDIDATES,
             )
         )
-        claimed: tuple[ClaimedRow, bool] | None = None
+        claimed: list[tuple[ClaimedRow, SuspectRow]] = []
         for suspect in found:
+            if not (beside if suspect.together else alone):
+                continue
             row = self._cursor_call(partial(self._limited.claim_suspect, suspect=suspect))
-            if row is not None:
-                claimed = row, suspect.bounded
-                break
+            if row is None:
+                continue
+            claimed.append((row, suspect))
+            if suspect.together:
+                beside -= 1
+            else:
+                alone = False  # one suspect runs alone at a time
         self._claim_uncertain = False
         return claimed
 

@@ -87,7 +87,7 @@ class Producer:
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
         self._stopping = False  # set by stop(): claim no more
         self._stop_unseen = False  # set by stop(), cleared by the next sleep, which it ends
-        self._suspects = Suspects(suspect_bound)
+        self._suspects = Suspects(suspect_bound, slots.capacity)
 
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
         """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
@@ -131,9 +131,10 @@ class Producer:
                 # Wait for more free slots, so claims come in batches rather than one by one.
                 await self.sleep(GATHER_DELAY if free > 0 else self.poll_interval)
                 continue
-            if self._suspects.may_claim(self.slots):
-                # One suspect at a time runs alone here, in one of the free slots.
-                free -= await self._claim_suspect()
+            if self._suspects.may_look(self.slots):
+                # The suspects of a first death run beside each other in up to half of the
+                # slots; of the others, one at a time runs alone here, in one slot.
+                free -= await self._claim_suspects(free)
                 if free <= 0:
                     continue
             written_before = self._completer.written
@@ -165,7 +166,7 @@ class Producer:
                     if self._completer.wait_idle(0) and self._completer.written == written_before:
                         if await self._db.call(claims.suspects_waiting):
                             # Suspects wait (their limits may hold them back): look again.
-                            self._suspects.waiting = True
+                            self._suspects.told()
                             await self.sleep(self.poll_interval)
                             continue
                         if not await self._db.call(claims.limited_waiting):
@@ -188,11 +189,18 @@ class Producer:
                 )
                 await self.sleep(min(idle, self.poll_interval))
 
-    async def _claim_suspect(self) -> int:
-        """Claim a suspect to run alone in one slot, if one waits that its limits let start
-        (see ``suspects``); return how many slots it took (0 or 1)."""
+    async def _claim_suspects(self, free: int) -> int:
+        """Claim the suspects that wait and that their limits let start, up to ``free``: of a
+        first death, beside each other in up to half of the slots; of the others, one to run
+        alone in one slot if none runs alone here (see ``suspects``). Return how many slots
+        they took."""
+        suspects = self._suspects
+        alone = suspects.may_claim(self.slots)
+        beside = min(free - alone, suspects.room_beside(self.slots))
+        if beside <= 0 and not alone:
+            return 0
         try:
-            claimed = await self._db.call(self._claims.claim_suspect)
+            claimed = await self._db.call(self._claims.claim_suspects, max(0, beside), alone)
         except Exception:
             self._failing.failed("claiming")
             logger.exception(
@@ -200,20 +208,38 @@ class Producer:
             )
             return 0
         self._failing.succeeded("claiming")
-        if claimed is None:
-            # None waits, or their limits are full: look again when told, or at a burst end.
-            self._suspects.waiting = False
-            return 0
-        row, bounded = claimed
-        logger.warning(
-            "Running task id=%s alone in one slot: its worker died while it ran beside other "
-            "tasks, and any of them may have killed it",
-            row.id,
-            extra={"action": "suspect_alone", "task_id": row.id, "worker_id": self.worker_id},
+        took_alone = False
+        for row, suspect in claimed:
+            if suspect.together:
+                suspects.took_beside(row.id)
+                logger.info(
+                    "Running task id=%s beside the other tasks that lost a worker: its worker "
+                    "died while it ran; if this worker dies too, it runs alone next",
+                    row.id,
+                    extra={
+                        "action": "suspect_together",
+                        "task_id": row.id,
+                        "worker_id": self.worker_id,
+                    },
+                )
+                continue
+            took_alone = True
+            logger.warning(
+                "Running task id=%s alone in one slot: its worker died while it ran beside "
+                "other tasks, and any of them may have killed it",
+                row.id,
+                extra={"action": "suspect_alone", "task_id": row.id, "worker_id": self.worker_id},
+            )
+            suspects.took(row.id, suspect.bounded)
+        # None waits, or their limits are full: look again when told, or at a burst end.
+        suspects.looked(
+            alone=alone,
+            took_alone=took_alone,
+            beside=max(0, beside),
+            took_beside=len(claimed) - took_alone,
         )
-        self._suspects.took(row.id, bounded)
-        self._hold([row], first=True)
-        return 1
+        self._hold([row for row, _ in claimed], first=True)
+        return len(claimed)
 
     async def _clear_suspect(self) -> None:
         """The suspect running alone here reached its time bound: clear it, so that the next
@@ -247,7 +273,7 @@ class Producer:
                 self._loop.call_soon_threadsafe(self._suspects_told)
 
     def _suspects_told(self) -> None:
-        self._suspects.waiting = True
+        self._suspects.told()
 
     async def sleep(self, seconds: float, *, wake_at: int | None = None) -> None:
         """Sleep up to ``seconds``; wake early once a quarter of the room is free (or no more

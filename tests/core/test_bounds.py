@@ -33,6 +33,7 @@ SECONDS_OPTIONS = [
     "TIMEOUT",
     "PRUNE_SUCCESSFUL_DAYS",
     "PRUNE_FAILED_DAYS",
+    "PRUNE_UNCLAIMED_EVENT_DAYS",
 ]
 FAIL_ERROR = "builtins.ValueError"  # what tests.tasks.fail raises
 COUNT_OPTIONS = ["MAX_ATTEMPTS", "MAX_RESCUES", "MAX_SNOOZES", "MAX_PAYLOAD_BYTES"]
@@ -108,6 +109,7 @@ def test_a_numeric_task_option_out_of_bounds_is_refused_by_name(name: str, value
         ("tasks_worker", "--wait-for-database"),
         ("tasks_prune", "--days"),
         ("tasks_prune", "--failed-days"),
+        ("tasks_prune", "--unclaimed-event-days"),
     ],
 )
 def test_a_numeric_flag_out_of_bounds_is_refused_by_name(

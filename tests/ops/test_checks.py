@@ -43,6 +43,10 @@ def test_default_configuration_passes() -> None:
         ({"DATABASE": ""}, "['DATABASE'] must be a database alias"),
         ({"MAX_RESCUES": -1}, "['MAX_RESCUES'] must be a whole number (0 or more) or None"),
         ({"MAX_RESCUES": 2.5}, "['MAX_RESCUES'] must be a whole number (0 or more) or None"),
+        (
+            {"PRUNE_UNCLAIMED_EVENT_DAYS": "7"},
+            "['PRUNE_UNCLAIMED_EVENT_DAYS'] must be a number of days (0 or more) or None",
+        ),
     ],
 )
 def test_invalid_options_are_reported_by_name(options: dict[str, Any], message: str) -> None:

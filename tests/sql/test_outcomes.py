@@ -17,6 +17,7 @@ from django_sqltasks.sql.dialect import Dialect
 from django_sqltasks.sql.rows import (
     SUSPECT,
     SUSPECT_CLEARED,
+    SUSPECT_TOGETHER,
     SUSPECT_UNBOUNDED,
     stored,
 )
@@ -108,17 +109,20 @@ def test_requeue_owned_keeps_what_it_is_told(dialect: Dialect) -> None:
 
 # How a rescue treats each RUNNING row of a dead worker that ran another task beside it
 # (MAX_RESCUES 2): a task that ran beside others, limited or not, is not charged, and runs
-# alone next (a suspect); one that ran alone (a suspect) is charged, and fails once its rescues
-# are spent; one its worker had cleared (it ran alone past its time bound) is not charged, and
-# runs alone with no time bound next.
+# beside the other suspects of that death next (SUSPECT_TOGETHER); one that ran beside others
+# as such a suspect is not charged either, and runs alone next (SUSPECT); one that ran alone (a
+# suspect) is charged, and fails once its rescues are spent; one its worker had cleared (it ran
+# alone past its time bound) is not charged, and runs alone with no time bound next.
 RESCUES = [
     # (mark, limit key, rescues before) -> (status, rescues after, mark after)
-    pytest.param(None, None, 0, "READY", 0, SUSPECT, id="beside-others"),
-    pytest.param(None, None, 2, "READY", 2, SUSPECT, id="beside-others-rescues-spent"),
+    pytest.param(None, None, 0, "READY", 0, SUSPECT_TOGETHER, id="beside-others"),
+    pytest.param(None, None, 2, "READY", 2, SUSPECT_TOGETHER, id="beside-others-rescues-spent"),
+    pytest.param(SUSPECT_TOGETHER, None, 0, "READY", 0, SUSPECT, id="together-beside-others"),
+    pytest.param(SUSPECT_TOGETHER, "k", 2, "READY", 2, SUSPECT, id="together-limited-spent"),
     pytest.param(SUSPECT, None, 0, "READY", 1, SUSPECT, id="alone"),
     pytest.param(SUSPECT, None, 2, "FAILED", 3, None, id="alone-rescues-spent"),
-    pytest.param(None, "k", 0, "READY", 0, SUSPECT, id="limited"),
-    pytest.param(None, "k", 2, "READY", 2, SUSPECT, id="limited-rescues-spent"),
+    pytest.param(None, "k", 0, "READY", 0, SUSPECT_TOGETHER, id="limited"),
+    pytest.param(None, "k", 2, "READY", 2, SUSPECT_TOGETHER, id="limited-rescues-spent"),
     pytest.param(SUSPECT, "k", 2, "FAILED", 3, None, id="limited-alone-rescues-spent"),
     pytest.param(SUSPECT_CLEARED, None, 2, "READY", 2, SUSPECT_UNBOUNDED, id="cleared"),
     pytest.param(SUSPECT_UNBOUNDED, None, 0, "READY", 1, SUSPECT_UNBOUNDED, id="unbounded"),
@@ -153,18 +157,19 @@ def test_requeue_orphans_charges_only_tasks_that_ran_alone(
         assert record.available_at == stored(mark_after)
     message = record.errors[-1]["traceback"]
     assert "gone" in message
-    assert ("to run alone next time" in message) is (mark is None)
+    assert ("to run beside the other tasks that lost a worker" in message) is (mark is None)
+    assert ("to run alone next time" in message) is (mark is SUSPECT_TOGETHER)
     assert ("to run alone until it ends next time" in message) is (mark is SUSPECT_CLEARED)
     assert ("MAX_RESCUES is 2" in message) is (status == "FAILED")
 
 
-@pytest.mark.parametrize("mark", [None, SUSPECT_CLEARED, SUSPECT])
+@pytest.mark.parametrize("mark", [None, SUSPECT_CLEARED, SUSPECT, SUSPECT_TOGETHER])
 @pytest.mark.django_db
 def test_requeue_orphans_charges_the_one_task_its_worker_ran(
     dialect: Dialect, mark: object
 ) -> None:
-    """Nothing ran beside it, so nothing else can have killed its worker: it is charged, and
-    its error does not say that it ran beside others."""
+    """Nothing ran beside it, so nothing else can have killed its worker: it is charged, runs
+    alone next, and its error does not say that it ran beside others."""
     fields = {"available_at": stored(mark)} if mark is not None else {}
     lone = task_row(TaskResultStatus.RUNNING, owner="gone", **fields)
     pair = [task_row(TaskResultStatus.RUNNING, owner="also-gone") for _ in range(2)]
@@ -188,7 +193,7 @@ def test_requeue_orphans_charges_the_one_task_its_worker_ran(
 def test_a_stop_keeps_suspects_suspects(dialect: Dialect) -> None:
     """A stop puts a suspect back as one (a cleared one with its time bound again), and other
     tasks due at once."""
-    marks = [None, SUSPECT, SUSPECT_CLEARED, SUSPECT_UNBOUNDED]
+    marks = [None, SUSPECT, SUSPECT_CLEARED, SUSPECT_UNBOUNDED, SUSPECT_TOGETHER]
     rows = [
         task_row(
             TaskResultStatus.RUNNING,
@@ -198,7 +203,7 @@ def test_a_stop_keeps_suspects_suspects(dialect: Dialect) -> None:
         for m in marks
     ]
     with connection.cursor() as cursor:
-        assert dialect.requeue_owned(cursor, worker_id=WORKER, reason="stopping") == 4
+        assert dialect.requeue_owned(cursor, worker_id=WORKER, reason="stopping") == 5
     after = [TaskRecord.objects.get(id=r.id).available_at for r in rows]
     assert after[0] <= timezone.now()
-    assert after[1:] == [stored(SUSPECT), stored(SUSPECT), stored(SUSPECT_UNBOUNDED)]
+    assert after[1:] == [stored(m) for m in (SUSPECT, SUSPECT, SUSPECT_UNBOUNDED, SUSPECT_TOGETHER)]

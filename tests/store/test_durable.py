@@ -491,8 +491,11 @@ def test_pruning_deletes_the_steps_of_deleted_tasks_and_old_unclaimed_events(
     send_event("unclaimed", "old")
     send_event("unclaimed", "new")
     EventRecord.objects.filter(key="old").update(sent_at=timezone.now() - timedelta(days=9))
-    pruning.prune(using="default", successful_days=1)
+    pruning.prune(using="default", successful_days=1, backend="default")
     assert set(StepRecord.objects.values_list("task_id", flat=True)) == {row(kept).pk}
+    # Unclaimed events have a retention of their own: the tasks' leaves them.
+    assert EventRecord.objects.filter(task_id__isnull=True).count() == 2
+    pruning.prune(using="default", successful_days=1, backend="default", unclaimed_event_days=1)
     assert list(EventRecord.objects.values_list("key", flat=True)) == ["new"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from io import StringIO
 from typing import Any
@@ -10,9 +11,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import TaskRecord
+from django_sqltasks.models import EventRecord, TaskRecord
 from django_sqltasks.store.pruning import prune
 from tests.factories import task_row
 
@@ -122,6 +124,9 @@ def test_retention_comes_from_the_options() -> None:
     retention = Retention.for_backend(backend(PRUNE_FAILED_DAYS=30))
     assert retention is not None
     assert (retention.successful_days, retention.failed_days) == (None, 30)
+    retention = Retention.for_backend(backend(PRUNE_UNCLAIMED_EVENT_DAYS=7))
+    assert retention is not None
+    assert (retention.successful_days, retention.unclaimed_event_days) == (None, 7)
     assert isinstance(backend(PRUNE_SUCCESSFUL_DAYS=-1).options_error, OptionError)
     assert "PRUNE_SUCCESSFUL_DAYS" in str(backend(PRUNE_SUCCESSFUL_DAYS="7").options_error)
 
@@ -169,3 +174,51 @@ def test_a_prune_that_keeps_the_cutoffs_day_says_so_and_exact_deletes_it() -> No
     out = StringIO()
     call_command("tasks_prune", "--days", "0", "--exact", stdout=out)
     assert "Deleted 1 task(s)" in out.getvalue() and "--exact" not in out.getvalue()
+
+
+def _events_sent(days_ago: float, count: int, awaited: bool = False) -> None:
+    """``count`` events sent ``days_ago``: for a key no task waits for, or taken (``awaited``)."""
+    sent = timezone.now() - timedelta(days=days_ago)
+    EventRecord.objects.bulk_create(
+        EventRecord(
+            name="order.paid",
+            key=f"{days_ago}-{awaited}-{i}",
+            sent_at=sent,
+            task_id=uuid.uuid4() if awaited else None,
+        )
+        for i in range(count)
+    )
+
+
+def test_a_workers_retention_prunes_unclaimed_events_by_their_own_setting() -> None:
+    """Events sent for nobody were pruned only by a prune() call with no backend, which
+    neither tasks_prune nor a worker's retention made: every one stayed for ever."""
+    from django_sqltasks.store.pruning import Retention
+
+    _events_sent(10, 3)
+    _events_sent(10, 2, awaited=True)  # taken by their task: its pruning deletes them
+    _events_sent(1, 2)
+    retention = Retention(
+        backend="default",
+        using="default",
+        successful_days=None,
+        failed_days=None,
+        unclaimed_event_days=7,
+    )
+    assert retention.run().events == 3
+    left = EventRecord.objects.order_by("key").values_list("key", flat=True)
+    assert list(left) == ["1-False-0", "1-False-1", "10-True-0", "10-True-1"]
+
+
+def test_command_prunes_unclaimed_events_but_not_for_one_queue() -> None:
+    _events_sent(20, 2)
+    out = StringIO()
+    call_command("tasks_prune", "--queue", "default", stdout=out)
+    assert EventRecord.objects.count() == 2
+    call_command("tasks_prune", "--dry-run", stdout=out)
+    assert "Would delete 2 unclaimed event(s) sent over 14 days ago." in out.getvalue()
+    call_command("tasks_prune", "--unclaimed-event-days", "30", stdout=out)
+    assert EventRecord.objects.count() == 2
+    call_command("tasks_prune", stdout=out)
+    assert "Deleted 2 unclaimed event(s) sent over 14 days ago." in out.getvalue()
+    assert EventRecord.objects.count() == 0

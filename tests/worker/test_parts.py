@@ -440,7 +440,7 @@ def test_a_lease_takes_over_the_id_of_a_dead_process_of_this_host() -> None:
     _lease().register()
     record = TaskRecord.objects.get(id=orphan)
     assert (record.status, record.owner) == (TaskResultStatus.READY, None)
-    assert "to run alone next time" in record.errors[-1]["traceback"]
+    assert "beside the other tasks that lost a worker" in record.errors[-1]["traceback"]
     assert WorkerRecord.objects.get(id=WORKER).pid == os.getpid()
 
 

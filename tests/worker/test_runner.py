@@ -599,8 +599,8 @@ def test_a_lost_task_goes_back_in_the_queue_and_runs(
         assert "it was put back in the queue." in error["traceback"]
     else:
         assert (
-            "beside others; it was put back in the queue, to run alone next time."
-            in (error["traceback"])
+            "beside others; it was put back in the queue, to run beside the other tasks that "
+            "lost a worker next time" in (error["traceback"])
         )
 
 

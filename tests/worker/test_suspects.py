@@ -24,8 +24,8 @@ from tests.factories import task_row
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker_process]
 
 StartWorker = Callable[..., WorkerProcess]
-# One rescue allowed: the crashing task dies once beside the others, once alone (charged 1),
-# and fails the next time alone.
+# One rescue allowed: the crashing task dies once beside the others, once beside them again as
+# the suspects of that death, once alone (charged 1), and fails the next time alone.
 ENV = {
     "SQLTASKS_LEASE_TIMEOUT": "20",  # dead children are rescued at once; no lease runs out here
     "SQLTASKS_HEARTBEAT_INTERVAL": "0.25",
@@ -91,9 +91,10 @@ def _assert_only_the_crasher_failed(crasher: str, innocents: list[str]) -> None:
     assert record.status == TaskResultStatus.FAILED
     assert record.errors[-1]["exception_class_path"] == WORKER_LOST
     assert "MAX_RESCUES is 1" in record.errors[-1]["traceback"]
-    # Charged only for the deaths while it ran alone: never for the first, beside the others.
+    # Charged only for the deaths while it ran alone: never for the first, beside the others,
+    # nor the second, beside them as suspects of that death.
     assert record.rescues == 2
-    assert "to run alone next time" in record.errors[0]["traceback"]
+    assert "beside the other tasks that lost a worker" in record.errors[0]["traceback"]
 
 
 def test_under_a_supervisor_the_crashing_task_fails_alone(
@@ -154,6 +155,36 @@ def test_a_restarted_single_worker_runs_the_suspects_alone(
         assert worker.wait() == 1, worker.output  # killed by the task
         gate.open()
     _assert_only_the_crasher_failed(crasher, innocents)
+
+
+@pytest.mark.worker_process_core
+def test_the_suspects_of_a_crash_with_no_poison_cost_one_tasks_time_not_their_sum(
+    worker_process: StartWorker, events: EventLog, tmp_path: Path
+) -> None:
+    """Six tasks of 4 s each were running when their worker was killed (an OOM kill, a
+    deploy): they ran alone one after another, 4 s apart, 24 s for the six. As the suspects of
+    a first death they run beside each other in half of the worker's slots (6 of 12): about one
+    task's time."""
+    marker = tmp_path / "ran"
+    six = [tasks.record.enqueue(str(marker), 4.0).id for _ in range(6)]
+    env = {**ENV, "SQLTASKS_LEASE_TIMEOUT": "120"}
+    args = ("-c", "12", "--prefetch", "0", "--worker-id", "solo")
+    first = worker_process(*args, env=env)
+    events.wait("note", what="start", count=6)
+    first.kill()
+    first.wait()
+    # Restarted under its id: it rescues the dead one's tasks at once, then runs them.
+    second = worker_process("--burst", *args, env=env)
+    assert second.wait() == 0, second.output
+    records = TaskRecord.objects.filter(id__in=six)
+    assert {(r.status, r.rescues) for r in records} == {(TaskResultStatus.SUCCESSFUL, 0)}
+    assert all("beside others" in r.errors[0]["traceback"] for r in records)
+    began = min(r.last_attempted_at for r in records)
+    ended = max(r.finished_at for r in records)
+    print(f"\nsix 4 s suspects ran in {(ended - began).total_seconds():.1f}s")
+    assert (ended - began).total_seconds() < 12, [
+        (r.last_attempted_at, r.finished_at) for r in records
+    ]
 
 
 @pytest.mark.worker_process_core

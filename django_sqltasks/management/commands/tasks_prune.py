@@ -8,7 +8,13 @@ from django.core.management.base import CommandParser
 
 from ...compat import DEFAULT_TASK_BACKEND_ALIAS
 from ...models import TaskRecord
-from ...store.pruning import BATCH_SIZE, DEFAULT_FAILED_DAYS, DEFAULT_SUCCESSFUL_DAYS, prune
+from ...store.pruning import (
+    BATCH_SIZE,
+    DEFAULT_FAILED_DAYS,
+    DEFAULT_SUCCESSFUL_DAYS,
+    DEFAULT_UNCLAIMED_EVENT_DAYS,
+    prune,
+)
 from ..arguments import backend_alias, days, positive_int, refuse_unknown_queues, sql_backend, text
 from ..help import package_version
 from ..pipes import QuietWhenPipeCloses
@@ -41,6 +47,15 @@ class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
             metavar="DAYS",
             help="Delete FAILED tasks finished more than this many days ago "
             f"(default: {DEFAULT_FAILED_DAYS:g}).",
+        )
+        parser.add_argument(
+            "--unclaimed-event-days",
+            type=days,
+            default=DEFAULT_UNCLAIMED_EVENT_DAYS,
+            metavar="DAYS",
+            help="Delete events sent more than this many days ago for a key no task waits for, "
+            "on the backend's database; not with --queue "
+            f"(default: {DEFAULT_UNCLAIMED_EVENT_DAYS:g}).",
         )
         parser.add_argument(
             "--backend",
@@ -88,6 +103,8 @@ class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
             batch_size=options["batch_size"],
             dry_run=options["dry_run"],
             exact=options["exact"],
+            # Events belong to no queue: a queue's pruning leaves them.
+            unclaimed_event_days=options["unclaimed_event_days"] if queue is None else None,
         )
         if queue is not None and not pruned.total:
             tasks = TaskRecord.objects.using(backend.database).filter(backend_name=backend.alias)
@@ -101,6 +118,11 @@ class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
         )
         if pruned.workflows:
             self.stdout.write(f"{verb} {pruned.workflows} finished workflow(s) as old.")
+        if pruned.events:
+            self.stdout.write(
+                f"{verb} {pruned.events} unclaimed event(s) sent over "
+                f"{options['unclaimed_event_days']:g} days ago."
+            )
         if pruned.kept_until is not None:
             self.stdout.write(
                 "Kept the tasks past the cutoff that finished on the day it falls in: they go "

@@ -9,11 +9,14 @@ SET errors = JSON_ARRAY_APPEND(t.errors, '$', JSON_OBJECT('exception_class_path'
     CONCAT(%s, COALESCE(t.owner, '(none)'), CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN
     (SELECT lone.owner FROM (SELECT r.owner FROM `django_sqltasks_taskrecord` r WHERE r.status =
     'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s WHEN t.available_at = %s THEN %s
-    ELSE %s END))), status = 'READY', finished_at = t.finished_at
+    WHEN t.available_at = %s THEN %s ELSE %s END))), status = 'READY', finished_at = t.finished_at
     , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner
         FROM (SELECT r.owner FROM `django_sqltasks_taskrecord` r WHERE r.status = 'RUNNING' GROUP BY
-        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, owner = NULL, available_at = CASE
-        WHEN t.available_at IN (%s, %s) THEN %s ELSE %s END
+        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, available_at = CASE WHEN
+        t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR (t.available_at IN (%s, %s)
+        OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM `django_sqltasks_taskrecord` r
+        WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s ELSE %s END,
+        owner = NULL
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     `django_sqltasks_workerrecord` w WHERE w.id = t.owner AND w.heartbeat_at >= UTC_TIMESTAMP(6) -
     INTERVAL %s MICROSECOND));
@@ -24,15 +27,21 @@ WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT E
 -- %s 5: ' stopped heartbeating while running this task; it was put back in the queue.'
 -- %s 6: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
 -- %s 7: ' stopped heartbeating while running this task beside others, after it had run alone past its time bound; it was put back in the queue, to run alone until it ends next time.'
--- %s 8: ' stopped heartbeating while running this task beside others; it was put back in the queue, to run alone next time.'
--- %s 9: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 10: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 11: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 12: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
+-- %s 8: 9998-01-04T00:00:00+00:00
+-- %s 9: ' stopped heartbeating again while running this task beside others; it was put back in the queue, to run alone next time.'
+-- %s 10: ' stopped heartbeating while running this task beside others; it was put back in the queue, to run beside the other tasks that lost a worker next time (a task that kills its worker there too runs alone after that).'
+-- %s 11: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 12: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
 -- %s 13: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 14: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 15: 'shop'
--- %s 16: 30000000
+-- %s 14: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
+-- %s 15: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 16: 9998-01-04T00:00:00+00:00
+-- %s 17: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 18: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 19: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 20: 9998-01-04T00:00:00+00:00
+-- %s 21: 'shop'
+-- %s 22: 30000000
 
 -- requeue_orphans(cursor, backend_name='shop', lease_timeout=30, max_rescues=3)
 --   OutcomeStatements.requeue_orphans (django_sqltasks/sql/outcomes.py)
@@ -43,17 +52,20 @@ SET errors = JSON_ARRAY_APPEND(t.errors, '$', JSON_OBJECT('exception_class_path'
     'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) AND t.rescues >= %s THEN %s ELSE CASE
     WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
     `django_sqltasks_taskrecord` r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1)
-    lone)) THEN %s WHEN t.available_at = %s THEN %s ELSE %s END END))), status = CASE WHEN
-    (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
-    `django_sqltasks_taskrecord` r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1)
-    lone)) AND t.rescues >= %s THEN 'FAILED' ELSE 'READY' END, finished_at = CASE WHEN
-    (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
+    lone)) THEN %s WHEN t.available_at = %s THEN %s WHEN t.available_at = %s THEN %s ELSE %s END
+    END))), status = CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM
+    (SELECT r.owner FROM `django_sqltasks_taskrecord` r WHERE r.status = 'RUNNING' GROUP BY r.owner
+    HAVING COUNT(*) = 1) lone)) AND t.rescues >= %s THEN 'FAILED' ELSE 'READY' END, finished_at =
+    CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
     `django_sqltasks_taskrecord` r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1)
     lone)) AND t.rescues >= %s THEN UTC_TIMESTAMP(6) ELSE t.finished_at END
     , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner
         FROM (SELECT r.owner FROM `django_sqltasks_taskrecord` r WHERE r.status = 'RUNNING' GROUP BY
-        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, owner = NULL, available_at = CASE
-        WHEN t.available_at IN (%s, %s) THEN %s ELSE %s END
+        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, available_at = CASE WHEN
+        t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR (t.available_at IN (%s, %s)
+        OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM `django_sqltasks_taskrecord` r
+        WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s ELSE %s END,
+        owner = NULL
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     `django_sqltasks_workerrecord` w WHERE w.id = t.owner AND w.heartbeat_at >= UTC_TIMESTAMP(6) -
     INTERVAL %s MICROSECOND));
@@ -68,18 +80,24 @@ WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT E
 -- %s 9: ' stopped heartbeating while running this task; it was put back in the queue.'
 -- %s 10: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
 -- %s 11: ' stopped heartbeating while running this task beside others, after it had run alone past its time bound; it was put back in the queue, to run alone until it ends next time.'
--- %s 12: ' stopped heartbeating while running this task beside others; it was put back in the queue, to run alone next time.'
--- %s 13: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 14: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 15: 3
--- %s 16: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 17: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 18: 3
--- %s 19: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 20: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 21: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 22: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
+-- %s 12: 9998-01-04T00:00:00+00:00
+-- %s 13: ' stopped heartbeating again while running this task beside others; it was put back in the queue, to run alone next time.'
+-- %s 14: ' stopped heartbeating while running this task beside others; it was put back in the queue, to run beside the other tasks that lost a worker next time (a task that kills its worker there too runs alone after that).'
+-- %s 15: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 16: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 17: 3
+-- %s 18: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 19: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 20: 3
+-- %s 21: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 22: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
 -- %s 23: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 24: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 25: 'shop'
--- %s 26: 30000000
+-- %s 24: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
+-- %s 25: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 26: 9998-01-04T00:00:00+00:00
+-- %s 27: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 28: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 29: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 30: 9998-01-04T00:00:00+00:00
+-- %s 31: 'shop'
+-- %s 32: 30000000

@@ -6,13 +6,13 @@
 UPDATE `django_sqltasks_taskrecord` AS t
 SET errors = JSON_ARRAY_APPEND(t.errors, '$', JSON_OBJECT('exception_class_path', %s, 'traceback',
     %s)), status = 'READY', finished_at = t.finished_at
-    , owner = NULL, available_at = CASE WHEN t.available_at = %s THEN %s WHEN t.available_at IN (%s,
-        %s) THEN %s ELSE UTC_TIMESTAMP(6) END
+    , available_at = CASE WHEN t.available_at IN (%s, %s) THEN t.available_at WHEN t.available_at IN
+        (%s, %s) THEN %s ELSE UTC_TIMESTAMP(6) END, owner = NULL
 WHERE t.status = 'RUNNING' AND t.owner = %s;
 -- %s 1: 'django_sqltasks.exceptions.WorkerStopped'
 -- %s 2: 'Worker stopped.'
 -- %s 3: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 4: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 4: 9998-01-04T00:00:00+00:00
 -- %s 5: 9998-01-01T00:00:00+00:00 (SUSPECT)
 -- %s 6: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
 -- %s 7: 9998-01-01T00:00:00+00:00 (SUSPECT)
@@ -23,13 +23,13 @@ WHERE t.status = 'RUNNING' AND t.owner = %s;
 UPDATE `django_sqltasks_taskrecord` AS t
 SET errors = JSON_ARRAY_APPEND(t.errors, '$', JSON_OBJECT('exception_class_path', %s, 'traceback',
     %s)), status = 'READY', finished_at = t.finished_at
-    , owner = NULL, available_at = CASE WHEN t.available_at = %s THEN %s WHEN t.available_at IN (%s,
-        %s) THEN %s ELSE UTC_TIMESTAMP(6) END
+    , available_at = CASE WHEN t.available_at IN (%s, %s) THEN t.available_at WHEN t.available_at IN
+        (%s, %s) THEN %s ELSE UTC_TIMESTAMP(6) END, owner = NULL
 WHERE t.status = 'RUNNING' AND t.owner = %s AND t.id NOT IN (%s);
 -- %s 1: 'django_sqltasks.exceptions.WorkerStopped'
 -- %s 2: 'Worker stopped.'
 -- %s 3: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 4: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 4: 9998-01-04T00:00:00+00:00
 -- %s 5: 9998-01-01T00:00:00+00:00 (SUSPECT)
 -- %s 6: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
 -- %s 7: 9998-01-01T00:00:00+00:00 (SUSPECT)

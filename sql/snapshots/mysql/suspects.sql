@@ -4,7 +4,8 @@
 
 -- suspects(cursor, queue_names=['default'], limit=2)
 --   ClaimStatements.suspects (django_sqltasks/sql/claims.py)
-SELECT id, CASE WHEN available_at = %s THEN 1 ELSE 0 END, limit_key, queue_name, priority
+SELECT id, CASE WHEN available_at = %s THEN 1 WHEN available_at = %s THEN 2 ELSE 0 END, limit_key,
+    queue_name, priority
 FROM `django_sqltasks_taskrecord`
 WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name IN (%s) AND
     queue_name NOT IN (SELECT queue_name FROM `django_sqltasks_pausedqueue` WHERE backend_name = %s)
@@ -16,31 +17,36 @@ WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_nam
     %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
     %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
     %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
-    %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) AND available_at IN (%s, %s)
+    %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) AND available_at IN (%s, %s, %s)
 ORDER BY priority DESC, id
 LIMIT %s;
 -- %s 1: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 2: 'shop'
--- %s 3: 'default'
--- %s 4: 'shop'
--- %s 5 to 205: 100, 99, ..., -100
--- %s 206: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 207: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 208: 2
-SELECT id, CASE WHEN available_at = %s THEN 1 ELSE 0 END, limit_key, queue_name, priority
+-- %s 2: 9998-01-04T00:00:00+00:00
+-- %s 3: 'shop'
+-- %s 4: 'default'
+-- %s 5: 'shop'
+-- %s 6 to 206: 100, 99, ..., -100
+-- %s 207: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 208: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 209: 9998-01-04T00:00:00+00:00
+-- %s 210: 2
+SELECT id, CASE WHEN available_at = %s THEN 1 WHEN available_at = %s THEN 2 ELSE 0 END, limit_key,
+    queue_name, priority
 FROM `django_sqltasks_taskrecord`
 WHERE status = 'READY' AND backend_name = %s AND queue_name IN (%s) AND queue_name NOT IN (SELECT
     queue_name FROM `django_sqltasks_pausedqueue` WHERE backend_name = %s) AND limit_key IS NOT NULL
-    AND available_at IN (%s, %s)
+    AND available_at IN (%s, %s, %s)
 ORDER BY priority DESC, id
 LIMIT %s;
 -- %s 1: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 2: 'shop'
--- %s 3: 'default'
--- %s 4: 'shop'
--- %s 5: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 6: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 7: 2
+-- %s 2: 9998-01-04T00:00:00+00:00
+-- %s 3: 'shop'
+-- %s 4: 'default'
+-- %s 5: 'shop'
+-- %s 6: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 7: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 8: 9998-01-04T00:00:00+00:00
+-- %s 9: 2
 
 -- claim_suspect_by_id(cursor, task_id, worker_id)
 --   MySQLDialect.claim_suspect_by_id (django_sqltasks/sql/mysql.py)
@@ -49,11 +55,12 @@ SELECT id, task_path, backend_name, queue_name, priority, args, kwargs, enqueued
     started_at, last_attempted_at, errors, worker_ids, attempts, snoozes, workflow_id, trace_parent,
     UTC_TIMESTAMP(6)
 FROM `django_sqltasks_taskrecord`
-WHERE id = %s AND status = 'READY' AND available_at IN (%s, %s)
+WHERE id = %s AND status = 'READY' AND available_at IN (%s, %s, %s)
 FOR UPDATE SKIP LOCKED;
 -- %s 1: '01940000000070008000000000000001'
 -- %s 2: 9998-01-01T00:00:00+00:00 (SUSPECT)
 -- %s 3: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 4: 9998-01-04T00:00:00+00:00
 UPDATE `django_sqltasks_taskrecord`
 SET status = 'RUNNING', owner = %s, attempts = attempts + 1,
     worker_ids = JSON_ARRAY_APPEND(worker_ids, '$', %s),

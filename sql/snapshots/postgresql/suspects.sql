@@ -3,7 +3,8 @@
 
 -- suspects(cursor, queue_names=['default'], limit=2)
 --   ClaimStatements.suspects (django_sqltasks/sql/claims.py)
-SELECT id, CASE WHEN available_at = %s THEN 1 ELSE 0 END, limit_key, queue_name, priority
+SELECT id, CASE WHEN available_at = %s THEN 1 WHEN available_at = %s THEN 2 ELSE 0 END, limit_key,
+    queue_name, priority
 FROM "django_sqltasks_taskrecord"
 WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name IN (%s) AND
     queue_name NOT IN (SELECT p.queue_name FROM "django_sqltasks_pausedqueue" p WHERE p.backend_name
@@ -16,32 +17,37 @@ WHERE status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_nam
     %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
     %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
     %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
-    %s, %s, %s, %s, %s, %s, %s, %s) AND available_at IN (%s, %s)
+    %s, %s, %s, %s, %s, %s, %s, %s) AND available_at IN (%s, %s, %s)
 ORDER BY priority DESC, id
 LIMIT %s;
 -- %s 1: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 2: 'shop'
--- %s 3: 'default'
--- %s 4: 'shop'
--- %s 5 to 205: 100, 99, ..., -100
--- %s 206: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 207: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 208: 2
-SELECT id, CASE WHEN available_at = %s THEN 1 ELSE 0 END, limit_key, queue_name, priority
+-- %s 2: 9998-01-04T00:00:00+00:00
+-- %s 3: 'shop'
+-- %s 4: 'default'
+-- %s 5: 'shop'
+-- %s 6 to 206: 100, 99, ..., -100
+-- %s 207: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 208: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 209: 9998-01-04T00:00:00+00:00
+-- %s 210: 2
+SELECT id, CASE WHEN available_at = %s THEN 1 WHEN available_at = %s THEN 2 ELSE 0 END, limit_key,
+    queue_name, priority
 FROM "django_sqltasks_taskrecord"
 WHERE status = 'READY' AND backend_name = %s AND queue_name IN (%s) AND queue_name NOT IN (SELECT
     p.queue_name FROM "django_sqltasks_pausedqueue" p WHERE p.backend_name = %s AND p.queue_name =
     "django_sqltasks_taskrecord".queue_name OFFSET 0) AND limit_key IS NOT NULL AND available_at IN
-    (%s, %s)
+    (%s, %s, %s)
 ORDER BY priority DESC, id
 LIMIT %s;
 -- %s 1: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 2: 'shop'
--- %s 3: 'default'
--- %s 4: 'shop'
--- %s 5: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 6: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 7: 2
+-- %s 2: 9998-01-04T00:00:00+00:00
+-- %s 3: 'shop'
+-- %s 4: 'default'
+-- %s 5: 'shop'
+-- %s 6: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 7: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 8: 9998-01-04T00:00:00+00:00
+-- %s 9: 2
 
 -- claim_suspect_by_id(cursor, task_id, worker_id)
 --   PostgreSQLDialect.claim_suspect_by_id (django_sqltasks/sql/postgresql.py)
@@ -50,7 +56,7 @@ WITH claimed AS (
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
     worker_ids = t.worker_ids || jsonb_build_array(%s::text),
     started_at = COALESCE(t.started_at, now()), last_attempted_at = now()
-    WHERE t.id = %s AND t.status = 'READY' AND t.available_at IN (%s, %s)
+    WHERE t.id = %s AND t.status = 'READY' AND t.available_at IN (%s, %s, %s)
     RETURNING t.id, t.task_path, t.backend_name, t.queue_name, t.priority, t.args, t.kwargs,
         t.enqueued_at, t.run_after, t.started_at, t.last_attempted_at, t.errors, t.worker_ids,
         t.attempts, t.snoozes, t.workflow_id, t.trace_parent
@@ -63,6 +69,7 @@ SELECT json_agg(json_build_array(id, task_path, backend_name, queue_name, priori
 -- %s 3: UUID('01940000-0000-7000-8000-000000000001')
 -- %s 4: 9998-01-01T00:00:00+00:00 (SUSPECT)
 -- %s 5: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 6: 9998-01-04T00:00:00+00:00
 
 -- clear_suspect(cursor, task_id, worker_id)
 --   ClaimStatements.clear_suspect (django_sqltasks/sql/claims.py)

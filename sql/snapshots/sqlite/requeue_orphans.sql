@@ -8,12 +8,15 @@ UPDATE "django_sqltasks_taskrecord" AS t
 SET errors = json_insert(t.errors, '$[#]', json_object('exception_class_path', %s, 'traceback', %s
     || COALESCE(t.owner, '(none)') || CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT
     lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING'
-    GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s WHEN t.available_at = %s THEN %s ELSE %s
-    END)), status = 'READY', finished_at = t.finished_at
+    GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s WHEN t.available_at = %s THEN %s WHEN
+    t.available_at = %s THEN %s ELSE %s END)), status = 'READY', finished_at = t.finished_at
     , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner
         FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY
-        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, owner = NULL, available_at = CASE
-        WHEN t.available_at IN (%s, %s) THEN %s ELSE %s END
+        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, available_at = CASE WHEN
+        t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR (t.available_at IN (%s, %s)
+        OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r
+        WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s ELSE %s END,
+        owner = NULL
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= %s));
 -- %s 1: 'django_sqltasks.exceptions.WorkerLost'
@@ -23,15 +26,21 @@ WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT E
 -- %s 5: ' stopped heartbeating while running this task; it was put back in the queue.'
 -- %s 6: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
 -- %s 7: ' stopped heartbeating while running this task beside others, after it had run alone past its time bound; it was put back in the queue, to run alone until it ends next time.'
--- %s 8: ' stopped heartbeating while running this task beside others; it was put back in the queue, to run alone next time.'
--- %s 9: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 10: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 11: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 12: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
+-- %s 8: 9998-01-04T00:00:00+00:00
+-- %s 9: ' stopped heartbeating again while running this task beside others; it was put back in the queue, to run alone next time.'
+-- %s 10: ' stopped heartbeating while running this task beside others; it was put back in the queue, to run beside the other tasks that lost a worker next time (a task that kills its worker there too runs alone after that).'
+-- %s 11: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 12: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
 -- %s 13: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 14: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 15: 'shop'
--- %s 16: <now -30 s>
+-- %s 14: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
+-- %s 15: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 16: 9998-01-04T00:00:00+00:00
+-- %s 17: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 18: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 19: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 20: 9998-01-04T00:00:00+00:00
+-- %s 21: 'shop'
+-- %s 22: <now -30 s>
 
 -- requeue_orphans(cursor, backend_name='shop', lease_timeout=30, max_rescues=3)
 --   OutcomeStatements.requeue_orphans (django_sqltasks/sql/outcomes.py)
@@ -42,17 +51,20 @@ SET errors = json_insert(t.errors, '$[#]', json_object('exception_class_path', %
     GROUP BY r.owner HAVING COUNT(*) = 1) lone)) AND t.rescues >= %s THEN %s ELSE CASE WHEN
     (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
     "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1)
-    lone)) THEN %s WHEN t.available_at = %s THEN %s ELSE %s END END)), status = CASE WHEN
-    (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
-    "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1)
-    lone)) AND t.rescues >= %s THEN 'FAILED' ELSE 'READY' END, finished_at = CASE WHEN
-    (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
+    lone)) THEN %s WHEN t.available_at = %s THEN %s WHEN t.available_at = %s THEN %s ELSE %s END
+    END)), status = CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM
+    (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY r.owner
+    HAVING COUNT(*) = 1) lone)) AND t.rescues >= %s THEN 'FAILED' ELSE 'READY' END, finished_at =
+    CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
     "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1)
     lone)) AND t.rescues >= %s THEN %s ELSE t.finished_at END
     , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner
         FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY
-        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, owner = NULL, available_at = CASE
-        WHEN t.available_at IN (%s, %s) THEN %s ELSE %s END
+        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, available_at = CASE WHEN
+        t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR (t.available_at IN (%s, %s)
+        OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r
+        WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s ELSE %s END,
+        owner = NULL
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= %s));
 -- %s 1: 'django_sqltasks.exceptions.WorkerLost'
@@ -66,19 +78,25 @@ WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT E
 -- %s 9: ' stopped heartbeating while running this task; it was put back in the queue.'
 -- %s 10: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
 -- %s 11: ' stopped heartbeating while running this task beside others, after it had run alone past its time bound; it was put back in the queue, to run alone until it ends next time.'
--- %s 12: ' stopped heartbeating while running this task beside others; it was put back in the queue, to run alone next time.'
--- %s 13: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 14: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 15: 3
--- %s 16: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 17: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 18: 3
--- %s 19: <now, by this process's clock>
--- %s 20: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 21: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 22: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 23: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
+-- %s 12: 9998-01-04T00:00:00+00:00
+-- %s 13: ' stopped heartbeating again while running this task beside others; it was put back in the queue, to run alone next time.'
+-- %s 14: ' stopped heartbeating while running this task beside others; it was put back in the queue, to run beside the other tasks that lost a worker next time (a task that kills its worker there too runs alone after that).'
+-- %s 15: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 16: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 17: 3
+-- %s 18: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 19: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 20: 3
+-- %s 21: <now, by this process's clock>
+-- %s 22: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 23: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
 -- %s 24: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 25: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 26: 'shop'
--- %s 27: <now -30 s>
+-- %s 25: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
+-- %s 26: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 27: 9998-01-04T00:00:00+00:00
+-- %s 28: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 29: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 30: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 31: 9998-01-04T00:00:00+00:00
+-- %s 32: 'shop'
+-- %s 33: <now -30 s>

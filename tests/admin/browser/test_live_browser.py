@@ -66,3 +66,52 @@ def test_list_task_page_and_overview_update_in_place(live_server: Any, page: Any
     after = page.locator("[data-sqltasks-live]").inner_text()
     assert after != before and "slow" in after
     assert page.evaluate("window.notReloaded") is True
+
+
+# The page's timers and fetches, held by the test: a timer runs only when the test fires it,
+# and a fetch answers only when the test lets it. No clock is waited on.
+HOLD_TIMERS_AND_FETCHES = """
+window.heldTimers = [];
+window.heldFetches = [];
+window.fetchesAsked = 0;
+window.setTimeout = function (fn) { window.heldTimers.push(fn); return window.heldTimers.length; };
+window.heldIntervals = [];  // an interval stays: each firing runs it again
+window.setInterval = function (fn) { window.heldIntervals.push(fn); return 0; };
+var realFetch = window.fetch.bind(window);
+window.fetch = function (url, options) {
+  window.fetchesAsked += 1;
+  return new Promise(function (resolve) {
+    window.heldFetches.push(function () { realFetch(url, options).then(resolve); });
+  });
+};
+window.fireTimers = function () {
+  var due = window.heldTimers.splice(0).concat(window.heldIntervals);
+  due.forEach(function (fn) { fn(); });
+  return due.length;
+};
+"""
+
+
+def test_the_live_update_asks_again_only_once_its_fetch_has_answered(
+    live_server: Any, page: Any
+) -> None:
+    """It fetched every 5 s whether or not the last fetch had answered: a page slower than
+    that to render (the overview of 10,000 queues took a minute) was asked for again and again,
+    each render beside the others."""
+    log_in(page, live_server)
+    page.add_init_script(HOLD_TIMERS_AND_FETCHES)
+    page.goto(f"{live_server.url}/admin/django_sqltasks/queueoverview/")
+    assert page.evaluate("window.fireTimers()") == 1  # the first update's turn
+    assert page.evaluate("window.fetchesAsked") == 1
+    # Its fetch has not answered: however many turns pass, no second fetch is asked for.
+    for _ in range(3):
+        page.evaluate("window.fireTimers()")
+    assert page.evaluate("window.fetchesAsked") == 1
+    # Once it answers, the next update is due a turn later.
+    page.evaluate(
+        "() => new Promise(done => { document.addEventListener('sqltasks:updated', done, "
+        "{once: true}); window.heldFetches.splice(0).forEach(go => go()); })"
+    )
+    page.wait_for_function("window.heldTimers.length === 1")
+    page.evaluate("window.fireTimers()")
+    assert page.evaluate("window.fetchesAsked") == 2
