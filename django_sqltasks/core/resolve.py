@@ -20,6 +20,7 @@ from django.utils.module_loading import import_string
 
 from ..compat import InvalidTaskBackend, Task, task_backends
 from ..exceptions import TaskBackendMismatch, TaskNotFound
+from .articles import a_or_an
 from .backends import backend_config, sql_backend
 
 
@@ -44,7 +45,8 @@ def _import_task(task_path: str) -> Task:
         raise TaskNotFound(f"Task path {task_path!r} does not import: {e}") from e
     if not isinstance(obj, Task):
         raise TaskNotFound(
-            f"Task path {task_path!r} names a {type(obj).__name__}, not a Task: only functions "
+            f"Task path {task_path!r} names {a_or_an(type(obj).__name__)}, not a Task: only "
+            "functions "
             "decorated with @task can be run."
         )
     return obj

@@ -138,7 +138,7 @@ def _insert_row(task_path: str) -> TaskRecord:
 @pytest.mark.parametrize(
     ("task_path", "message"),
     [
-        ("tests.tasks.NOT_A_TASK", "names a int, not a Task"),
+        ("tests.tasks.NOT_A_TASK", "names an int, not a Task"),
         ("tests.tasks.missing_function", "does not import"),
         ("no_such_module.anything", "does not import"),
         ("os.path.join", "names a function, not a Task"),
@@ -492,7 +492,7 @@ def test_a_stop_asked_between_a_claim_and_the_next_sleep_is_not_lost(
 
 
 def test_worker_refuses_a_backend_of_another_kind() -> None:
-    with pytest.raises(ValueError, match="not a django_sqltasks SQLTaskBackend"):
+    with pytest.raises(ValueError, match="is an ImmediateBackend, not a django_sqltasks SQLTask"):
         Worker(backend="immediate")
 
 
