@@ -32,9 +32,9 @@ import psycopg
 
 from benchmarks import floor
 from benchmarks.rawsql import conninfo
-from benchmarks.systems.base import Endpoints, postgres_name
+from benchmarks.systems.base import Endpoints
 
-DATABASE_NAME = postgres_name("bench_sql_handoff")
+DATABASE_NAME = "bench_sql_handoff"
 CHANNEL = "handoff_task"  # the common channel: a task inserted ready
 WAIT_SECONDS = 60.0  # as the floor's: bounds a wait whose notification never comes
 # The cost's figures, in µs per enqueue, and their headings.
