@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable
 from functools import lru_cache
 
-from django.apps import apps
+from django.apps import AppConfig, apps
 from django.utils.module_loading import import_string
 
 from ..compat import InvalidTaskBackend, Task, task_backends
@@ -102,10 +102,25 @@ def allowed_modules(backend: str | None = None) -> set[str]:
     prefixes: set[str] = set()
     for modules in configured:
         if modules is None:
-            prefixes.update(app.name for app in apps.get_app_configs())
+            prefixes.update(app.name for app in _installed_apps())
         else:
             prefixes.update(modules)
     return prefixes
+
+
+def _installed_apps() -> Iterable[AppConfig]:
+    """The installed apps, with those a test's ``available_apps`` hides while it runs: the
+    project's workers import every installed app, so its tasks may be enqueued meanwhile.
+
+    ``available_apps`` (Django's TransactionTestCase) narrows the registry to some of the same
+    app configs, the whole set kept aside; ``override_settings(INSTALLED_APPS=...)`` builds new
+    ones, which are the project's installed apps for as long as it lasts."""
+    current = apps.app_configs
+    if apps.stored_app_configs:
+        whole = apps.stored_app_configs[-1]
+        if all(whole.get(label) is config for label, config in current.items()):
+            return list(whole.values())
+    return list(current.values())
 
 
 def check_backend(task: Task, backend: str) -> None:
