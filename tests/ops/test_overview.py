@@ -96,3 +96,18 @@ def test_status_command_piped_is_never_cut_to_a_width() -> None:
     text = out.getvalue()
     assert long_id in text and "default,other,slow" in text
     assert "…" not in text and "─" not in text  # no rich ellipsis, no box drawing
+
+
+def test_a_configured_queue_with_no_task_is_listed_not_served(queues: None) -> None:
+    """QUEUES lists "slow", which has no task and no worker: tasks_health says it is not
+    served, and so do tasks_status and the overview, rather than leaving it out."""
+    out = StringIO()
+    call_command("tasks_status", "--plain", stdout=out)
+    lines = {
+        line.split()[1]: line.split() for line in out.getvalue().splitlines() if "default " in line
+    }
+    assert lines["slow"][2:5] == ["0", "0", "0"] and lines["slow"][-3:] == ["NO", "no", "0"]
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+    body = client.get(reverse("admin:django_sqltasks_queueoverview_changelist")).content.decode()
+    assert 'data-queue="slow"' in body
