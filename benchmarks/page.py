@@ -85,7 +85,7 @@ METHOD = """\
   run: read each latency against the floor of its own profile. PostgreSQL only: SQLite has no
   notification between processes.
 - **The bare-SQL hand-over** (`sql-handoff`, latency only, idle and busy): a prototype of a
-  design django-sqltasks does not use ([Performance](performance.md), lever 6), measured for its
+  design django-sqltasks does not use ([the performance lab notes](design/performance-history.md), lever 6), measured for its
   ceiling, through `benchmarks/handoff.py`. The floor's table, plus a table of offers: the idle
   worker keeps a row there named after its own channel and `LISTEN`s on that channel and a common
   one. The enqueue is one autocommit statement: it takes an idle offer `FOR UPDATE SKIP LOCKED`
