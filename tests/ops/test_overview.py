@@ -111,3 +111,15 @@ def test_a_configured_queue_with_no_task_is_listed_not_served(queues: None) -> N
     client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
     body = client.get(reverse("admin:django_sqltasks_queueoverview_changelist")).content.decode()
     assert 'data-queue="slow"' in body
+
+
+def test_the_overview_writes_every_time_on_a_24_hour_clock(queues: None) -> None:
+    """As the lists do: "As of 2026-12-02 14:05:09", the workers' times the same, and the live
+    line's "updated 14:05:09" (not the browser's locale, which may be a 12-hour clock)."""
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+    body = client.get(reverse("admin:django_sqltasks_queueoverview_changelist")).content.decode()
+    heartbeat = timezone.localtime(WorkerRecord.objects.get(id="w1").heartbeat_at)
+    assert f"<td>{heartbeat:%Y-%m-%d %H:%M:%S} (" in body
+    assert "a.m." not in body and "p.m." not in body
+    assert "toLocaleTimeString" not in body
