@@ -84,20 +84,20 @@ METHOD = """\
   RETURNING` and runs it. It is what no PostgreSQL task queue can beat on the machine during that
   run: read each latency against the floor of its own profile. PostgreSQL only: SQLite has no
   notification between processes.
-- **The bare-SQL hand-over** (`sql-handoff`, latency only, idle and busy): a prototype of a
-  design django-sqltasks does not use ([the performance lab notes](design/performance-history.md), lever 6), measured for its
-  ceiling, through `benchmarks/handoff.py`. The floor's table, plus a table of offers: the idle
-  worker keeps a row there named after its own channel and `LISTEN`s on that channel and a common
-  one. The enqueue is one autocommit statement: it takes an idle offer `FOR UPDATE SKIP LOCKED`
-  when one exists and no ready task comes first, inserts the task already running for that
-  worker (ready without an offer), marks the offer taken and calls `pg_notify` on the worker's
-  channel with the task's id, name and arguments (on the common channel without an offer). The
-  notified worker starts the task from the notification, with no claim; woken on the common
-  channel, it claims as the floor's worker does. After the task one statement marks it done and
-  offers the worker again. It omits what a product would need: a handed task whose notification
-  is lost (the worker's connection drops after the enqueue's commit) stays running for a worker
-  that does not know of it, with nothing to find it again; an offer outlives a worker that dies;
-  no queues, priorities, due times or limits for the offer to respect.
+- **The bare-SQL hand-over** (`sql-handoff`, latency only, idle and busy): a prototype of a design
+  django-sqltasks does not use ([the performance lab notes](design/performance-history.md), lever
+  6), measured for its ceiling, through `benchmarks/handoff.py`. The floor's table, plus a table of
+  offers: the idle worker keeps a row there named after its own channel and `LISTEN`s on that
+  channel and a common one. The enqueue is one autocommit statement: it takes an idle offer `FOR
+  UPDATE SKIP LOCKED` when one exists and no ready task comes first, inserts the task already
+  running for that worker (ready without an offer), marks the offer taken and calls `pg_notify` on
+  the worker's channel with the task's id, name and arguments (on the common channel without an
+  offer). The notified worker starts the task from the notification, with no claim; woken on the
+  common channel, it claims as the floor's worker does. After the task one statement marks it done
+  and offers the worker again. It omits what a product would need: a handed task whose notification
+  is lost (the worker's connection drops after the enqueue's commit) stays running for a worker that
+  does not know of it, with nothing to find it again; an offer outlives a worker that dies; no
+  queues, priorities, due times or limits for the offer to respect.
 - **Bulk enqueue** (systems with a bulk API only): one `backend.enqueue_many(task, calls)` of N
   NoOp tasks, then one `await backend.aenqueue_many(task, calls)` of N more, each timed alone
   after a warm-up call of 10 tasks. Then 1,000 sync `task.enqueue()` calls one after the other
