@@ -375,8 +375,8 @@ and runs `python -m benchmarks run --smoke` in the container with `--network hos
 machine's own PostgreSQL. It starts a Docker engine if none answers, with
 `--iptables=false --bridge=none`: no bridge, no iptables rule, nothing of the host's network
 touched. From a fresh machine it took 6 min before the smoke (the base 2.4 min with the wheels,
-the image 3.5 min), then 8 min at a load average of 15-18 (2 cores, shared); with the base and the
-layers cached, the build takes 16 s.
+the image 3.5 min), then the smoke took 8 min at a load average of 15-18 and 4.8 min at 7-12
+(2 cores, shared); with the base and the layers cached, the build takes 11-16 s.
 
 Not run here: `compose.yml` itself (the `postgres:17`, `mariadb:11` and `valkey/valkey:8`
 images cannot be pulled), the `python:3.13-slim` base, and netem (this kernel has no `netem`
