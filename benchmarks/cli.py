@@ -1,4 +1,9 @@
-"""``python -m benchmarks run|report|setup``: the command-line entry point."""
+"""``python -m benchmarks``: the command-line entry point.
+
+Everything a command needs beyond the standard library is imported when it runs, so that
+``--help`` works in any environment that has this checkout (the README's ``.venv`` has none of
+the peers, psutil or rich).
+"""
 
 from __future__ import annotations
 
@@ -16,32 +21,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from benchmarks import (
-    environment,
-    fairness,
-    network,
-    page,
-    processes,
-    report,
-    scenarios,
-    services,
-    snapshot,
-    waiters,
-)
+from benchmarks import snapshot
 from benchmarks.marker import COUNT_ENV, COUNT_METHODS
+from benchmarks.scenario_names import ALL_SCENARIOS, EXTRA_SCENARIOS
 from benchmarks.systems import SMOKE_SYSTEMS, SYSTEMS
 from benchmarks.systems.base import (
     CORE_PATH_ENV,
     LOGGING_ENV,
     LOGGING_PROFILES,
     REPO_ROOT,
+    RUN_ENV,
     Endpoints,
     Service,
     System,
     postgres_database,
+    start_run,
 )
+
+if TYPE_CHECKING:
+    from benchmarks.scenarios import RunContext
 
 RAW_DIR = REPO_ROOT / "benchmarks" / "results" / "raw"
 DOCS_DIR = REPO_ROOT / "docs" / "benchmarks"
@@ -75,13 +75,18 @@ def _positive(value: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="django-sqltasks beside other task queues (run), and profiles of "
+        "django-sqltasks alone (scale, mixed); docs/benchmarks.md has the method and figures.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the suite and write the results")
     run.add_argument("--systems", type=_list, help=f"of {', '.join(SYSTEMS)} (default all)")
     run.add_argument(
-        "--scenarios", type=_list, default=list(scenarios.ALL_SCENARIOS),
-        help=f"of {', '.join(scenarios.ALL_SCENARIOS)}",
+        "--scenarios", type=_list, default=list(ALL_SCENARIOS),
+        help=f"of {', '.join(ALL_SCENARIOS)} (default all); also, run only when named, "
+        f"{', '.join(EXTRA_SCENARIOS)} (django-sqltasks alone)",
     )  # fmt: skip
     run.add_argument("-n", "--tasks", type=_positive, default=5000, help="tasks per run (5000)")
     run.add_argument("--rtt", type=_rtt_ms, default=0.0, help="added round-trip time, e.g. 2ms")
@@ -103,8 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="where summaries go (default docs/benchmarks)")
     run.add_argument(
         "--core-ref",
-        default="HEAD",
-        help="git ref of django_sqltasks to benchmark (HEAD), or 'worktree' for the files as is",
+        default=snapshot.HEAD,
+        help="git ref of django_sqltasks to benchmark (HEAD), or 'worktree' for the files as is "
+        "(what HEAD means where there is no git checkout, as in the bench image)",
     )
     run.add_argument(
         "--count",
@@ -124,7 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--smoke",
         action="store_true",
-        help="few tasks; our PostgreSQL and SQLite rows, a peer, the bare-SQL rows; 1 repeat (CI)",
+        help="few tasks; our PostgreSQL and SQLite rows, a peer, the bare-SQL rows; 1 repeat "
+        "(CI: that every system runs; its figures are not comparable with the published ones)",
+    )
+    run.add_argument(
+        "--keep-databases",
+        action="store_true",
+        help="keep the databases the run created (named *_<start time>_<4 hex digits>; "
+        "dropped at the end by default)",
     )
     sub.add_parser("report", help="rebuild tables, charts and docs/benchmarks.md from the JSON")
     sub.add_parser("setup", help="install the peers and tools into the current environment")
@@ -138,6 +151,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=DOCS_DIR, help="where its section goes (docs/benchmarks)"
     )
     summ = sub.add_parser("summarize", help="summarize a raw JSONL log, e.g. of an interrupted run")
+    # Parsed by their own modules (main hands them the rest of the line): listed for --help.
+    sub.add_parser(
+        "scale",
+        help="django-sqltasks alone at 1,000,000 finished tasks: the admin's pages, the claim, "
+        "the enqueue, a day's prune (python -m benchmarks scale --help)",
+    )
+    sub.add_parser(
+        "mixed",
+        help="a steady load through a database that also holds snapshots, on private "
+        "PostgreSQL servers (python -m benchmarks mixed --help)",
+    )
     summ.add_argument("raw", type=Path)
     summ.add_argument("--out", type=Path, default=DOCS_DIR)
     return parser
@@ -163,7 +187,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         args.http_requests = min(args.http_requests, SMOKE_TASKS)
         out = out or SMOKE_DIR
     unknown = [s for s in systems if s not in SYSTEMS] + [
-        s for s in chosen if s not in (*scenarios.ALL_SCENARIOS, *scenarios.EXTRA_SCENARIOS)
+        s for s in chosen if s not in (*ALL_SCENARIOS, *EXTRA_SCENARIOS)
     ]
     if unknown:
         raise SystemExit(f"unknown system or scenario: {', '.join(unknown)}")
@@ -173,9 +197,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     )
     return Plan(
         systems=[SYSTEMS[s] for s in systems],
-        scenarios=[
-            s for s in (*scenarios.ALL_SCENARIOS, *scenarios.EXTRA_SCENARIOS) if s in chosen
-        ],
+        scenarios=[s for s in (*ALL_SCENARIOS, *EXTRA_SCENARIOS) if s in chosen],
         tasks=tasks,
         repeat=repeat,
         rtt_ms=args.rtt,
@@ -187,6 +209,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 def _runs(plan: Plan) -> list[tuple[int, str, System]]:
     """Repeats outermost, so systems interleave and slow drifts hit every system alike."""
+    from benchmarks import fairness, waiters
+
     return [
         (rep, scenario, system)
         for rep in range(1, plan.repeat + 1)
@@ -201,6 +225,8 @@ def _runs(plan: Plan) -> list[tuple[int, str, System]]:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from benchmarks import environment, network, page, processes, report, scenarios, services
 
     console = Console(stderr=True)
     plan = make_plan(args)
@@ -220,11 +246,17 @@ def run(args: argparse.Namespace) -> int:
     # Read by every subprocess the run starts (django_env copies this environment).
     os.environ[COUNT_ENV] = args.count
     os.environ[LOGGING_ENV] = args.logging
+    start_run()
     snapshot.compile_sources()
-    core = snapshot.extract(args.core_ref, Path(state_dir) / "core")
+    core_ref = snapshot.effective_ref(args.core_ref)
+    if core_ref != args.core_ref:
+        console.print(f"no git checkout: benchmarking the files in {REPO_ROOT} as they are")
+    core = snapshot.extract(core_ref, Path(state_dir) / "core")
     if core is not None:
         os.environ[CORE_PATH_ENV] = str(core)
     direct = Endpoints(state_dir=state_dir)
+    load = _load_average()
+    console.print(f"load average at the start: {load} (1, 5, 15 min; {os.cpu_count()} cores)")
     meta: dict[str, Any] = {
         "profile": plan.profile,
         "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
@@ -241,7 +273,9 @@ def run(args: argparse.Namespace) -> int:
         "count": args.count,
         "logging": args.logging,
         "machine": environment.describe(direct),
-        "django_sqltasks": snapshot.describe(args.core_ref),
+        "django_sqltasks": snapshot.describe(core_ref),
+        "smoke": args.smoke,
+        "load_average": {"start": load},
     }
     records: list[dict[str, Any]] = []
     try:
@@ -302,12 +336,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         processes.stop_all()
         shutil.rmtree(state_dir, ignore_errors=True)
+        _drop_databases(console, direct, keep=args.keep_databases)
+    meta["load_average"]["end"] = _load_average()
     summary = report.summarize(records, meta)
     report.write(summary, plan.out)
     print(report.markdown(summary))
     if plan.write_page:
         page.write(DOCS_DIR, REPO_ROOT / "docs" / "benchmarks.md")
     console.print(f"raw runs: {raw_path.relative_to(REPO_ROOT)}; summary: {plan.out}")
+    console.print(f"load average at the end: {meta['load_average']['end']}")
+    if args.smoke:
+        console.print(f"[yellow]{report.SMOKE_NOTE}")
     failed = [r for r in records if not r["ok"]]
     if failed:
         console.print(f"[red]{len(failed)} of {len(records)} runs failed")
@@ -315,14 +354,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_average() -> str:
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def _drop_databases(console: Any, endpoints: Endpoints, *, keep: bool) -> None:
+    """Drop the databases the run created, unless asked to keep them."""
+    from benchmarks import services
+
+    if keep:
+        console.print(f"databases kept: those named *_{os.environ[RUN_ENV]}")
+        return
+    try:
+        services.drop_created(endpoints)
+    except Exception as e:  # a run's figures are worth more than its clean-up
+        console.print(f"[red]could not drop the run's databases (*_{os.environ[RUN_ENV]}): {e}")
+
+
 def _one(
     system: System,
     scenario: str,
     rep: int,
     plan: Plan,
-    ctx: scenarios.RunContext,
+    ctx: RunContext,
     broken: dict[str, str],
 ) -> dict[str, Any]:
+    from benchmarks import scenarios
+
     record: dict[str, Any] = {
         "profile": plan.profile,
         "system": system.name,
@@ -355,6 +413,8 @@ def setup() -> int:
 
 def summarize_raw(raw: Path, out: Path) -> int:
     """Summarize the runs logged in ``raw`` (complete or not) exactly as ``run`` would."""
+    from benchmarks import page, report
+
     lines = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
     metas = [line["meta"] for line in lines if "meta" in line]
     if not metas:
@@ -372,24 +432,52 @@ def summarize_raw(raw: Path, out: Path) -> int:
 def round_trips(calls: int, out: Path) -> int:
     """Print the round trips of each path (scripts/round_trips.py), on the PostgreSQL database
     django-sqltasks' rows use (``BENCH_PG_DATABASE``, or its own); write them as a section of
-    the page into ``out`` and, where that is the docs' directory, rebuild the page."""
+    the page into ``out`` and, where that is the docs' directory, rebuild the page; drop the
+    database if it made it."""
+    from benchmarks import page, services
+
+    start_run()
     endpoints = Endpoints.from_env()
+    services.create_database(endpoints, "postgresql", "bench_sqltasks")
     database = postgres_database(endpoints, "bench_sqltasks")
-    services.create_database(endpoints, "postgresql", database["NAME"])
     url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
     script = REPO_ROOT / "scripts" / "round_trips.py"
     env = dict(os.environ, DATABASE_URL=url)
     section = out / page.ROUND_TRIPS
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(script), "--calls", str(calls), "--markdown", str(section)]
-    code = subprocess.run(command, env=env).returncode
+    try:
+        code = subprocess.run(command, env=env).returncode
+    finally:
+        services.drop_created(endpoints)
     if code == 0 and out.resolve() == DOCS_DIR.resolve():
         page.write(DOCS_DIR, REPO_ROOT / "docs" / "benchmarks.md")
     return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[0] if argv else ""
+    try:
+        # Profiles of their own, with their own arguments (and --help).
+        if command == "scale":
+            from benchmarks.scale.cli import main as scale
+
+            return scale(argv[1:])
+        if command == "mixed":
+            from benchmarks.mixed.cli import main as mixed
+
+            return mixed(argv[1:])
+        return _command(build_parser().parse_args(argv))
+    except ModuleNotFoundError as e:
+        raise SystemExit(
+            f"python -m benchmarks {command} needs {e.name}, which this environment does not "
+            "have: install the benchmark's dependencies (WITH_BENCH=1 scripts/venv.sh, or "
+            "python -m benchmarks setup)"
+        ) from e
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "setup":
         return setup()
     if args.command == "summarize":
@@ -397,6 +485,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "roundtrips":
         return round_trips(args.calls, args.out)
     if args.command == "report":
+        from benchmarks import page, report
+
         for path in sorted(DOCS_DIR.glob("*.json")):
             summary = json.loads(path.read_text())
             report.write(summary, DOCS_DIR)

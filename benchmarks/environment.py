@@ -50,11 +50,11 @@ def _version(package: str) -> str:
 
 
 def _service_versions(endpoints: Endpoints) -> dict[str, str]:
-    from benchmarks.rawsql import conninfo
+    from benchmarks.rawsql import server_conninfo
 
     versions: dict[str, str] = {}
     try:
-        with psycopg.connect(**conninfo(endpoints, "postgres")) as conn:
+        with psycopg.connect(**server_conninfo(endpoints)) as conn:
             row = conn.execute("SHOW server_version").fetchone()
             versions["PostgreSQL"] = str(row[0]) if row else "?"
     except psycopg.Error as e:

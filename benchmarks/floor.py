@@ -24,9 +24,9 @@ import psycopg
 from benchmarks.marker import send_probe
 from benchmarks.rawsql import conninfo
 from benchmarks.services import create_database
-from benchmarks.systems.base import Endpoints, postgres_name
+from benchmarks.systems.base import Endpoints
 
-DATABASE_NAME = postgres_name("bench_sql_floor")
+DATABASE_NAME = "bench_sql_floor"
 CHANNEL = "floor_task"
 # A notification cannot be lost while the connection lives: the worker claims once before it
 # waits, and notifications that arrive meanwhile wait on the connection. The timeout only

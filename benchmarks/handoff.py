@@ -9,10 +9,10 @@ id, name and arguments, so the worker starts it on the notification, with no cla
 offer the task is inserted ready and the common channel is notified; a worker woken there claims
 as the floor's does. After a task, one statement marks it done and offers the worker again.
 
-A prototype of a design django-sqltasks does not use (docs/performance.md, lever 6), for its
-ceiling. It omits what a product would need: a handed task whose notification is lost (the
-connection drops after the enqueue's commit) stays running for a worker that does not know of it,
-and an offer outlives a worker that dies. PostgreSQL only.
+A prototype of a design django-sqltasks does not use (docs/design/performance-history.md,
+lever 6), for its ceiling. It omits what a product would need: a handed task whose
+notification is lost (the connection drops after the enqueue's commit) stays running for a
+worker that does not know of it, and an offer outlives a worker that dies. PostgreSQL only.
 Usage: ``python -m benchmarks.handoff worker``; ``python -m benchmarks.handoff cost -n 5000``
 """
 
@@ -32,9 +32,9 @@ import psycopg
 
 from benchmarks import floor
 from benchmarks.rawsql import conninfo
-from benchmarks.systems.base import Endpoints, postgres_name
+from benchmarks.systems.base import Endpoints
 
-DATABASE_NAME = postgres_name("bench_sql_handoff")
+DATABASE_NAME = "bench_sql_handoff"
 CHANNEL = "handoff_task"  # the common channel: a task inserted ready
 WAIT_SECONDS = 60.0  # as the floor's: bounds a wait whose notification never comes
 # The cost's figures, in µs per enqueue, and their headings.

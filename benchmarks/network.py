@@ -50,9 +50,9 @@ def measure_rtt_ms(endpoints: Endpoints, service: Service) -> float:
             samples.append(time.perf_counter() - started)
         client.close()
     elif service == "postgresql":
-        from benchmarks.rawsql import conninfo
+        from benchmarks.rawsql import server_conninfo
 
-        with psycopg.connect(**conninfo(endpoints, "postgres")) as conn:
+        with psycopg.connect(**server_conninfo(endpoints)) as conn:
             for _ in range(RTT_SAMPLES):
                 started = time.perf_counter()
                 conn.execute("SELECT 1").fetchone()

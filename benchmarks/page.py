@@ -35,8 +35,10 @@ METHOD = """\
   worker and enqueuer processes. No system gets a tuning option the others do not get; the
   settings each one needs to run at all are listed below.
 - **Reset before every run:** Django's `flush` of the system's own database (`bench_*` on
-  PostgreSQL and MariaDB, created and migrated once per invocation; a new SQLite file per
-  invocation) and `FLUSHDB` of its Redis database; the raw SQL table is truncated.
+  PostgreSQL and MariaDB, named for the invocation (`bench_sqltasks_20261202t061245_3f2a`),
+  created and migrated once per invocation and dropped at its end unless `--keep-databases`; a
+  new SQLite file per invocation) and `FLUSHDB` of its Redis database; the raw SQL table is
+  truncated.
 - **Enqueue ops/s:** one asyncio process with Django set up enqueues N tasks with up to
   {in_flight} enqueues in flight, as concurrent async views would: `await task.aenqueue()` for the
   Django Tasks backends (django-sqltasks, django-vtasks, django-tasks-db, django-tasks-rq),
@@ -82,20 +84,20 @@ METHOD = """\
   RETURNING` and runs it. It is what no PostgreSQL task queue can beat on the machine during that
   run: read each latency against the floor of its own profile. PostgreSQL only: SQLite has no
   notification between processes.
-- **The bare-SQL hand-over** (`sql-handoff`, latency only, idle and busy): a prototype of a
-  design django-sqltasks does not use ([Performance](performance.md), lever 6), measured for its
-  ceiling, through `benchmarks/handoff.py`. The floor's table, plus a table of offers: the idle
-  worker keeps a row there named after its own channel and `LISTEN`s on that channel and a common
-  one. The enqueue is one autocommit statement: it takes an idle offer `FOR UPDATE SKIP LOCKED`
-  when one exists and no ready task comes first, inserts the task already running for that
-  worker (ready without an offer), marks the offer taken and calls `pg_notify` on the worker's
-  channel with the task's id, name and arguments (on the common channel without an offer). The
-  notified worker starts the task from the notification, with no claim; woken on the common
-  channel, it claims as the floor's worker does. After the task one statement marks it done and
-  offers the worker again. It omits what a product would need: a handed task whose notification
-  is lost (the worker's connection drops after the enqueue's commit) stays running for a worker
-  that does not know of it, with nothing to find it again; an offer outlives a worker that dies;
-  no queues, priorities, due times or limits for the offer to respect.
+- **The bare-SQL hand-over** (`sql-handoff`, latency only, idle and busy): a prototype of a design
+  django-sqltasks does not use ([the performance lab notes](design/performance-history.md), lever
+  6), measured for its ceiling, through `benchmarks/handoff.py`. The floor's table, plus a table of
+  offers: the idle worker keeps a row there named after its own channel and `LISTEN`s on that
+  channel and a common one. The enqueue is one autocommit statement: it takes an idle offer `FOR
+  UPDATE SKIP LOCKED` when one exists and no ready task comes first, inserts the task already
+  running for that worker (ready without an offer), marks the offer taken and calls `pg_notify` on
+  the worker's channel with the task's id, name and arguments (on the common channel without an
+  offer). The notified worker starts the task from the notification, with no claim; woken on the
+  common channel, it claims as the floor's worker does. After the task one statement marks it done
+  and offers the worker again. It omits what a product would need: a handed task whose notification
+  is lost (the worker's connection drops after the enqueue's commit) stays running for a worker that
+  does not know of it, with nothing to find it again; an offer outlives a worker that dies; no
+  queues, priorities, due times or limits for the offer to respect.
 - **Bulk enqueue** (systems with a bulk API only): one `backend.enqueue_many(task, calls)` of N
   NoOp tasks, then one `await backend.aenqueue_many(task, calls)` of N more, each timed alone
   after a warm-up call of 10 tasks. Then 1,000 sync `task.enqueue()` calls one after the other
@@ -356,6 +358,33 @@ def _settings_table() -> str:
     return "\n".join(lines)
 
 
+DOCKER = """## In Docker
+
+`docker compose run --rm bench` builds `Dockerfile.bench` (the harness, the peers and this
+checkout's files, with no `.git`: a run records the commit given as the build argument
+`SQLTASKS_COMMIT`, and says "unknown" without it) and runs the suite against the PostgreSQL,
+MariaDB and Valkey containers `compose.yml` starts; `docker compose run --rm bench run --smoke`
+runs the smoke suite. `NETEM_DELAY=2ms` adds that much delay to every round trip with `tc
+netem` in the servers' network namespaces (`compose.yml` says how).
+
+What CI runs here, `scripts/bench_container.sh`: no registry is reachable from this machine, so
+the official images cannot be pulled. The script makes the base image itself (`debootstrap
+--variant=minbase bookworm` and the Python that runs the harness on the host, imported with
+`docker import`), passes it as `BASE_IMAGE`, installs wheels built on the host (`PIP_OPTIONS`),
+and runs `python -m benchmarks run --smoke` in the container with `--network host`, against the
+machine's own PostgreSQL. It starts a Docker engine if none answers, with
+`--iptables=false --bridge=none`: no bridge, no iptables rule, nothing of the host's network
+touched. From a fresh machine it took 6 min before the smoke (the base 2.4 min with the wheels,
+the image 3.5 min), then the smoke took 8 min at a load average of 15-18 and 4.8 min at 7-12
+(2 cores, shared); with the base and the layers cached, the build takes 11-16 s.
+
+Not run here: `compose.yml` itself (the `postgres:17`, `mariadb:11` and `valkey/valkey:8`
+images cannot be pulled), the `python:3.13-slim` base, and netem (this kernel has no `netem`
+qdisc, and `tc` is never run on the host's interfaces). `--rtt`, the harness's userspace delay
+proxy, is the way to add latency on such a machine.
+"""
+
+
 def _machine(meta: dict[str, Any]) -> str:
     machine = meta["machine"]
     core = meta.get("django_sqltasks", {})
@@ -445,8 +474,10 @@ def write(docs_dir: Path, page: Path) -> None:
         "Each profile says when it ran and at which commit: compare "
         "figures within a profile, since this machine's speed drifts between runs and days. "
         "In Docker: `docker compose run --rm "
-        "bench` (see `compose.yml` for netem). CI runs `python -m benchmarks run --smoke`. "
+        'bench` (see `compose.yml` for netem, and "In Docker" below). CI runs '
+        "`python -m benchmarks run --smoke`, on the host and in the bench image. "
         "Where the time goes, and the targets not met yet: [Performance](performance.md).\n",
+        DOCKER,
     ]
     parts.append(targets.section(summaries))
     parts += [_profile_section(s, docs_dir) for s in summaries]

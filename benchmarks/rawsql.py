@@ -23,7 +23,7 @@ import psycopg
 from benchmarks.marker import CompletionCounter, send_probe
 from benchmarks.systems.base import Endpoints, postgres_name
 
-DATABASE_NAME = postgres_name("bench_raw_sql")
+DATABASE_NAME = "bench_raw_sql"  # with the run's suffix: postgres_name
 IDLE_POLL = 0.010  # seconds between claims when the queue is empty
 SLEEP_SECONDS = 0.010
 
@@ -56,14 +56,20 @@ RETURNING t.id, t.task, t.args
 COMPLETE = "UPDATE raw_task SET status = 2, finished_at = now() WHERE id = ANY(%s)"
 
 
-def conninfo(endpoints: Endpoints, dbname: str = DATABASE_NAME) -> dict[str, Any]:
+def server_conninfo(endpoints: Endpoints) -> dict[str, Any]:
+    """The server's own database, ``postgres``: to create and drop the benchmark's."""
     return {
         "host": endpoints.host("postgresql"),
         "port": endpoints.port("postgresql"),
         "user": os.environ.get("BENCH_PG_USER", "postgres"),
         "password": os.environ.get("BENCH_PG_PASSWORD", ""),
-        "dbname": dbname,
+        "dbname": "postgres",
     }
+
+
+def conninfo(endpoints: Endpoints, dbname: str = DATABASE_NAME) -> dict[str, Any]:
+    """Benchmark database ``dbname`` (with the run's suffix, see ``postgres_name``)."""
+    return server_conninfo(endpoints) | {"dbname": postgres_name(dbname)}
 
 
 def create_schema(endpoints: Endpoints) -> None:

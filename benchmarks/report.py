@@ -10,6 +10,12 @@ from typing import Any
 from benchmarks.metrics import spread
 from benchmarks.systems import SYSTEMS
 
+SMOKE_NOTE = (
+    "A smoke run (300 tasks, 1 repeat, 5 probes): it checks that every system runs; its figures "
+    "cannot be compared with the published ones (docs/benchmarks.md: 5,000 tasks, 3 repeats), "
+    "where start-up and a single run's noise weigh far less."
+)
+
 # metric key -> (column title, formatter)
 Formatter = Callable[[float], str]
 
@@ -184,6 +190,13 @@ def markdown(summary: dict[str, Any]) -> str:
         # Profiles of one page may come from different days: each says when and what it ran.
         commit = (meta.get("django_sqltasks") or {}).get("commit", "?")[:7]
         command += f"Run {meta['started_at']} (UTC), django-sqltasks {commit}. "
+    if load := meta.get("load_average"):
+        command += (
+            f"Load average (1, 5, 15 min) at the start {load.get('start')}, "
+            f"at the end {load.get('end', '?')}. "
+        )
+    if meta.get("smoke"):
+        command += SMOKE_NOTE + " "
     parts = [
         f"### Profile `{meta['profile']}`: {meta['tasks']:,} tasks, {meta['repeat']} repeat(s), "
         f"requested added RTT {meta['rtt_requested_ms']:g} ms",

@@ -15,13 +15,10 @@ from benchmarks import fairness, loadgen, services, waiters
 from benchmarks.marker import EXPECTED_ENV, MARKER_ADDR_ENV, MarkerListener
 from benchmarks.metrics import TreeSampler, percentile, tree_cpu_seconds, vm_hwm_bytes
 from benchmarks.processes import free_port, spawn, stop, wait_for_port
+from benchmarks.scenario_names import ALL_SCENARIOS, THROUGHPUT_SCENARIOS
 from benchmarks.systems.base import SUBPROCESS_CWD, Endpoints, System, django_env
 
-THROUGHPUT_SCENARIOS = ("noop", "sleep")
-ALL_SCENARIOS = ("noop", "sleep", "latency", "busy", "http", "bulk")
 BUSY_PROBES_PER_PROBE = 5  # busy probes are cheap: five for each --probes
-# Run only when named (--scenarios fairness): django-sqltasks alone, see benchmarks/fairness.py.
-EXTRA_SCENARIOS = ("fairness", "waiters")  # waiters: benchmarks/waiters.py
 MB = 1024 * 1024
 AGENT_TIMEOUT = 600.0  # seconds
 HTTP_START_TIMEOUT = 60.0  # seconds

@@ -5,43 +5,74 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import redis
 
-from benchmarks.systems.base import Endpoints, System, manage, postgres_name
+from benchmarks.systems.base import Endpoints, System, manage, mariadb_name, postgres_name
+
+# The databases this process created, (service, name): ``drop_created`` drops them.
+_created: list[tuple[str, str]] = []
 
 
 def create_database(endpoints: Endpoints, service: str, name: str) -> None:
-    """Create database ``name`` on PostgreSQL or MariaDB if it does not exist."""
+    """Create database ``name`` (with the run's suffix) on PostgreSQL or MariaDB if it does
+    not exist."""
     if service == "postgresql":
         name = postgres_name(name)
-        with psycopg.connect(
-            host=endpoints.host("postgresql"),
-            port=endpoints.port("postgresql"),
-            user=os.environ.get("BENCH_PG_USER", "postgres"),
-            password=os.environ.get("BENCH_PG_PASSWORD", ""),
-            dbname="postgres",
-            autocommit=True,
-        ) as conn:
+        with _postgres(endpoints) as conn:
             exists = conn.execute(
                 "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
             ).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{name}"')
+                _created.append((service, name))
     elif service == "mariadb":
-        import MySQLdb
-
-        conn = MySQLdb.connect(
-            host=endpoints.host("mariadb"),
-            port=endpoints.port("mariadb"),
-            user=os.environ.get("BENCH_MARIADB_USER", "root"),
-            password=os.environ.get("BENCH_MARIADB_PASSWORD", ""),
-        )
+        name = mariadb_name(name)
+        conn = _mariadb(endpoints)
         try:
-            conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
+            if conn.cursor().execute(
+                f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4"
+            ):
+                _created.append((service, name))
         finally:
             conn.close()
+
+
+def drop_created(endpoints: Endpoints) -> list[str]:
+    """Drop every database ``create_database`` created in this process; return their names."""
+    dropped = []
+    while _created:
+        service, name = _created.pop()
+        if service == "postgresql":
+            with _postgres(endpoints) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        else:
+            conn = _mariadb(endpoints)
+            try:
+                conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+            finally:
+                conn.close()
+        dropped.append(name)
+    return dropped
+
+
+def _postgres(endpoints: Endpoints) -> psycopg.Connection[tuple[Any, ...]]:
+    from benchmarks.rawsql import server_conninfo
+
+    return psycopg.connect(**server_conninfo(endpoints), autocommit=True)
+
+
+def _mariadb(endpoints: Endpoints) -> Any:
+    import MySQLdb
+
+    return MySQLdb.connect(
+        host=endpoints.host("mariadb"),
+        port=endpoints.port("mariadb"),
+        user=os.environ.get("BENCH_MARIADB_USER", "root"),
+        password=os.environ.get("BENCH_MARIADB_PASSWORD", ""),
+    )
 
 
 def flush_redis(endpoints: Endpoints, db: int) -> None:

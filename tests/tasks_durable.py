@@ -158,6 +158,17 @@ def plain(value: int) -> int:
 
 
 @task
+def forgets_context(context: Any = None) -> int:
+    """Written for a context, declared without takes_context."""
+    return int(context.step("one", int, 1))
+
+
+@task
+def forgets_context_for(context: Any, order_id: int) -> int:
+    return int(context.step("order", int, order_id))
+
+
+@task
 def noted(key: str) -> None:
     """Tell the test it started: the baseline of the wake-up latency."""
     events.note("started", key=key)

@@ -15,6 +15,7 @@ WHOLE_PACKAGE = {
     "test_public_api.py": "the names the package exports (__init__.py)",
     "test_security.py": "what no module of the package may do",
     "test_docs.py": "what the docs count of the package (its admin pages, the demo's tasks)",
+    "test_benchmarks.py": "the benchmark harness's command line without its dependencies",
     "test_layout.py": "this file",
 }
 

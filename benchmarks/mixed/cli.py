@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from benchmarks import processes
+from benchmarks import processes, snapshot
 from benchmarks.mixed import app, classic, holders, summary
 from benchmarks.mixed.sampler import Events, Sampler
 from benchmarks.systems.base import CORE_PATH_ENV, REPO_ROOT, Endpoints, django_env, manage
@@ -493,15 +493,8 @@ def _uptime() -> str:
 
 
 def _commit() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain", "--", "django_sqltasks")),
-    }
+    described = snapshot.describe(snapshot.HEAD)
+    return {"commit": described["commit"], "dirty": bool(described["worktree_dirty"])}
 
 
 def log(message: str) -> None:

@@ -13,13 +13,14 @@ import contextlib
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from benchmarks import snapshot
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "scale"
@@ -104,15 +105,7 @@ def log(message: str) -> None:
 
 def machine() -> dict[str, Any]:
     """The date, the commit and the machine, for the table's heading."""
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty", "--abbrev=12"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    commit = snapshot.commit(abbrev=12)
     cpu = "unknown"
     with contextlib.suppress(OSError, StopIteration):
         cpu = next(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,10 +179,35 @@ def conn_max_age() -> int:
     return int(os.environ.get("BENCH_CONN_MAX_AGE", "60"))
 
 
+# A run's own suffix for the databases it creates (set by ``run`` for every subprocess), so two
+# runs on one server never share a database, and each drops its own at the end.
+RUN_ENV = "BENCH_RUN"
+
+
+def start_run() -> str:
+    """Give this process and its subprocesses a suffix of their own for their databases (the
+    time, and random digits for runs started in the same second on other machines)."""
+    suffix = f"{time.strftime('%Y%m%dt%H%M%S', time.gmtime())}_{secrets.token_hex(2)}"
+    os.environ[RUN_ENV] = suffix
+    return suffix
+
+
+def database_name(name: str) -> str:
+    """``name`` with the run's suffix, where a run has set one."""
+    run = os.environ.get(RUN_ENV)
+    return f"{name}_{run}" if run else name
+
+
 def postgres_name(name: str) -> str:
     """The PostgreSQL database a system uses: its own, or ``BENCH_PG_DATABASE`` for every
     system (one database of one's own on a server others use too)."""
-    return os.environ.get("BENCH_PG_DATABASE") or name
+    return os.environ.get("BENCH_PG_DATABASE") or database_name(name)
+
+
+def mariadb_name(name: str) -> str:
+    """The MariaDB database a system uses: its own, or ``BENCH_MARIADB_DATABASE`` for every
+    system, as for PostgreSQL."""
+    return os.environ.get("BENCH_MARIADB_DATABASE") or database_name(name)
 
 
 def postgres_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
@@ -204,8 +231,7 @@ def postgres_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
 def mariadb_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
     return {
         "ENGINE": "django.db.backends.mysql",
-        # BENCH_MARIADB_DATABASE: one database of one's own for every system, as for PostgreSQL.
-        "NAME": os.environ.get("BENCH_MARIADB_DATABASE") or name,
+        "NAME": mariadb_name(name),
         "USER": os.environ.get("BENCH_MARIADB_USER", "root"),
         "PASSWORD": os.environ.get("BENCH_MARIADB_PASSWORD", ""),
         "HOST": endpoints.host("mariadb"),

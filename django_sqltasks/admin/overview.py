@@ -21,7 +21,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from ..compat import InvalidTaskBackend
-from ..core.backends import sql_backend
+from ..core.backends import queues_on, sql_backend
 from ..exceptions import UnknownQueue
 from ..models import PausedQueue, QueueOverview, TaskRecord
 from ..ops import health as table_health
@@ -96,7 +96,7 @@ class QueueOverviewAdmin(OverviewAdminBase):
         if not self.has_view_permission(request):
             raise PermissionDenied
         using = TaskRecord.objects.db
-        snapshot = overview.take(using=using)
+        snapshot = overview.take(using=using, configured=queues_on(using))
         name = request.GET.get("q", "").replace("\x00", "")[:MAX_FILTER].strip()
         page, shown = queue_page(snapshot.queues, name, request.GET.get("page"))
         paginator = page.paginator

@@ -5,9 +5,12 @@ that nothing the page accepts can stop a scheduler tick."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..core.backends import SQLBackend, sql_backends
@@ -26,6 +29,7 @@ from ..core.schedules import (
 from ..core.serialization import check_arguments, dumps, text_problem
 from ..exceptions import UnknownQueue
 from ..models import ScheduleRecord
+from ..ops.declared import declared_task_paths
 from ..store.flow import check_queue
 from ..store.schedules import backend_time_zone, entry_of
 
@@ -34,7 +38,6 @@ if TYPE_CHECKING:
 else:
     ScheduleFormBase = forms.ModelForm
 
-# The fields the page edits; of a schedule from settings, only ``enabled``.
 # The fields the page edits; of a schedule from settings, only ``enabled``.
 DEFINITION = (
     "task_path",
@@ -95,6 +98,23 @@ class JSONText(forms.CharField):
             return True
 
 
+class Suggesting(forms.TextInput):
+    """A text input that offers ``options`` (a ``<datalist>``) and still takes any text, which
+    the form then checks: a task the scan did not find, a queue of a backend without QUEUES."""
+
+    def __init__(self, options: Iterable[str], attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.options = list(options)
+
+    def render(
+        self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None
+    ) -> SafeString:
+        list_id = f"{(attrs or {}).get('id') or name}_options"
+        field = super().render(name, value, {**(attrs or {}), "list": list_id}, renderer)
+        options = format_html_join("", '<option value="{}">', ((o,) for o in self.options))
+        return format_html('{}<datalist id="{}">{}</datalist>', field, list_id, options)
+
+
 class ScheduleForm(ScheduleFormBase):
     """The checks of a PERIODIC entry, each error on its field; then the task is imported
     (within the trust boundary the workers keep) and the arguments bound to its function."""
@@ -130,8 +150,16 @@ class ScheduleForm(ScheduleFormBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        backends = sql_backends()
+        if "task_path" in self.fields:
+            self.fields["task_path"].widget = Suggesting(
+                declared_task_paths(), {"class": "vTextField"}
+            )
+        if "queue_name" in self.fields:
+            queues = sorted({q for backend in backends.values() for q in backend.queues})
+            self.fields["queue_name"].widget = Suggesting(queues, {"class": "vTextField"})
         if "backend_name" in self.fields:
-            aliases = sorted(sql_backends())
+            aliases = sorted(backends)
             field = self.fields["backend_name"]
             assert isinstance(field, forms.ChoiceField)
             field.choices = [(a, a) for a in aliases]

@@ -23,6 +23,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from ..core.backends import sql_backends
+from ..core.schedules import ScheduleError, check_cron, check_every, check_time_zone
 from ..models import ScheduleRecord
 from ..store.control import database_now
 from ..store.schedules import TIMING, backend_time_zone, schedule_of
@@ -43,11 +44,14 @@ SETTINGS_KEPT = (
 )
 
 
-def next_runs(obj: ScheduleRecord, count: int = PREVIEW_RUNS) -> list[datetime]:
-    """The next ``count`` runs of a stored schedule, by the database's clock."""
+def next_runs(
+    obj: ScheduleRecord, count: int = PREVIEW_RUNS, at: str | None = None
+) -> list[datetime]:
+    """The next ``count`` runs of a stored schedule (named ``at`` in its errors), by the
+    database's clock."""
     backend = sql_backends().get(obj.backend_name)
     zone = backend_time_zone(backend) if backend is not None else "UTC"
-    schedule = schedule_of(obj, zone)
+    schedule = schedule_of(obj, zone, at)
     database = obj._state.db or (backend.database if backend is not None else "default")
     moment = database_now(database)
     runs = []
@@ -277,11 +281,22 @@ class ScheduleRecordAdmin(WritesLocked, NulSafeAdmin, ScheduleAdminBase):
         )
         if not row.cron and every is None:
             return HttpResponse(self.preview(ScheduleRecord()))
-        return HttpResponse(self._runs_html(row))
+        # Each field by the name the form gives it; the schedule, unnamed yet, as "This schedule".
+        for label, value, check in (
+            ("cron", row.cron, check_cron),
+            ("time_zone", row.time_zone, check_time_zone),
+            ("every", every, check_every),
+        ):
+            if value not in ("", None):
+                try:
+                    check(label, value)
+                except ScheduleError as e:
+                    return HttpResponse(_error_html(f"This schedule cannot run: {_short_error(e)}"))
+        return HttpResponse(self._runs_html(row, at=str(_("This schedule"))))
 
-    def _runs_html(self, obj: ScheduleRecord) -> str:
+    def _runs_html(self, obj: ScheduleRecord, at: str | None = None) -> str:
         try:
-            runs = next_runs(obj)
+            runs = next_runs(obj, at=at)
         except Exception as e:
             return _error_html(f"This schedule cannot run: {_short_error(e)}")
         zone = ZoneInfo(_zone_of(obj))

@@ -71,6 +71,15 @@ def is_sql_backend(backend: object) -> bool:
     return isinstance(getattr(backend, "config", None), BackendOptions)
 
 
+def queues_on(database: str) -> dict[str, set[str]]:
+    """The QUEUES of each django-sqltasks backend keeping its tasks in ``database``."""
+    return {
+        alias: set(backend.queues)
+        for alias, backend in sql_backends().items()
+        if backend.database == database
+    }
+
+
 def sql_backends() -> dict[str, SQLBackend]:
     """The configured django-sqltasks backends, by alias (others are left out, and so are
     those whose BACKEND fails to load: check error E020 reports them)."""

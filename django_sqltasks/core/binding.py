@@ -47,6 +47,43 @@ def check_binds(task: Task, args: Any, kwargs: Any) -> None:
         _fitting[shape] = True
 
 
+CONTEXT_PARAMETERS = ("context", "ctx")  # first parameters that say a task wants its context
+
+
+def forgot_context(task: Task) -> bool:
+    """Whether ``task`` looks written for a context it is not given: its function's first
+    parameter is named ``context`` (or ``ctx``), and it is not declared ``takes_context``."""
+    if task.takes_context:
+        return False
+    try:
+        first = next(iter(inspect.signature(task.func).parameters), None)
+    except (TypeError, ValueError):
+        return False
+    return first in CONTEXT_PARAMETERS
+
+
+def context_hint(task: Task) -> str:
+    return (
+        f"{task.name}'s first parameter reads as its context, but the task is not declared "
+        "with takes_context=True, so no context is passed to it: declare it "
+        "@task(takes_context=True)"
+    )
+
+
+def add_context_hint(task: Task, exc: BaseException) -> None:
+    """Note on ``exc`` (an attribute of a context looked up on something else) that ``task``
+    was not given a context, where it looks written for one (Python 3.11+'s notes)."""
+    from .progress import SQLTaskContext
+
+    if (
+        isinstance(exc, AttributeError)
+        and getattr(exc, "name", None) in dir(SQLTaskContext)
+        and hasattr(exc, "add_note")
+        and forgot_context(task)
+    ):
+        exc.add_note(context_hint(task) + ".")
+
+
 def _bind(task: Task, args: Any, kwargs: Any) -> None:
     try:
         signature = _signature(task.func, bool(task.takes_context))
@@ -57,9 +94,10 @@ def _bind(task: Task, args: Any, kwargs: Any) -> None:
     try:
         signature.bind(*args, **kwargs)
     except TypeError as e:
+        hint = f" ({context_hint(task)})" if forgot_context(task) else ""
         raise InvalidTaskArguments(
             f"Task {task.module_path}({_names(signature)}) cannot be called with these "
-            f"arguments: {e}."
+            f"arguments: {e}{hint}."
         ) from None
 
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 from django.utils import timezone
 
 from ..exceptions import InvalidStep
+from .articles import a_or_an
 from .columns import MAX_EVENT_KEY_LENGTH, MAX_EVENT_NAME_LENGTH, MAX_STEP_NAME_LENGTH
 from .serialization import text_problem
 
@@ -34,7 +35,8 @@ def check_name(value: Any, what: str, most: int = MAX_STEP_NAME_LENGTH) -> str:
     ``InvalidStep`` naming the rule."""
     if not isinstance(value, str):
         raise InvalidStep(
-            f"{what} must be a string of 1 to {most} characters, not a {type(value).__name__}."
+            f"{what} must be a string of 1 to {most} characters, not "
+            f"{a_or_an(type(value).__name__)}."
         )
     if not 0 < len(value) <= most:
         raise InvalidStep(f"{what} must be 1 to {most} characters long, not {len(value)}.")

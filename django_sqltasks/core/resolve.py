@@ -15,11 +15,12 @@ import sys
 from collections.abc import Iterable
 from functools import lru_cache
 
-from django.apps import apps
+from django.apps import AppConfig, apps
 from django.utils.module_loading import import_string
 
 from ..compat import InvalidTaskBackend, Task, task_backends
 from ..exceptions import TaskBackendMismatch, TaskNotFound
+from .articles import a_or_an
 from .backends import backend_config, sql_backend
 
 
@@ -44,7 +45,8 @@ def _import_task(task_path: str) -> Task:
         raise TaskNotFound(f"Task path {task_path!r} does not import: {e}") from e
     if not isinstance(obj, Task):
         raise TaskNotFound(
-            f"Task path {task_path!r} names a {type(obj).__name__}, not a Task: only functions "
+            f"Task path {task_path!r} names {a_or_an(type(obj).__name__)}, not a Task: only "
+            "functions "
             "decorated with @task can be run."
         )
     return obj
@@ -100,10 +102,25 @@ def allowed_modules(backend: str | None = None) -> set[str]:
     prefixes: set[str] = set()
     for modules in configured:
         if modules is None:
-            prefixes.update(app.name for app in apps.get_app_configs())
+            prefixes.update(app.name for app in _installed_apps())
         else:
             prefixes.update(modules)
     return prefixes
+
+
+def _installed_apps() -> Iterable[AppConfig]:
+    """The installed apps, with those a test's ``available_apps`` hides while it runs: the
+    project's workers import every installed app, so its tasks may be enqueued meanwhile.
+
+    ``available_apps`` (Django's TransactionTestCase) narrows the registry to some of the same
+    app configs, the whole set kept aside; ``override_settings(INSTALLED_APPS=...)`` builds new
+    ones, which are the project's installed apps for as long as it lasts."""
+    current = apps.app_configs
+    if apps.stored_app_configs:
+        whole = apps.stored_app_configs[-1]
+        if all(whole.get(label) is config for label, config in current.items()):
+            return list(whole.values())
+    return list(current.values())
 
 
 def check_backend(task: Task, backend: str) -> None:

@@ -10,6 +10,7 @@ import orjson
 
 from ..compat import normalize_json
 from ..exceptions import InvalidTaskArguments
+from .articles import a_or_an
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -87,7 +88,8 @@ def check_json(value: Any, where: str, _depth: int = 0) -> None:
     kind = type(value)
     raise InvalidTaskArguments(
         # "Unsupported type" is Django's own wording (django.utils.json.normalize_json).
-        f"Unsupported type: {where} is a {kind.__module__}.{kind.__qualname__}, which is not "
+        f"Unsupported type: {where} is {a_or_an(f'{kind.__module__}.{kind.__qualname__}')}, "
+        "which is not "
         "JSON-serializable: "
         "use str, int, float, bool, None, list, tuple or dict (convert dates, Decimals, UUIDs "
         "and model instances to strings or ids)."

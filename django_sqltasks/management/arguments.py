@@ -197,8 +197,9 @@ def backend_error(alias: str, error: BaseException) -> CommandError:
     return CommandError(f"--backend: {error}")
 
 
-def refuse_unknown_queues(backend: Any, names: Iterable[str]) -> None:
-    """Raise ``CommandError`` for names outside the backend's QUEUES (when it has any).
+def refuse_unknown_queues(backend: Any, names: Iterable[str], option: str = "--queue") -> None:
+    """Raise ``CommandError`` for names outside the backend's QUEUES (when it has any), naming
+    the ``option`` that gave them.
 
     A backend with QUEUES refuses every other queue name at enqueue, so no task can be in such
     a queue: the name is most likely a typo, and a worker given it would wait for ever.
@@ -207,7 +208,7 @@ def refuse_unknown_queues(backend: Any, names: Iterable[str]) -> None:
     unknown = [name for name in names if name != "*" and known and name not in known]
     if unknown:
         raise CommandError(
-            f"--queue: {', '.join(map(repr, unknown))} "
+            f"{option}: {', '.join(map(repr, unknown))} "
             f"{'is not a queue' if len(unknown) == 1 else 'are not queues'} of backend "
             f"{backend.alias!r}, whose QUEUES are: {', '.join(sorted(known))}" + "."
         )

@@ -7,6 +7,7 @@ their partial indexes, and finished counts are limited to a recent window of ``f
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -81,9 +82,11 @@ def take(
     now: datetime | None = None,
     minutes: int = THROUGHPUT_MINUTES,
     health: bool = True,
+    configured: Mapping[str, Iterable[str]] | None = None,
 ) -> Overview:
     """Read a snapshot of the queues of ``backend`` (or all) on database ``using``; with
-    ``health``, the task table's upkeep too."""
+    ``health``, the task table's upkeep too. The queues in ``configured`` (alias -> QUEUES)
+    are listed even with no task, so that one no worker serves shows."""
     now = now or timezone.now()
     tasks = TaskRecord.objects.using(using).order_by().scoped(backend, queue)
     stats: dict[tuple[str, str], QueueStats] = {}
@@ -130,6 +133,12 @@ def take(
         paused = paused.filter(queue_name=queue)
     for backend_name, queue_name in paused:
         entry(backend_name, queue_name).paused = True  # listed even when empty: to resume it
+
+    for alias, names in (configured or {}).items():
+        if backend is None or alias == backend:
+            for name in names:
+                if queue is None or name == queue:
+                    entry(alias, name)
 
     workers = live_workers(using, backend, now)
     for item in stats.values():

@@ -61,10 +61,10 @@ def entry_of(row: ScheduleRecord) -> dict[str, Any]:
     return entry
 
 
-def schedule_of(row: ScheduleRecord, time_zone: str) -> Schedule:
+def schedule_of(row: ScheduleRecord, time_zone: str, at: str | None = None) -> Schedule:
     """The schedule a row stores, checked as a PERIODIC entry is; raise ``ScheduleError``
-    naming the schedule and the field (a row edited by SQL may break any rule)."""
-    at = f"Schedule {row.name!r} of backend {row.backend_name!r}"
+    naming the schedule (or ``at``) and the field (a row edited by SQL may break any rule)."""
+    at = at or f"Schedule {row.name!r} of backend {row.backend_name!r}"
     return parse_schedule(at, row.name, entry_of(row), time_zone)
 
 

@@ -28,6 +28,7 @@ from ..compat import (
     task_finished,
     task_started,
 )
+from ..core.articles import a_or_an
 from ..core.backends import is_sql_backend
 from ..exceptions import Suspended
 from ..models import StepRecord, TaskRecord
@@ -56,7 +57,7 @@ def backend_for(alias: str) -> Any:
     backend = task_backends[alias]
     if not is_sql_backend(backend):
         raise TypeError(
-            f"Task backend {alias!r} is a {type(backend).__name__}, not a SQLTaskBackend: "
+            f"Task backend {alias!r} is {a_or_an(type(backend).__name__)}, not a SQLTaskBackend: "
             "run_tasks() runs the tasks of django-sqltasks backends only."
         )
     return backend

@@ -21,6 +21,7 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from ..compat import TaskError, TaskResult, TaskResultStatus, logs_task_finished, task_finished
+from ..core.binding import add_context_hint
 from ..core.bounds import MAX_DELAY
 from ..core.policy import Policy
 from ..core.serialization import check_json, dumps, normalized
@@ -105,6 +106,7 @@ def after_error(attempt: Attempt, exc: BaseException, max_snoozes: int) -> Ended
     fewer than ``max_snoozes`` times, a retry while its policy allows one, else a failure. A
     Snooze past the limit fails as ``SnoozeLimitReached``, which is never retried."""
     row = attempt.row
+    add_context_hint(attempt.task, exc)
     if isinstance(exc, Snooze):
         if row.snoozes < max_snoozes:
             return Ended(_of_claim(row, _snooze(row.id, exc.seconds)), attempt, exc)

@@ -178,8 +178,9 @@ class Producer:
                     continue
                 if self._told_of_new_tasks():
                     # Every new task wakes this worker, a retry's outcome too: polling would
-                    # only repeat the claim that just found the queue drained.
-                    await self.sleep(self.poll_interval)
+                    # only repeat the claim that just found the queue drained. A burst worker
+                    # also wakes when its last task ends, to stop then, not a poll later.
+                    await self.sleep(self.poll_interval, wake_at=0 if self.burst else None)
                     continue
                 # Poll soon after finding work, then back off to the poll interval.
                 idle, self._idle_sleep = (
@@ -277,7 +278,8 @@ class Producer:
 
     async def sleep(self, seconds: float, *, wake_at: int | None = None) -> None:
         """Sleep up to ``seconds``; wake early once a quarter of the room is free (or no more
-        than ``wake_at`` tasks are held), all tasks are done, or a stop is asked."""
+        than ``wake_at`` tasks are held, at once if so already), all tasks are done, or a stop
+        is asked."""
         assert self._wake is not None and self.executor is not None
         self._claiming = False
         if self._woken_in_claim:
@@ -291,7 +293,9 @@ class Producer:
         if until_bound is not None:  # wake to clear the suspect running here at its bound
             seconds = min(seconds, until_bound)
         capacity = self.slots.capacity
-        self.slots.wake_when_below(capacity - max(1, capacity // 4) if wake_at is None else wake_at)
+        below = capacity - max(1, capacity // 4) if wake_at is None else wake_at
+        if self.slots.wake_when_below(below) and wake_at is not None:
+            return  # as few are held already: the tasks it waits for ended before this sleep
         self._wake.clear()
         if self._stop_unseen:  # asked while the loop was busy: the clear above dropped its wake
             self._stop_unseen = False

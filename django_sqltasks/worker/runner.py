@@ -20,6 +20,7 @@ from django.db import DatabaseError, connections
 
 from ..backend import SQLTaskBackend
 from ..compat import task_backends
+from ..core.articles import a_or_an
 from ..core.backends import is_sql_backend
 from ..sql import dialect_for
 from . import events
@@ -65,7 +66,7 @@ class Worker:
         task_backend = task_backends[backend]
         if not is_sql_backend(task_backend):
             raise ValueError(
-                f"Backend {backend!r} is a {type(task_backend).__qualname__}, not a "
+                f"Backend {backend!r} is {a_or_an(type(task_backend).__qualname__)}, not a "
                 "django_sqltasks SQLTaskBackend: this worker only runs its tasks."
             )
         assert isinstance(task_backend, SQLTaskBackend)  # for the type checker

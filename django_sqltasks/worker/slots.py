@@ -130,9 +130,12 @@ class Slots:
             self._held.difference_update(row.id for row in dropped)
         return dropped
 
-    def wake_when_below(self, count: int) -> None:
+    def wake_when_below(self, count: int) -> bool:
+        """Have ``release`` ask for the loop's wake once no more than ``count`` tasks are held;
+        return whether that many or fewer are held already (the wake would never come)."""
         with self._lock:
             self._wake_below = count
+            return self._claimed - self._finished <= count
 
     def _take_waiting(self) -> list[ClaimedRow]:
         """Pop the waiting rows that free slots can start (with the lock held)."""

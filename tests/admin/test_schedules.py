@@ -77,6 +77,16 @@ def test_the_add_page_starts_with_empty_arguments(client: Client) -> None:
     assert ">\n[]</textarea>" in body and ">\n{}</textarea>" in body
 
 
+def test_the_add_page_offers_the_declared_tasks_and_the_queues(client: Client) -> None:
+    """Typed freely (the form checks them), with the project's tasks and QUEUES offered."""
+    body = client.get(reverse(ADD)).content.decode()
+    assert 'list="id_task_path_options"' in body and '<datalist id="id_task_path_options">' in body
+    assert '<option value="tests.tasks.noop">' in body
+    assert 'list="id_queue_name_options"' in body
+    for queue in ("default", "other", "slow"):
+        assert f'<option value="{queue}">' in body
+
+
 def test_an_interval_schedule(client: Client) -> None:
     response = client.post(reverse(ADD), form(cron="", time_zone="", every="90"))
     assert response.status_code == 302
@@ -293,6 +303,8 @@ def test_the_preview_of_a_timing_being_typed(
     assert response.status_code == 200
     body = response.content.decode()
     assert expected in body, body
+    # The schedule being typed has no name yet: its errors do not read "Schedule '' of ...".
+    assert "Schedule &#x27;&#x27;" not in body and "[&#x27;" not in body, body
     if "<li>" in expected:
         assert body.count("<li><time") == 5
 

@@ -47,7 +47,7 @@ def test_a_path_that_no_longer_imports() -> None:
     lines = out.splitlines()
     assert lines[0].split() == ["backend", "task", "ready", "running", "example", "id", "problem"]
     assert "tests.tasks.NOT_A_TASK" in lines[1]
-    assert "names a int, not a Task" in lines[1]
+    assert "names an int, not a Task" in lines[1]
     assert lines[2].split()[:4] == ["default", "tests.tasks.renamed_away", "1", "1"]
     assert "does not import" in lines[2]
     assert lines[2].split()[4] in {str(ready.id), str(running.id)}

@@ -350,7 +350,7 @@ def test_worker_exclude_queues_runs_every_other_queue() -> None:
     ("arguments", "message"),
     [
         (["-Q", "default", "-X", "other"], "with -Q '*' or without -Q"),
-        (["-X", "nosuch"], "'nosuch' is not a queue"),
+        (["-X", "nosuch"], "--exclude-queues: 'nosuch' is not a queue"),
         (["-X", "default,other,slow"], "excludes every queue"),
         (["-p", "1", "--max-memory-per-child", "200000"], "write 200000KiB"),
         (["-p", "1", "--max-memory-per-child", "1.5G"], "such as 512 (MiB), 512MB"),

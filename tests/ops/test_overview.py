@@ -96,3 +96,30 @@ def test_status_command_piped_is_never_cut_to_a_width() -> None:
     text = out.getvalue()
     assert long_id in text and "default,other,slow" in text
     assert "…" not in text and "─" not in text  # no rich ellipsis, no box drawing
+
+
+def test_a_configured_queue_with_no_task_is_listed_not_served(queues: None) -> None:
+    """QUEUES lists "slow", which has no task and no worker: tasks_health says it is not
+    served, and so do tasks_status and the overview, rather than leaving it out."""
+    out = StringIO()
+    call_command("tasks_status", "--plain", stdout=out)
+    lines = {
+        line.split()[1]: line.split() for line in out.getvalue().splitlines() if "default " in line
+    }
+    assert lines["slow"][2:5] == ["0", "0", "0"] and lines["slow"][-3:] == ["NO", "no", "0"]
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+    body = client.get(reverse("admin:django_sqltasks_queueoverview_changelist")).content.decode()
+    assert 'data-queue="slow"' in body
+
+
+def test_the_overview_writes_every_time_on_a_24_hour_clock(queues: None) -> None:
+    """As the lists do: "As of 2026-12-02 14:05:09", the workers' times the same, and the live
+    line's "updated 14:05:09" (not the browser's locale, which may be a 12-hour clock)."""
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+    body = client.get(reverse("admin:django_sqltasks_queueoverview_changelist")).content.decode()
+    heartbeat = timezone.localtime(WorkerRecord.objects.get(id="w1").heartbeat_at)
+    assert f"<td>{heartbeat:%Y-%m-%d %H:%M:%S} (" in body
+    assert "a.m." not in body and "p.m." not in body
+    assert "toLocaleTimeString" not in body

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django_sqltasks import asend_event, get_workflow, group, send_event
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.core.durable import SentEvent
-from django_sqltasks.exceptions import InvalidStep, PayloadTooLarge
+from django_sqltasks.exceptions import InvalidStep, InvalidTaskArguments, PayloadTooLarge
 from django_sqltasks.models import EventRecord, StepRecord, TaskRecord
 from django_sqltasks.store import pruning
 from django_sqltasks.store.steps import forget
@@ -168,6 +168,23 @@ def test_a_hostile_durable_call_fails_its_task_alone_naming_the_rule(
     assert send_event("order.paid", "other", "ok") == SentEvent.RESUMED
     run_worker()
     assert row(waiting).return_value == "ok"
+
+
+def test_a_task_written_for_a_context_not_declared_with_takes_context_says_so(
+    run_worker: RunWorker,
+) -> None:
+    result = tasks_durable.forgets_context.enqueue()
+    run_worker()
+    record = row(result)
+    assert record.status == TaskResultStatus.FAILED
+    text = record.errors[-1]["traceback"]
+    assert "'NoneType' object has no attribute 'step'" in text, text
+    assert "not declared with takes_context=True" in text, text
+    # Enqueued as if the worker passed the context: refused at once, with the same hint.
+    with pytest.raises(InvalidTaskArguments, match=r"missing a required argument: 'order_id'"):
+        tasks_durable.forgets_context_for.enqueue(7)  # type: ignore[call-arg]
+    with pytest.raises(InvalidTaskArguments, match=r"declare it @task\(takes_context=True\)"):
+        tasks_durable.forgets_context_for.enqueue(7)  # type: ignore[call-arg]
 
 
 # Sleeps ------------------------------------------------------------------------------------

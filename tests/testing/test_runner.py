@@ -179,7 +179,11 @@ def test_a_runaway_is_stopped() -> None:
     [
         (lambda: run_tasks(max_tasks=0), ValueError, "max_tasks must be a whole number"),
         (lambda: run_tasks(max_tasks=True), ValueError, "max_tasks must be a whole number"),
-        (lambda: run_tasks(backend="immediate"), TypeError, "not a SQLTaskBackend"),
+        (
+            lambda: run_tasks(backend="immediate"),
+            TypeError,
+            "is an ImmediateBackend, not a SQLTask",
+        ),
         (lambda: advance(-1), ValueError, "must not be negative"),
         (lambda: advance("1"), TypeError, "timedelta or a number of seconds"),
     ],

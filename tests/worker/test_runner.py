@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from django_sqltasks import SQLTaskBackend
@@ -29,7 +30,7 @@ from django_sqltasks.worker import Worker
 from django_sqltasks.worker import producer as producer_module
 from django_sqltasks.worker.claims import Claims
 from tests import tasks
-from tests.conftest import set_backend_options, worker_thread
+from tests.conftest import run_burst_or_fail, set_backend_options, worker_thread
 from tests.events import EventLog, Gate
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -138,7 +139,7 @@ def _insert_row(task_path: str) -> TaskRecord:
 @pytest.mark.parametrize(
     ("task_path", "message"),
     [
-        ("tests.tasks.NOT_A_TASK", "names a int, not a Task"),
+        ("tests.tasks.NOT_A_TASK", "names an int, not a Task"),
         ("tests.tasks.missing_function", "does not import"),
         ("no_such_module.anything", "does not import"),
         ("os.path.join", "names a function, not a Task"),
@@ -492,7 +493,7 @@ def test_a_stop_asked_between_a_claim_and_the_next_sleep_is_not_lost(
 
 
 def test_worker_refuses_a_backend_of_another_kind() -> None:
-    with pytest.raises(ValueError, match="not a django_sqltasks SQLTaskBackend"):
+    with pytest.raises(ValueError, match="is an ImmediateBackend, not a django_sqltasks SQLTask"):
         Worker(backend="immediate")
 
 
@@ -652,3 +653,15 @@ def test_a_stopping_worker_enqueues_no_more_periodic_tasks(
         assert TaskRecord.objects.get(id=long.id).status == TaskResultStatus.RUNNING
         assert ticks.count() == enqueued  # (the stop came just after a slot's tick ran)
         gate.open()
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="a worker told of new tasks (LISTEN) only polls"
+)
+def test_a_burst_worker_stops_as_its_last_task_ends_not_a_poll_interval_later() -> None:
+    results = [tasks.noop.enqueue() for _ in range(3)]
+    # A worker that slept its poll interval after its last task ended would run past the join.
+    run_burst_or_fail(20, "the burst worker outlived its last task", poll_interval=120)
+    for result in results:
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL

@@ -66,7 +66,9 @@ class Command(QuietWhenPipeCloses, OneLineWhenUnreachable):
             names = [a for a, b in backends.items() if b.database == database]
             try:
                 snapshot = overview.take(
-                    using=database, backend=names[0] if len(names) == 1 else None
+                    using=database,
+                    backend=names[0] if len(names) == 1 else None,
+                    configured={alias: backends[alias].queues for alias in names},
                 )
             except DatabaseError as e:
                 if is_missing_table(e):

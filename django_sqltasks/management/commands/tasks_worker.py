@@ -202,7 +202,7 @@ class Command(QuietWhenPipeCloses):
                 "is valid and the worker cannot know them all: list QUEUES in its settings, or "
                 "name the queues to run with -Q."
             )
-        refuse_unknown_queues(backend, excluded)
+        refuse_unknown_queues(backend, excluded, "--exclude-queues")
         left = sorted(set(backend.queues) - set(excluded))
         if not left:
             raise CommandError("--exclude-queues: it excludes every queue of QUEUES.")

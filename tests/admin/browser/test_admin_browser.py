@@ -163,6 +163,40 @@ def test_queue_overview_breadcrumbs_look_like_every_other_page_s(
     assert expected[0] not in ("rgba(0, 0, 0, 0)", "transparent")
 
 
+@pytest.mark.parametrize("width", [1280, 1024])
+def test_task_list_with_a_progress_row_fits_and_shows_every_column(
+    live_server: Any, page: Any, screenshot: Callable[[str], Path], width: int
+) -> None:
+    for class_path, text in FAILURES:
+        task_row(
+            TaskResultStatus.FAILED,
+            task_path="tests.tasks.a_task_with_a_rather_long_function_name",
+            queue_name="notifications-high-priority",
+            errors=[{"exception_class_path": class_path, "traceback": text}],
+        )
+    note = "resizing the product images of the spring catalogue, page 14 of 220"
+    task_row(
+        TaskResultStatus.RUNNING,
+        task_path="tests.tasks.a_task_with_a_rather_long_function_name",
+        owner="w1",
+        worker_ids=["w1"],
+        tags=["catalogue", "images"],
+        progress={"attempt": 1, "progress": 0.42, "note": note, "metadata": {},
+                  "updated_at": "2026-11-23T06:00:00+00:00"},
+    )  # fmt: skip
+    page.set_viewport_size({"width": width, "height": 800})
+    log_in(page, live_server)
+    page.goto(f"{live_server.url}/admin/django_sqltasks/taskrecord/")
+    screenshot(f"07-task-list-progress-{width}")
+    assert page.locator(".sqltasks-progress").count() == 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    # Every column is in sight, none behind the results' own sideways scroll.
+    results = page.locator("#changelist .results").bounding_box()
+    for header in page.locator("#result_list thead th").all():
+        box = header.bounding_box()
+        assert box["x"] + box["width"] <= results["x"] + results["width"] + 1, header.inner_text()
+
+
 def test_limits_page_shows_its_waiting_column_at_1280(
     live_server: Any, page: Any, screenshot: Callable[[str], Path]
 ) -> None:
