@@ -9,8 +9,12 @@
 # settings touched). A Docker engine is started if none answers, and stopped at the end.
 #
 #   scripts/bench_container.sh
+#   scripts/bench_container.sh build    only the base, the wheels and the image (CI starts it
+#                                       early, beside the tests, then runs the whole)
 #   BENCH_DOCKER_DIR=/path scripts/bench_container.sh   the engine's images, kept between runs
 set -euo pipefail
+stage=${1:-all}
+case "$stage" in all | build) ;; *) echo "usage: $0 [build]" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 SECONDS=0
 state=${BENCH_DOCKER_DIR:-/var/lib/django-sqltasks-docker}
@@ -79,6 +83,7 @@ step "building $image on $base"
     --build-arg PIP_OPTIONS="--no-index --find-links http://127.0.0.1:$port/" \
     --build-arg SQLTASKS_COMMIT="$commit" . >/dev/null
 kill "$server" && server=
+if [ "$stage" = build ]; then step "built"; exit 0; fi
 
 step "python -m benchmarks run --smoke in the container"
 "$docker" run --rm --network host "$image" run --smoke
