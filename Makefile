@@ -34,7 +34,7 @@ example: venv  ## Run the example project end to end on SQLite: migrate, enqueue
 wheel-check:  ## Build the sdist and wheel, check them, run the example on the installed wheel (SQLite, PostgreSQL at PG_URL)
 	PG_URL=$(PG_WHEEL_URL) VENV=$(VENV) scripts/wheel_check.sh
 
-test: venv  ## Run the test suite (SQLite unless DATABASE_URL says otherwise)
+test: venv  ## A change's first check: the test suite but what MARKERS leaves to CI (SQLite unless DATABASE_URL says otherwise)
 	$(PY) -m pytest $(PYTEST_SELECT)
 
 test-full: venv  ## Every test but the load tests: the large tables, the browsers, every worker-process test
