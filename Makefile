@@ -16,13 +16,17 @@ PYTEST_XDIST ?= -n $(shell echo $$(( 2 * $$(nproc) ))) --dist worksteal
 # machine that sets PYTHONDONTWRITEBYTECODE (0.1 s of CPU less for each; 15 s for make test).
 unexport PYTHONDONTWRITEBYTECODE
 # MARKERS="..." runs what pytest -m selects (the markers: pyproject.toml; CI's legs: .ci/run).
-# The load tests (thousands of tasks through several workers) run apart: make test-load.
-MARKERS ?= not load
+# make test runs what CI's SQLite leg runs but the index tests over large tables and the browser
+# tests (CI's database legs run those), so a change's first check takes a minute and a half
+# (CONTRIBUTING.md, "The tests"). make test-full runs every test but the load tests; the load
+# tests (thousands of tasks through several workers) run apart: make test-load.
+MARKERS ?= not load and not large_table and not browser and (not worker_process or worker_process_core)
+FULL_MARKERS := not load
 PYTEST_SELECT = $(PYTEST_XDIST) $(if $(MARKERS),-m "$(MARKERS)") $(PYTEST_ARGS)
 # The inner loop: no worker process, load or browser test (scripts/mutations.sh runs the same).
 FAST_MARKERS := not worker_process and not load
 
-.PHONY: example wheel-check sql-snapshots test test-load test-fast mutations venv test-postgres test-mariadb test-all test-django52 django-contract lint format migrations-check bench bench-smoke docs clean
+.PHONY: example wheel-check sql-snapshots test test-full test-load test-fast mutations venv test-postgres test-mariadb test-all test-django52 django-contract lint format migrations-check bench bench-smoke docs clean
 
 example: venv  ## Run the example project end to end on SQLite: migrate, enqueue, work, show results
 	$(PY) example_project/manage.py demo
@@ -30,8 +34,11 @@ example: venv  ## Run the example project end to end on SQLite: migrate, enqueue
 wheel-check:  ## Build the sdist and wheel, check them, run the example on the installed wheel (SQLite, PostgreSQL at PG_URL)
 	PG_URL=$(PG_WHEEL_URL) VENV=$(VENV) scripts/wheel_check.sh
 
-test: venv  ## Run the test suite (SQLite unless DATABASE_URL says otherwise)
+test: venv  ## A change's first check: the test suite but what MARKERS leaves to CI (SQLite unless DATABASE_URL says otherwise)
 	$(PY) -m pytest $(PYTEST_SELECT)
+
+test-full: venv  ## Every test but the load tests: the large tables, the browsers, every worker-process test
+	$(PY) -m pytest $(PYTEST_XDIST) -m "$(FULL_MARKERS)" $(PYTEST_ARGS)
 
 test-load: venv  ## The load tests, in one process (each starts several workers of its own)
 	$(PY) -m pytest -m load $(PYTEST_ARGS)

@@ -96,7 +96,8 @@ def needs_exec(env: dict[str, str], baseline: dict[str, str]) -> bool:
 
 def _child(request: dict[str, Any], server: socket.socket, server_fds: list[int]) -> None:
     """In the forked child: become ``python -m django tasks_worker ...`` as the test asked."""
-    import runpy  # only the child needs it
+    import runpy  # only the child needs them
+    import types
 
     signal.set_wakeup_fd(-1)
     server.close()
@@ -112,6 +113,13 @@ def _child(request: dict[str, Any], server: socket.socket, server_fds: list[int]
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
+    if "code" in request:
+        # python -c: the code, run as __main__, as that process would run it.
+        sys.argv = ["-c"]
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(request["code"], "<string>", "exec"), main.__dict__)
+        raise SystemExit(0)
     sys.argv = ["django", *request["argv"]]
     # python -m django: the same module, run as __main__; SystemExit ends the child as it would
     # end that process (through the interpreter's own exit: atexit, thread joins, flushes).
@@ -235,9 +243,20 @@ class ForkServer:
         self._started: list[int] = []
 
     def start(
-        self, argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        stdout: str,
+        stderr: str,
+        code: str | None = None,
     ) -> ForkedProcess:
-        request = {"argv": argv, "env": env, "cwd": cwd, "stdout": stdout, "stderr": stderr}
+        """Fork ``python -m django *argv``, or ``python -c code`` when ``code`` is given."""
+        request: dict[str, Any] = {
+            "argv": argv, "env": env, "cwd": cwd, "stdout": stdout, "stderr": stderr
+        }  # fmt: skip
+        if code is not None:
+            request["code"] = code
         with self._lock:
             self.sock.sendall(json.dumps(request).encode() + b"\n")
         while not self._started:
@@ -297,8 +316,27 @@ def run_django(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m django *args`` to its end, as ``subprocess.run(..., capture_output=True,
     text=True, errors="replace")`` would, through the fork server where it can."""
-    global _server
     argv = [sys.executable, "-m", "django", *args]
+    return _run(argv, args, None, env, baseline, cwd, timeout)
+
+
+def run_python(
+    code: str, env: dict[str, str], baseline: dict[str, str], cwd: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c code`` to its end, as ``run_django`` runs a command."""
+    return _run([sys.executable, "-c", code], [], code, env, baseline, cwd, timeout)
+
+
+def _run(
+    argv: list[str],
+    args: list[str],
+    code: str | None,
+    env: dict[str, str],
+    baseline: dict[str, str],
+    cwd: str,
+    timeout: float,
+) -> subprocess.CompletedProcess[str]:
+    global _server
     if os.environ.get(ENABLED_ENV, "1") == "0" or needs_exec(env, baseline):
         return subprocess.run(
             argv,
@@ -314,16 +352,16 @@ def run_django(
         _server = ForkServer(baseline, cwd)
     with tempfile.TemporaryDirectory(prefix="command-") as folder:
         out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-        process = _server.start(args, env, cwd, out, err)
+        process = _server.start(args, env, cwd, out, err, code)
         try:
-            code = process.wait(timeout)
+            status = process.wait(timeout)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
             raise
         return subprocess.CompletedProcess(
             argv,
-            code,
+            status,
             Path(out).read_text(errors="replace") if os.path.exists(out) else "",
             Path(err).read_text(errors="replace") if os.path.exists(err) else "",
         )

@@ -66,6 +66,7 @@ def explain(sql: str, params: list[object]) -> str:
         return "\n".join(" ".join(str(col) for col in row) for row in cursor.fetchall())
 
 
+@pytest.mark.large_table
 @pytest.mark.parametrize("queue_names", [["default"], ["default", "other"], None])
 def test_claim_uses_the_ready_index(queue_names: list[str] | None) -> None:
     fill(ready=300, finished=10_000)
@@ -81,6 +82,7 @@ def test_claim_uses_the_ready_index(queue_names: list[str] | None) -> None:
     assert plan_uses(plan, expected), plan
 
 
+@pytest.mark.large_table
 @pytest.mark.parametrize("queue_names", [["default"], None])
 def test_the_claim_reads_due_rows_in_order_without_sorting_them(
     queue_names: list[str] | None,
@@ -103,6 +105,7 @@ def test_the_claim_reads_due_rows_in_order_without_sorting_them(
     assert sorted_all[connection.vendor] not in plan, plan
 
 
+@pytest.mark.large_table
 @pytest.mark.parametrize("priority", [None, 0])
 def test_a_claim_beside_rows_never_analyzed_finds_them_by_their_ids(priority: int | None) -> None:
     """PostgreSQL: right after a burst into a table without statistics (emptied by TRUNCATE,
@@ -141,6 +144,7 @@ def test_a_claim_beside_rows_never_analyzed_finds_them_by_their_ids(priority: in
     assert ("(ctid = ANY" if priority is None else "(id = ANY") in update, plan
 
 
+@pytest.mark.large_table
 def test_rescue_uses_the_running_index() -> None:
     fill(ready=500, finished=8_000)
     TaskRecord.objects.filter(
@@ -350,6 +354,7 @@ def claim_reads(queue_names: list[str] | None) -> int:
         return sum(int(value) for _, value in cursor.fetchall()) - before
 
 
+@pytest.mark.large_table
 @pytest.mark.parametrize("queue_names", [["default"], None])
 def test_the_claim_does_not_read_deferred_tasks_of_a_higher_priority(
     queue_names: list[str] | None,
@@ -372,6 +377,7 @@ def test_the_claim_does_not_read_deferred_tasks_of_a_higher_priority(
     assert beside <= 2 * alone + 20, (alone, beside)
 
 
+@pytest.mark.large_table
 def test_the_look_for_limited_suspects_reads_their_marks_range() -> None:
     """Suspects under a limit are few, but their keys may be many (100,000 fair keys): the
     look every worker makes at each heartbeat read every READY limited task (226 ms at
@@ -393,6 +399,7 @@ def test_the_look_for_limited_suspects_reads_their_marks_range() -> None:
     assert plan_uses(plan, "sqltasks_ready_limited_at_idx"), plan
 
 
+@pytest.mark.large_table
 def test_recent_finished_tasks_are_read_through_the_finished_index() -> None:
     """The overview's counts of the last hour, the throughput chart and pruning read finished
     tasks by time: on SQLite, the partial index applies only if the statuses are literals."""

@@ -4,6 +4,7 @@ parameters, and the admin's task controls need their permissions."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -29,10 +30,22 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_sqltasks"
 TASK_NOT_FOUND = "django_sqltasks.exceptions.TaskNotFound"
 
 
-def package_modules() -> Iterator[tuple[Path, ast.Module]]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if "migrations" not in path.parts:
-            yield path, ast.parse(path.read_text(), filename=str(path))
+@functools.cache
+def _parsed() -> tuple[tuple[Path, tuple[ast.AST, ...]], ...]:
+    """Every module of the package (but its migrations) and its nodes, parsed once for the scans
+    of this file, which only read them (a parse of the package: about a second of CPU)."""
+    return tuple(
+        (path, tuple(ast.walk(ast.parse(path.read_text(), filename=str(path)))))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "migrations" not in path.parts
+    )
+
+
+def package_nodes() -> Iterator[tuple[Path, ast.AST]]:
+    """Each node of each module of the package, with its module's path."""
+    for path, nodes in _parsed():
+        for node in nodes:
+            yield path, node
 
 
 # No pickle -----------------------------------------------------------------------------------
@@ -44,21 +57,20 @@ UNSAFE_CALLS = {"eval", "exec", "__import__"}
 
 def test_no_pickle_eval_or_exec_anywhere_in_the_package() -> None:
     found = []
-    for path, tree in package_modules():
-        for node in ast.walk(tree):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name.split(".")[0] for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module.split(".")[0]]
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                names = [node.func.id] if node.func.id in UNSAFE_CALLS else []
-            elif isinstance(node, ast.Attribute) and node.attr in {"load", "loads"}:
-                base = node.value
-                if isinstance(base, ast.Name) and base.id in UNSAFE_MODULES | {"yaml"}:
-                    names = [base.id]
-            bad = [n for n in names if n in UNSAFE_MODULES | UNSAFE_CALLS | {"yaml"}]
-            found += [f"{path.name}:{node.lineno} {n}" for n in bad]
+    for path, node in package_nodes():
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module.split(".")[0]]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            names = [node.func.id] if node.func.id in UNSAFE_CALLS else []
+        elif isinstance(node, ast.Attribute) and node.attr in {"load", "loads"}:
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in UNSAFE_MODULES | {"yaml"}:
+                names = [base.id]
+        bad = [n for n in names if n in UNSAFE_MODULES | UNSAFE_CALLS | {"yaml"}]
+        found += [f"{path.name}:{node.lineno} {n}" for n in bad]
     assert found == []
 
 
@@ -212,12 +224,11 @@ STRUCTURAL = {
 
 
 def sql_fstrings() -> Iterator[tuple[str, ast.JoinedStr]]:
-    for path, tree in package_modules():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.JoinedStr):
-                text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
-                if SQL_WORDS.search(text):
-                    yield f"{path.relative_to(PACKAGE)}:{node.lineno}", node
+    for path, node in package_nodes():
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+            if SQL_WORDS.search(text):
+                yield f"{path.relative_to(PACKAGE)}:{node.lineno}", node
 
 
 def test_sql_fstrings_interpolate_only_names_and_placeholders() -> None:
@@ -236,22 +247,21 @@ def test_sql_fstrings_interpolate_only_names_and_placeholders() -> None:
 
 def test_no_sql_is_built_with_percent_or_format() -> None:
     found = []
-    for path, tree in package_modules():
-        for node in ast.walk(tree):
-            text = None
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-                if isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
-                    text = node.left.value
-            elif (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "format"
-                and isinstance(node.func.value, ast.Constant)
-                and isinstance(node.func.value.value, str)
-            ):
-                text = node.func.value.value
-            if text is not None and SQL_WORDS.search(text):
-                found.append(f"{path.name}:{node.lineno}")
+    for path, node in package_nodes():
+        text = None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            if isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
+                text = node.left.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "format"
+            and isinstance(node.func.value, ast.Constant)
+            and isinstance(node.func.value.value, str)
+        ):
+            text = node.func.value.value
+        if text is not None and SQL_WORDS.search(text):
+            found.append(f"{path.name}:{node.lineno}")
     assert found == []
 
 

@@ -153,6 +153,7 @@ def test_an_unreachable_database_exits_3_in_one_line() -> None:
     assert json.loads(done.stdout)["problems"][0]["code"] == "database_unreachable"
 
 
+@pytest.mark.large_table
 @pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits on MySQL
 def test_the_probe_reads_one_entry_of_a_ready_index_per_queue_and_priority() -> None:
     fill(ready=3_000, finished=10_000)

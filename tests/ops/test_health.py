@@ -416,6 +416,7 @@ def flush_statistics() -> None:
     wait_for(lambda: (health.read().dead_rows or 0) > 0, timeout=15)
 
 
+@pytest.mark.large_table
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="n_dead_tup is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)  # VACUUM cannot run inside a transaction
 def test_dead_rows_piling_up_with_autovacuum_off_warn_with_what_to_do(

@@ -16,7 +16,7 @@ from django.test import override_settings
 
 from django_sqltasks import SQLTaskBackend
 from django_sqltasks.compat import InvalidTaskBackend
-from tests import tasks
+from tests import forkserver, tasks
 from tests.conftest import ROOT, worker_env
 
 MIGRATE = "run 'manage.py migrate'"
@@ -117,16 +117,14 @@ def empty_database() -> Iterator[dict[str, str]]:
             cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
 
 
-def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env=worker_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def run_python(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` on ``env``'s database (forked from the fork server, as workers are)."""
+    return forkserver.run_python(code, worker_env(**env), worker_env(), str(ROOT), timeout=60)
+
+
+def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m django *args`` on ``env``'s database, the same way."""
+    return forkserver.run_django(list(args), worker_env(**env), worker_env(), str(ROOT), timeout=60)
 
 
 ENQUEUE = (
@@ -151,19 +149,19 @@ AENQUEUE = (
 def test_forgotten_migrate_is_reported_the_same_way_everywhere() -> None:
     with empty_database() as env:
         for code in (ENQUEUE, AENQUEUE):
-            enqueued = run(env, "-c", code)
+            enqueued = run_python(env, code)
             assert MIGRATE in enqueued.stdout, enqueued.stdout + enqueued.stderr
             assert enqueued.stdout.split()[0] in {"ProgrammingError", "OperationalError"}
 
-        status = run(env, "-m", "django", "tasks_status")
+        status = manage(env, "tasks_status")
         assert status.returncode == 1
         assert status.stderr.startswith("CommandError: The django_sqltasks tables in database")
         assert MIGRATE in status.stderr and "Traceback" not in status.stderr
 
-        check = run(env, "-m", "django", "check", "--database", "default")
+        check = manage(env, "check", "--database", "default")
         assert "django_sqltasks.W002" in check.stderr, check.stderr
         assert "0001_initial" in check.stderr and MIGRATE in check.stderr
 
-        worker = run(env, "-m", "django", "tasks_worker", "--burst")
+        worker = manage(env, "tasks_worker", "--burst")
         assert worker.returncode == 1
         assert "migrate" in worker.stderr and "Traceback" not in worker.stderr

@@ -17,7 +17,8 @@ from tests.factories import insert_rows
 from tests.test_indexes import add_ready, claim_reads
 from tests.test_indexes import analyze as indexes_analyze
 
-pytestmark = pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits on MySQL
+# ANALYZE TABLE commits on MySQL; every test fills a table with thousands of rows.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.large_table]
 
 
 def analyze() -> None:

@@ -300,6 +300,7 @@ def test_a_killed_workers_fair_task_is_rescued_and_the_keys_go_on(
 # The plans --------------------------------------------------------------------------------
 
 
+@pytest.mark.large_table
 @pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits on MySQL
 def test_the_fair_claim_reads_the_limited_ready_index_without_sorting() -> None:
     """Beside 20,000 waiting tasks of one key, a key's priorities and its claim read the

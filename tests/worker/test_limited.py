@@ -233,17 +233,21 @@ def test_a_rate_limit_counts_starts_in_a_sliding_window(tmp_path: Path) -> None:
     assert len(first) == 3
     finish(first)  # finished or not, starts count against a rate
     assert claim(worker) == []
-    # Time as data: the window's starts (database-clock seconds) move back, as time would.
-    age_rate_starts(0.5)
+    # Time as data: the window's starts (database-clock seconds) are dated back, as time would.
+    date_rate_starts(0.5)
     assert claim(worker) == []  # half a second on, still in the window
-    age_rate_starts(0.6)
+    date_rate_starts(1.1)
     assert len(claim(worker)) == 3
 
 
-def age_rate_starts(seconds: float) -> None:
-    """Move the recorded starts of every rate limit ``seconds`` into the past."""
+def date_rate_starts(seconds_ago: float) -> None:
+    """Date every recorded start of every rate limit ``seconds_ago`` before the database's
+    clock, however long the test took to come here (moving them back from when they were
+    recorded let a loaded machine's own delay push them out of the window)."""
+    with connection.cursor() as cursor:
+        now = dialect_for(connection).db_now(cursor).timestamp()
     for limit in TaskLimit.objects.filter(rate__isnull=False):
-        limit.starts = [start - seconds for start in limit.starts]
+        limit.starts = [now - seconds_ago for _ in limit.starts]
         limit.save(update_fields=["starts"])
 
 
