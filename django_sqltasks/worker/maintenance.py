@@ -1,7 +1,7 @@
 """The worker's upkeep, each on a thread of its own so a busy event loop cannot starve it: the
 heartbeat (lease renewal, rescue of dead workers' tasks, cancel requests, pruning, a look at the
 task table's health) and the periodic scheduler. The heartbeat's queries run on the worker's
-database thread; the scheduler's on a connection of its own (see ``_schedule_loop``)."""
+database thread, and so do the scheduler's where that thread is shared (see ``_schedule_loop``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from django.db import connections
 from django.utils import timezone
 
 from ..ops import health
-from ..sql import dialect_for
 from ..sql.retries import run_with_retries
 from ..store.partitions import add_days
 from ..store.pruning import Retention
@@ -63,6 +62,7 @@ class Maintenance:
         on_suspects: Callable[[], None] | None = None,
         on_beat: Callable[[bool], None] | None = None,
         reporter: Reporter | None = None,
+        shared_thread: bool = False,
     ) -> None:
         self.backend = backend
         self.database: str = backend.database
@@ -85,9 +85,9 @@ class Maintenance:
         # (monotonic), and the warnings already logged.
         self._next_health = 0.0
         self._table_watch = health.Watch(self.database)
-        # One writer at a time (SQLite): the scheduler's statements go through the database
-        # thread too, instead of a connection of its own.
-        self._single_writer: bool = dialect_for(connections[self.database]).single_writer
+        # The scheduler's statements go through the database thread, instead of a connection
+        # of its own (the runner's ``shares_database_thread``).
+        self._shared_thread = shared_thread
         # Owned by the heartbeat thread: when the days of partitions ahead are next looked at.
         self._next_partitions = 0.0
         self._reporter = reporter  # running tasks' progress, written at each heartbeat
@@ -196,13 +196,14 @@ class Maintenance:
         least once a HEARTBEAT_INTERVAL, reading the schedule table's due rows each time (so a
         schedule added, changed or disabled in the admin holds from the next tick).
 
-        Its statements run on a connection of its own, so that no table of schedules, however
-        large, holds up the heartbeat, the rescue or the claims of the database thread; on a
-        database that takes one writer at a time (SQLite) they go through the database thread,
-        one batch of rows at a time, so that a heartbeat waits for one batch at most.
+        Its statements go through the database thread, one batch of rows at a time, so that a
+        heartbeat or an outcome waits for one batch at most, where that thread is shared
+        (PostgreSQL, whose main claim runs on the loop, and SQLite: ``shared_thread``); on
+        MariaDB and MySQL, whose claims run on the database thread, on a connection of its
+        own, so that no table of schedules, however large, holds up a claim.
         """
         scheduler = Scheduler(self.backend)
-        run = self._guarded if self._single_writer else self._guarded_here
+        run = self._guarded if self._shared_thread else self._guarded_here
         try:
             while self._scheduling.is_set():
                 # Slots go by the database's clock; the wait between them by this process's.
@@ -225,7 +226,7 @@ class Maintenance:
                     return
             events.emit("scheduling_stopped", worker_id=self.lease.worker_id)
         finally:
-            if not self._single_writer:
+            if not self._shared_thread:
                 connections.close_all()  # this thread's own
 
     def _guarded_here(self, what: str, fn: Callable[[], T]) -> T | None:
