@@ -1,7 +1,7 @@
 """The worker's upkeep, each on a thread of its own so a busy event loop cannot starve it: the
 heartbeat (lease renewal, rescue of dead workers' tasks, cancel requests, pruning, a look at the
 task table's health) and the periodic scheduler. The heartbeat's queries run on the worker's
-database thread, and so do the scheduler's where that thread is shared (see ``_schedule_loop``)."""
+database thread; the scheduler's on a connection of its own (see ``_schedule_loop``)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ class Maintenance:
         on_beat: Callable[[bool], None] | None = None,
         reporter: Reporter | None = None,
         shared_thread: bool = False,
+        single_writer: bool = False,
     ) -> None:
         self.backend = backend
         self.database: str = backend.database
@@ -85,9 +86,12 @@ class Maintenance:
         # (monotonic), and the warnings already logged.
         self._next_health = 0.0
         self._table_watch = health.Watch(self.database)
-        # The scheduler's statements go through the database thread, instead of a connection
-        # of its own (the runner's ``shares_database_thread``).
-        self._shared_thread = shared_thread
+        # One writer at a time (SQLite): the scheduler's statements go through the database
+        # thread. Elsewhere on a connection of the periodic thread's own, kept between ticks
+        # (MariaDB, MySQL), or, where the worker keeps to two connections (PostgreSQL: the
+        # runner's ``shares_database_thread``), opened for a tick and closed after it.
+        self._single_writer = single_writer
+        self._tick_connection = shared_thread and not single_writer
         # Owned by the heartbeat thread: when the days of partitions ahead are next looked at.
         self._next_partitions = 0.0
         self._reporter = reporter  # running tasks' progress, written at each heartbeat
@@ -196,14 +200,15 @@ class Maintenance:
         least once a HEARTBEAT_INTERVAL, reading the schedule table's due rows each time (so a
         schedule added, changed or disabled in the admin holds from the next tick).
 
-        Its statements go through the database thread, one batch of rows at a time, so that a
-        heartbeat or an outcome waits for one batch at most, where that thread is shared
-        (PostgreSQL, whose main claim runs on the loop, and SQLite: ``shared_thread``); on
-        MariaDB and MySQL, whose claims run on the database thread, on a connection of its
-        own, so that no table of schedules, however large, holds up a claim.
+        Its statements run on a connection of its own, so that no table of schedules, however
+        large, holds up the heartbeat, the outcomes or the claims of the database thread (on
+        PostgreSQL a tick's connection is closed after it: the worker holds two between
+        ticks); on a database that takes one writer at a time (SQLite) they go through the
+        database thread, one batch of rows at a time, so that a heartbeat waits for one batch
+        at most.
         """
         scheduler = Scheduler(self.backend)
-        run = self._guarded if self._shared_thread else self._guarded_here
+        run = self._guarded if self._single_writer else self._guarded_here
         try:
             while self._scheduling.is_set():
                 # Slots go by the database's clock; the wait between them by this process's.
@@ -217,6 +222,8 @@ class Maintenance:
                     upcoming = run(
                         "Reading the next periodic slot", partial(scheduler.next_wakeup, now)
                     )
+                if self._tick_connection:
+                    connections.close_all()  # taken for the tick only
                 events.emit("scheduler_tick", worker_id=self.lease.worker_id, fired=fired)
                 delay = self.interval
                 if upcoming is not None:
@@ -226,7 +233,7 @@ class Maintenance:
                     return
             events.emit("scheduling_stopped", worker_id=self.lease.worker_id)
         finally:
-            if not self._shared_thread:
+            if not self._single_writer:
                 connections.close_all()  # this thread's own
 
     def _guarded_here(self, what: str, fn: Callable[[], T]) -> T | None:

@@ -103,7 +103,7 @@ class Worker:
         self._connection_lost = threading.Event()
         self._db = DatabaseThread(self.database, self._stopped, self._connection_lost)
         # One connection of the worker's own besides the loop's (docs/worker.md, "Database
-        # connections"): outcomes and the periodic tasks go through the database thread where
+        # connections"): outcomes go through the database thread where
         # the main claim runs on the loop (PostgreSQL), or where the database takes one writer
         # at a time (SQLite). MariaDB and MySQL claim on the database thread: outcomes are
         # written on a connection of their own there, so that a claim and a write overlap.
@@ -161,6 +161,7 @@ class Worker:
             on_beat=on_beat,
             reporter=self._reporter,
             shared_thread=self._shared_thread,
+            single_writer=dialect_for(connections[self.database]).single_writer,
         )
         self._supervisor = supervisor  # None unless run by tasks_worker --processes
         # The socket through which a supervisor that listens for this process wakes it

@@ -230,7 +230,7 @@ def test_a_pool_too_small_for_a_worker_s_own_connections_is_reported(
             "django_sqltasks.W006",
             f"DATABASES['tasks']['OPTIONS']['pool'] allows {warned} connection(s) (max_size), "
             "and a worker holds 1 of its own from it (its database thread's, which also "
-            "writes outcomes and enqueues periodic tasks): its tasks that use the ORM would "
-            "wait for a connection, and fail after the pool's timeout.",
+            "writes outcomes): its tasks that use the ORM would wait for a connection, and fail "
+            "after the pool's timeout.",
         )
     ]
