@@ -162,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a steady load through a database that also holds snapshots, on private "
         "PostgreSQL servers (python -m benchmarks mixed --help)",
     )
+    sub.add_parser(
+        "fleet",
+        help="40 worker processes (10 machines of 4) on one server at max_connections = 100, "
+        "behind PgBouncer, beside one (python -m benchmarks fleet --help)",
+    )
     summ.add_argument("raw", type=Path)
     summ.add_argument("--out", type=Path, default=DOCS_DIR)
     return parser
@@ -468,6 +473,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from benchmarks.mixed.cli import main as mixed
 
             return mixed(argv[1:])
+        if command == "fleet":
+            from benchmarks.fleet.cli import main as fleet
+
+            return fleet(argv[1:])
         return _command(build_parser().parse_args(argv))
     except ModuleNotFoundError as e:
         raise SystemExit(

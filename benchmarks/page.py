@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report, targets
+from benchmarks.fleet import summary as fleet_summary
 from benchmarks.mixed import summary as mixed_summary
 from benchmarks.scenarios import BUSY_PROBES_PER_PROBE
 from benchmarks.systems import SYSTEMS
@@ -326,6 +327,51 @@ SETTINGS_ROWS = [
 
 ROUND_TRIPS = "round-trips.md"  # the section python -m benchmarks roundtrips writes
 MIXED_DIR = "mixed"  # where python -m benchmarks mixed writes its results
+FLEET_DIR = "fleet"  # where python -m benchmarks fleet writes its results
+
+FLEET = """\
+## The `fleet` profile: many workers on one small server
+
+`python -m benchmarks fleet` (issue 45) runs what a team that outgrew one worker runs: ten
+machines of `tasks_worker --processes 4 --concurrency 10` (40 worker processes) against one
+PostgreSQL server at `max_connections = 100`, beside a web app's 20 connections, and the same
+traffic against one worker process for comparison.
+
+```sh
+python -m benchmarks fleet                       # one, then 10 x 4; 40 probes, 100 tasks/s, 60 s
+python -m benchmarks fleet --core-ref 4be2990    # the same against an earlier commit
+python -m benchmarks fleet --smoke               # 2 x 2, a few seconds (CI)
+```
+
+For each shape, on a private PostgreSQL 15 server of its own (`max_connections = 100`,
+pg_stat_statements, autovacuum on), removed at the end:
+
+1. A private PgBouncer (Debian's 1.18, `tests/pgbouncer.py`) in transaction mode in front of it,
+   with `--pool-size` server connections (60). Every connection of the workers and the enqueuer
+   goes through it but the `LISTEN` (`LISTEN_DATABASE`, the `direct` alias), as
+   [Configuration](configuration.md#listen_database) documents. The harness holds `--web` (20)
+   connections straight to the server open all along, as a web app's share would be.
+2. Starts the workers (`--machines` supervisors of `--processes`, or one `tasks_worker` without
+   `--processes`), waits for every process to register, and counts twice a second the server's
+   client sessions (the web app's, the `LISTEN`s whose last statement is theirs, the rest) and
+   the workers' TCP connections to the server and to PgBouncer (psutil), by process.
+3. **Probes**, against the idle fleet (`benchmarks/fleet/probes.py`): the claims the workers make
+   over 10 s with nothing enqueued (their polls, one a `POLL_INTERVAL` a process), then
+   `--probes` tasks one at a time, each after the last one's report and 0.3-0.6 s: the claims
+   an enqueue causes are those of the probe phase beyond the idle rate, per probe; the start
+   latency is the task's start minus the moment before its enqueue.
+4. **Steady traffic**: `--rate` tasks a second for `--seconds` (`benchmarks/mixed/enqueuer.py`,
+   one enqueue at a time, through PgBouncer), each an ORM task (one `UPDATE` of the app's table,
+   `benchmarks/mixed/app.py`): the server's CPU (its processes', psutil) and the workers' per task
+   done, the claims (pg_stat_statements: the statements holding `SKIP LOCKED`) per task, the
+   claims that found nothing at least (the claims beyond the tasks: each claim that found
+   something took one task or more), and the start latency's p50 and p99.
+
+The figures are this machine's: two cores, shared with other jobs, for 40 worker processes, 10
+supervisors, PgBouncer, the server and the harness; the load average is in each run's heading.
+Read the connections and the claims as counts, and the latencies and CPU as what a machine far
+short of cores gives.
+"""
 
 
 def _mixed_section(directory: Path) -> str:
@@ -341,6 +387,14 @@ def _mixed_section(directory: Path) -> str:
         chart = result["meta"].get("chart")
         if chart and (directory / chart).exists():
             parts.append(f"![{chart}]({directory.parent.name}/{directory.name}/{chart})\n")
+    return "\n".join(parts)
+
+
+def _fleet_section(directory: Path) -> str:
+    """The fleet profile's method and each of its results (python -m benchmarks fleet)."""
+    parts = [FLEET]
+    for path in sorted(directory.glob("*.json")):
+        parts.append(fleet_summary.markdown(json.loads(path.read_text()), heading="###"))
     return "\n".join(parts)
 
 
@@ -482,6 +536,7 @@ def write(docs_dir: Path, page: Path) -> None:
     parts.append(targets.section(summaries))
     parts += [_profile_section(s, docs_dir) for s in summaries]
     parts.append(_mixed_section(docs_dir / MIXED_DIR))
+    parts.append(_fleet_section(docs_dir / FLEET_DIR))
     trips = docs_dir / ROUND_TRIPS
     if trips.exists():  # python -m benchmarks roundtrips
         parts.append(trips.read_text())

@@ -18,6 +18,7 @@ from tests.gauntlet_postgres import free_port
 READY_LINE = "process up:"  # what PgBouncer logs once it accepts connections
 START_TIMEOUT = 30.0  # seconds for PgBouncer to say it is up
 POOL_SIZE = 20  # server connections per database and user
+MAX_CLIENTS = 500  # client connections it accepts
 
 
 def find_pgbouncer() -> str | None:
@@ -31,8 +32,16 @@ class PgBouncer:
     PgBouncer refuses to run as root; as root, it runs as the ``postgres`` user.
     """
 
-    def __init__(self, binary: str, settings: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        binary: str,
+        settings: Mapping[str, Any],
+        pool_size: int = POOL_SIZE,
+        max_clients: int = MAX_CLIENTS,
+    ) -> None:
         self.binary = binary
+        self.pool_size = pool_size  # server connections per database and user
+        self.max_clients = max_clients
         self.host = str(settings.get("HOST") or "127.0.0.1")
         self.server_port = int(settings.get("PORT") or 5432)
         self.user = str(settings.get("USER") or "postgres")
@@ -55,7 +64,7 @@ class PgBouncer:
             "unix_socket_dir =\n"
             f"auth_type = trust\nauth_file = {users}\n"
             "pool_mode = transaction\n"
-            f"default_pool_size = {POOL_SIZE}\nmax_client_conn = 500\n"
+            f"default_pool_size = {self.pool_size}\nmax_client_conn = {self.max_clients}\n"
             "ignore_startup_parameters = extra_float_digits\n"
         )
         command = [self.binary, str(ini)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,8 @@ from benchmarks.systems.base import (
 )
 
 DATABASE_NAME = "bench_sqltasks"
+# The server's own port where the endpoints' PostgreSQL port is a pooler's (benchmarks/fleet/).
+DIRECT_PORT_ENV = "BENCH_PG_DIRECT_PORT"
 
 
 def _sqlite_database(endpoints: Endpoints, name: str) -> dict[str, Any]:
@@ -40,6 +43,13 @@ def _settings(
                 "OPTIONS": {},
             }
         }
+        direct = os.environ.get(DIRECT_PORT_ENV)
+        if direct:
+            # Behind a pooler in transaction mode (the fleet profile): the endpoints' port is
+            # the pooler's; the one LISTEN of a machine goes straight to the server.
+            default = settings["DATABASES"]["default"]
+            settings["DATABASES"]["direct"] = {**default, "PORT": int(direct)}
+            settings["TASKS"]["default"]["OPTIONS"]["LISTEN_DATABASE"] = "direct"
         return settings
 
     return build

@@ -21,8 +21,9 @@ from .columns import MAX_NAME_LENGTH
 from .resolve import resolve_task
 
 # The connections a worker process takes from Django's pool of its tasks database and holds:
-# its database thread's, its outcome writer's, its periodic thread's (docs/worker.md).
-WORKER_OWN_POOLED = 3
+# its database thread's, which also writes its outcomes on PostgreSQL (its periodic thread takes
+# one only while a tick runs: docs/worker.md).
+WORKER_OWN_POOLED = 1
 POOL_MIN_SIZE = 4  # psycopg_pool's default min_size (and so max_size), as "pool": True gives
 
 
@@ -148,8 +149,8 @@ def _check_pool(backend: SQLBackend) -> Iterable[checks.CheckMessage]:
         yield checks.Warning(
             f"DATABASES[{database!r}]['OPTIONS']['pool'] allows {size} connection(s) "
             f"(max_size), and a worker holds {WORKER_OWN_POOLED} of its own from it (its "
-            "database thread, outcome writer and periodic thread): its tasks that use the ORM "
-            "would wait for a connection, and fail after the pool's timeout.",
+            "database thread's, which also writes outcomes): its tasks that use the ORM would "
+            "wait for a connection, and fail after the pool's timeout.",
             hint=f"Set 'max_size' to {WORKER_OWN_POOLED} plus the tasks a worker process "
             "should run on the ORM at once (docs: The worker, Database connections).",
             id="django_sqltasks.W006",

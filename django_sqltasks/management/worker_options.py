@@ -68,13 +68,16 @@ def health_file(value: str) -> str:
     return text(value, "a path", most=4096)
 
 
-def supervisor_link(value: str) -> tuple[int, int]:
-    """The hidden ``--supervisor FD,PID`` a supervisor gives its children."""
+def supervisor_link(value: str) -> tuple[int, int, int | None]:
+    """The hidden ``--supervisor FD,PID[,WAKE_FD]`` a supervisor gives its children: its pipe,
+    its pid, and the socket through which it wakes them if it listens for them."""
     try:
-        fd, pid = (int(part) for part in value.split(","))
+        numbers = [int(part) for part in value.split(",")]
+        if len(numbers) not in (2, 3):
+            raise ValueError(value)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"must be FD,PID, not {value!a}") from e
-    return fd, pid
+        raise argparse.ArgumentTypeError(f"must be FD,PID[,WAKE_FD], not {value!a}") from e
+    return numbers[0], numbers[1], numbers[2] if len(numbers) == 3 else None
 
 
 def add_worker_arguments(parser: CommandParser) -> None:

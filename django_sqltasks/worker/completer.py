@@ -96,6 +96,7 @@ class Completer:
         sender: type,
         failing: FailingRoles,
         stopping: threading.Event,
+        shared: bool = False,
     ) -> None:
         # Set once here, read from any thread.
         self._database = database
@@ -105,6 +106,9 @@ class Completer:
         self._sender = sender
         self._failing = failing
         self._stopping = stopping
+        # ``executor`` is the worker's database thread, which also heartbeats and claims: a
+        # flush writes one batch, then queues the next behind what waits there meanwhile.
+        self._shared = shared
         # Guarded by _lock: the batch filling up, full batches waiting, the batch being
         # written, whether a flush is under way, and the count of outcomes written.
         self._lock = threading.Lock()
@@ -208,6 +212,12 @@ class Completer:
                     missing,
                 )
             self._settled(batch)
+            if self._shared:
+                try:
+                    self._executor.submit(self._flush)
+                except RuntimeError:  # the thread is shutting down: write the rest here
+                    continue
+                return
 
     def _settled(self, batch: Batch) -> None:
         """Count ``batch`` as written and report it (the writer thread, or the thread of an

@@ -18,7 +18,6 @@ from django.db import connections
 from django.utils import timezone
 
 from ..ops import health
-from ..sql import dialect_for
 from ..sql.retries import run_with_retries
 from ..store.partitions import add_days
 from ..store.pruning import Retention
@@ -63,6 +62,8 @@ class Maintenance:
         on_suspects: Callable[[], None] | None = None,
         on_beat: Callable[[bool], None] | None = None,
         reporter: Reporter | None = None,
+        shared_thread: bool = False,
+        single_writer: bool = False,
     ) -> None:
         self.backend = backend
         self.database: str = backend.database
@@ -86,8 +87,11 @@ class Maintenance:
         self._next_health = 0.0
         self._table_watch = health.Watch(self.database)
         # One writer at a time (SQLite): the scheduler's statements go through the database
-        # thread too, instead of a connection of its own.
-        self._single_writer: bool = dialect_for(connections[self.database]).single_writer
+        # thread. Elsewhere on a connection of the periodic thread's own, kept between ticks
+        # (MariaDB, MySQL), or, where the worker keeps to two connections (PostgreSQL: the
+        # runner's ``shares_database_thread``), opened for a tick and closed after it.
+        self._single_writer = single_writer
+        self._tick_connection = shared_thread and not single_writer
         # Owned by the heartbeat thread: when the days of partitions ahead are next looked at.
         self._next_partitions = 0.0
         self._reporter = reporter  # running tasks' progress, written at each heartbeat
@@ -197,9 +201,11 @@ class Maintenance:
         schedule added, changed or disabled in the admin holds from the next tick).
 
         Its statements run on a connection of its own, so that no table of schedules, however
-        large, holds up the heartbeat, the rescue or the claims of the database thread; on a
-        database that takes one writer at a time (SQLite) they go through the database thread,
-        one batch of rows at a time, so that a heartbeat waits for one batch at most.
+        large, holds up the heartbeat, the outcomes or the claims of the database thread (on
+        PostgreSQL a tick's connection is closed after it: the worker holds two between
+        ticks); on a database that takes one writer at a time (SQLite) they go through the
+        database thread, one batch of rows at a time, so that a heartbeat waits for one batch
+        at most.
         """
         scheduler = Scheduler(self.backend)
         run = self._guarded if self._single_writer else self._guarded_here
@@ -216,6 +222,8 @@ class Maintenance:
                     upcoming = run(
                         "Reading the next periodic slot", partial(scheduler.next_wakeup, now)
                     )
+                if self._tick_connection:
+                    connections.close_all()  # taken for the tick only
                 events.emit("scheduler_tick", worker_id=self.lease.worker_id, fired=fired)
                 delay = self.interval
                 if upcoming is not None:

@@ -1,7 +1,8 @@
 """PostgreSQL on the worker's event loop: ``LISTEN`` and the main claim share one psycopg 3 async
 connection driven by the loop, so that a ``NOTIFY`` reaches the claim loop, and a claim's rows
 reach the executor, with no thread hand-off (three fewer wake-ups between an enqueue and its
-task's start), and the worker keeps to three connections of its own.
+task's start), and the worker keeps to two connections of its own (this one and its
+database thread's).
 
 Between claims the loop watches the connection's socket and reads notifications as they come;
 during a claim psycopg reads the socket, and hands notifications to a handler. The limited
@@ -11,7 +12,9 @@ claim falls back to while this connection is down.
 Behind a pooler in transaction mode a ``LISTEN`` would not stay on one server session, so
 ``OPTIONS["LISTEN_DATABASE"]`` may name another alias of the same database, reached directly:
 this connection (its ``LISTEN`` and its claim) opens there, and everything else goes through
-the pooler.
+the pooler. A worker process of ``tasks_worker --processes`` does not listen: its supervisor
+does, for all of them (``worker/relayed.py``), and its connection here only claims, through
+the pooler if there is one.
 """
 
 from __future__ import annotations
@@ -58,9 +61,11 @@ class LoopDatabase:
         listen_database: str | None = None,
     ) -> None:
         self.database = database
-        # The alias this connection is opened with (OPTIONS["LISTEN_DATABASE"]): the same
-        # database as ``database``, reached without the pooler ``database`` goes through.
-        self.listen_database = listen_database or database
+        # The alias this connection is opened with: to listen, OPTIONS["LISTEN_DATABASE"] (the
+        # same database as ``database``, reached without the pooler ``database`` goes
+        # through); else ``database`` itself (a worker process whose supervisor listens for
+        # it, or NOTIFY = False), through the pooler if there is one.
+        self.listen_database = (listen_database or database) if listen else database
         self.backend_name = backend_name
         self.queue_names = queue_names
         self.worker_id = worker_id

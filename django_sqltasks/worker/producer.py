@@ -22,6 +22,7 @@ from .executor import Executor
 from .liveness import FailingRoles
 from .native import LoopDatabase
 from .receivers import Receivers
+from .relayed import RelayedWakeups
 from .retries import DatabaseThread
 from .slots import Slots
 from .suspects import Suspects
@@ -85,6 +86,7 @@ class Producer:
         self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
         self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
+        self._relay: RelayedWakeups | None = None  # a supervisor's wake-ups, if it relays them
         self._stopping = False  # set by stop(): claim no more
         self._stop_unseen = False  # set by stop(), cleared by the next sleep, which it ends
         self._suspects = Suspects(suspect_bound, slots.capacity)
@@ -99,6 +101,12 @@ class Producer:
     def claim_on_loop(self, native: LoopDatabase) -> None:
         """Run the main claim on the loop through ``native`` (on the loop thread)."""
         self._native = native
+
+    def relayed_by(self, relay: RelayedWakeups) -> None:
+        """Be told of new tasks by a supervisor that listens for this process (on the loop
+        thread): ``relay`` says whether it listens, and hears of each claim that took all
+        it asked for."""
+        self._relay = relay
 
     # Loop thread --------------------------------------------------------------------------
 
@@ -151,6 +159,9 @@ class Producer:
             # are taken in or limits scanned (both may await) is not lost to its clear().
             self._failing.succeeded("claiming")
             self._hold(rows)
+            if self._relay is not None and rows and len(rows) >= free:
+                # More may wait than this process took: its supervisor wakes another.
+                self._relay.more()
             if not claims.limited_active and (
                 len(rows) < free or time.monotonic() >= self._next_scan
             ):
@@ -315,9 +326,11 @@ class Producer:
 
     def _told_of_new_tasks(self) -> bool:
         """Whether a task that becomes claimable wakes this worker: it listens (PostgreSQL),
-        and no limit is claimed for (a slot of a limit frees with no notification)."""
-        native = self._native
-        return native is not None and native.listening and not self._claims.limited_active
+        or its supervisor listens for it, and no limit is claimed for (a slot of a limit
+        frees with no notification)."""
+        native, relay = self._native, self._relay
+        told = (native is not None and native.listening) or (relay is not None and relay.listening)
+        return told and not self._claims.limited_active
 
     async def _claim_rows(self, free: int) -> list[ClaimedRow]:
         """Claim up to ``free`` tasks: on the loop where it can, else on the database thread."""

@@ -34,6 +34,7 @@ from .loop import run as event_loop_run
 from .maintenance import Maintenance
 from .native import LoopDatabase
 from .producer import Producer
+from .relayed import RelayedWakeups
 from .reporter import Reporter
 from .retries import DatabaseThread
 from .slots import Slots
@@ -62,6 +63,7 @@ class Worker:
         prefetch: int | None = None,
         on_beat: Callable[[bool], None] | None = None,
         supervisor: TaskWatch | None = None,
+        relay_fd: int | None = None,
     ) -> None:
         task_backend = task_backends[backend]
         if not is_sql_backend(task_backend):
@@ -100,12 +102,15 @@ class Worker:
         # and it does not (see Claims.connection_lost).
         self._connection_lost = threading.Event()
         self._db = DatabaseThread(self.database, self._stopped, self._connection_lost)
-        # Outcomes are written on a connection of their own, so that a claim and a write run
-        # at the same time; a database that takes one writer at a time shares one.
-        self._single_writer = dialect_for(connections[self.database]).single_writer
+        # One connection of the worker's own besides the loop's (docs/worker.md, "Database
+        # connections"): outcomes go through the database thread where
+        # the main claim runs on the loop (PostgreSQL), or where the database takes one writer
+        # at a time (SQLite). MariaDB and MySQL claim on the database thread: outcomes are
+        # written on a connection of their own there, so that a claim and a write overlap.
+        self._shared_thread = shares_database_thread(self.database)
         self._writer = (
             self._db.executor
-            if self._single_writer
+            if self._shared_thread
             else ThreadPoolExecutor(1, thread_name_prefix="sqltasks-writer")
         )
         self._threads = TaskThreads(concurrency)
@@ -119,6 +124,7 @@ class Worker:
             sender=type(task_backend),
             failing=self._failing,
             stopping=self._stopped,
+            shared=self._shared_thread,
         )
         self._claims = Claims(
             backend=task_backend,
@@ -154,13 +160,19 @@ class Worker:
             on_suspects=self._producer.on_suspects,
             on_beat=on_beat,
             reporter=self._reporter,
+            shared_thread=self._shared_thread,
+            single_writer=dialect_for(connections[self.database]).single_writer,
         )
         self._supervisor = supervisor  # None unless run by tasks_worker --processes
+        # The socket through which a supervisor that listens for this process wakes it
+        # (PostgreSQL under tasks_worker --processes): this process does not LISTEN.
+        self._relay_fd = relay_fd
         # Owned by the loop thread.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: Executor | None = None
         self._wakeup: Wakeup | None = None
         self._native: LoopDatabase | None = None  # PostgreSQL's listen and claim on the loop
+        self._relay: RelayedWakeups | None = None
 
     # Public controls --------------------------------------------------------------------
 
@@ -240,12 +252,16 @@ class Worker:
         )
         self._producer.attach(loop, self._executor)
         self._install_signal_handlers()
-        if not self._single_writer:
+        if not self._shared_thread:
             # Connect the outcome writer while the worker registers: the first outcome is
             # written sooner.
             self._writer.submit(_connect, self.database)
         await self._db.call(self.lease.register)
         notify = self.backend.config.notify
+        if self._relay_fd is not None:
+            self._relay = RelayedWakeups(self._relay_fd, self._producer.woken_here)
+            self._relay.start()
+            self._producer.relayed_by(self._relay)
         if LoopDatabase.available(self.database):
             # PostgreSQL: LISTEN and the main claim on the loop.
             self._native = LoopDatabase(
@@ -254,7 +270,7 @@ class Worker:
                 queue_names=self.queue_names,
                 worker_id=self.worker_id,
                 scope=self._claims.main_scope,
-                listen=notify,
+                listen=notify and self._relay is None,
                 on_wake=self._producer.woken_here,
                 on_lost=self._connection_lost.set,
                 listen_database=self.backend.config.listen_database,
@@ -292,6 +308,8 @@ class Worker:
             self._wakeup.stop()
         if self._native is not None:
             await self._native.close()
+        if self._relay is not None:
+            self._relay.stop()
         await asyncio.to_thread(self._completer.wait_idle, WRITES_WAIT)
         await asyncio.wrap_future(self._receivers.post(lambda: None))
         await asyncio.to_thread(self._maintenance.join)
@@ -362,6 +380,14 @@ class Worker:
             self.running,
         )
         self._begin_stop()
+
+
+def shares_database_thread(database: str) -> bool:
+    """Whether a worker on ``database`` writes its outcomes and runs its periodic tasks on its
+    database thread: where the main claim runs on the event loop (PostgreSQL through psycopg
+    3), which leaves that thread the heartbeat and the upkeep, or where the database takes one
+    writer at a time (SQLite)."""
+    return dialect_for(connections[database]).single_writer or LoopDatabase.available(database)
 
 
 def _connect(database: str) -> None:

@@ -207,10 +207,10 @@ def test_a_listen_database_reaching_the_same_database_passes(settings: Any) -> N
 @pytest.mark.parametrize(
     ("pool", "warned"),
     [
-        (True, None),  # psycopg_pool's default size, 4: one for the tasks
+        (True, None),  # psycopg_pool's default size, 4: three for the tasks
         ({"min_size": 1, "max_size": 1}, 1),
-        ({"min_size": 2, "max_size": 3}, 3),
-        ({"min_size": 3}, 3),  # max_size defaults to min_size
+        ({"min_size": 1}, 1),  # max_size defaults to min_size
+        ({"min_size": 1, "max_size": 2}, None),
         ({"min_size": 2, "max_size": 10}, None),
     ],
 )
@@ -229,8 +229,8 @@ def test_a_pool_too_small_for_a_worker_s_own_connections_is_reported(
         (
             "django_sqltasks.W006",
             f"DATABASES['tasks']['OPTIONS']['pool'] allows {warned} connection(s) (max_size), "
-            "and a worker holds 3 of its own from it (its database thread, outcome writer and "
-            "periodic thread): its tasks that use the ORM would wait for a connection, and "
-            "fail after the pool's timeout.",
+            "and a worker holds 1 of its own from it (its database thread's, which also "
+            "writes outcomes): its tasks that use the ORM would wait for a connection, and fail "
+            "after the pool's timeout.",
         )
     ]

@@ -50,11 +50,12 @@ class Command(QuietWhenPipeCloses):
             return
         self._refuse_without_processes(options)
         link = None
+        relay_fd = None
         if options["supervisor"] is not None:
             # Start-up: a worker without a supervisor does not load the pipe's module.
             from ...worker.processes.pipe import SupervisorLink, die_with_parent
 
-            fd, parent = options["supervisor"]
+            fd, parent, relay_fd = options["supervisor"]
             die_with_parent(parent)
             link = SupervisorLink(fd)
         health = toucher(options["health_file"])
@@ -78,6 +79,7 @@ class Command(QuietWhenPipeCloses):
                 prefetch=options["prefetch"],
                 on_beat=on_beat,
                 supervisor=link,
+                relay_fd=relay_fd,
             )
         except ValueError as e:
             raise CommandError(str(e)) from e

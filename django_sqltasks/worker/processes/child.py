@@ -8,14 +8,17 @@ import logging
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...exceptions import TaskTimeout
 from .. import events
+from ..relayed import MORE, socket_pair, split_lines
 from .pipe import Beat, Event, TaskEnded, TaskRan, split
 
 logger = logging.getLogger("django_sqltasks")
@@ -42,10 +45,16 @@ class Child:
     deadlines: dict[uuid.UUID, float] = field(default_factory=dict)  # monotonic
     retiring: bool = False  # a replacement was started; this one stops by itself or on SIGTERM
     killed_at: float | None = None  # when a forced stop sent SIGTERM again
+    # The supervisor's end of the socket that wakes the child, when the supervisor listens for
+    # it (``relay``), and what was read from it and not yet handled.
+    wakes: socket.socket | None = None
+    wakes_buffer: bytes = b""
 
     @classmethod
-    def start(cls, worker_id: str, command: list[str]) -> Child:
-        """Start ``python -m django tasks_worker COMMAND`` as ``worker_id``, with a pipe back."""
+    def start(cls, worker_id: str, command: list[str], relayed: bool = False) -> Child:
+        """Start ``python -m django tasks_worker COMMAND`` as ``worker_id``, with a pipe back
+        (and, ``relayed``, a socket through which the supervisor wakes it)."""
+        wakes, wake_fd = socket_pair() if relayed else (None, None)
         reader, writer = os.pipe()
         os.set_blocking(reader, False)
         env = dict(os.environ)
@@ -53,12 +62,39 @@ class Child:
         paths = [sys.path[0]] if sys.path and sys.path[0] else []
         env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
         argv = [sys.executable, "-m", "django", "tasks_worker", *command]
-        argv += ["--worker-id", worker_id, "--supervisor", f"{writer},{os.getpid()}"]
+        link = f"{writer},{os.getpid()}" + ("" if wake_fd is None else f",{wake_fd}")
+        argv += ["--worker-id", worker_id, "--supervisor", link]
+        passed = (writer,) if wake_fd is None else (writer, wake_fd)
         # A session of its own: a terminal's Ctrl-C reaches the supervisor alone, which then
         # stops each child once (not twice, which would force it).
-        proc = subprocess.Popen(argv, env=env, pass_fds=(writer,), start_new_session=True)
-        os.close(writer)
-        return cls(worker_id=worker_id, proc=proc, reader=reader, born=time.monotonic())
+        try:
+            proc = subprocess.Popen(argv, env=env, pass_fds=passed, start_new_session=True)
+        finally:
+            for fd in passed:
+                os.close(fd)
+        return cls(
+            worker_id=worker_id, proc=proc, reader=reader, born=time.monotonic(), wakes=wakes
+        )
+
+    def wake(self, line: bytes) -> bool:
+        """Send ``line`` down the wake-up socket; False if it could not go (full, or gone)."""
+        if self.wakes is None:
+            return False
+        try:
+            self.wakes.send(line)
+        except (BlockingIOError, OSError):
+            return False
+        return True
+
+    def read_wakes(self) -> int:
+        """How many "more may wait" lines the child sent since the last read."""
+        assert self.wakes is not None
+        try:
+            data = self.wakes.recv(READ_BYTES)
+        except (BlockingIOError, InterruptedError, OSError):
+            return 0
+        lines, self.wakes_buffer = split_lines(self.wakes_buffer + data)
+        return sum(1 for line in lines if line == MORE)
 
     def read(self) -> list[Event] | None:
         """The events the child wrote since the last read (none if a line is not whole yet);
@@ -115,7 +151,12 @@ class Children:
     def __init__(self, worker_id: str, command: list[str]) -> None:
         self._worker_id = worker_id
         self._command = command  # the children's tasks_worker options
+        self.relayed = False  # set before the first start: each child gets a wake-up socket
         self._by_reader: dict[int, Child] = {}
+        self._by_wakes: dict[int, Child] = {}  # by the fd of the supervisor's end of its socket
+        self._watched: dict[int, Callable[[], None]] = {}  # other fds, and what reads them
+        self.more: list[Child] = []  # children that said more tasks may wait, since last taken
+        self.on_started: Callable[[Child], None] | None = None  # told of each child started
         self._selector = selectors.DefaultSelector()
         self._started = 0  # children started: the next one's id suffix
         self._wake_reader: int | None = None
@@ -134,9 +175,12 @@ class Children:
     def start(self) -> Child:
         """Start the next child, ``worker_id``-N."""
         self._started += 1
-        child = Child.start(f"{self._worker_id}-{self._started}", self._command)
+        child = Child.start(f"{self._worker_id}-{self._started}", self._command, self.relayed)
         self._by_reader[child.reader] = child
         self._selector.register(child.reader, selectors.EVENT_READ)
+        if child.wakes is not None:
+            self._by_wakes[child.wakes.fileno()] = child
+            self._selector.register(child.wakes.fileno(), selectors.EVENT_READ)
         logger.info(
             "Started worker process pid=%d worker_id=%s",
             child.proc.pid,
@@ -144,6 +188,8 @@ class Children:
             extra={"action": "child_start", "worker_id": child.worker_id},
         )
         events.emit("child_started", worker_id=child.worker_id, pid=child.proc.pid)
+        if self.on_started is not None:
+            self.on_started(child)
         return child
 
     def wake_on_signals(self) -> None:
@@ -161,9 +207,23 @@ class Children:
         for key, _ in self._selector.select(timeout):
             if key.fd == self._wake_reader:
                 _drain(key.fd)
+            elif key.fd in self._watched:
+                self._watched[key.fd]()
+            elif key.fd in self._by_wakes:
+                child = self._by_wakes[key.fd]
+                self.more.extend([child] * child.read_wakes())
             else:
                 ready.append(self._by_reader[key.fd])
         return ready
+
+    def watch(self, fd: int, on_readable: Callable[[], None]) -> None:
+        """Call ``on_readable`` when ``fd`` is readable, within ``ready``'s wait."""
+        self._watched[fd] = on_readable
+        self._selector.register(fd, selectors.EVENT_READ)
+
+    def unwatch(self, fd: int) -> None:
+        if self._watched.pop(fd, None) is not None:
+            self._selector.unregister(fd)
 
     def closed(self, child: Child) -> None:
         """Stop waiting on the pipe of ``child``, which closed it (it is gone)."""
@@ -175,6 +235,11 @@ class Children:
         self.closed(child)
         os.close(child.reader)
         del self._by_reader[child.reader]
+        if child.wakes is not None:
+            fd = child.wakes.fileno()
+            self._selector.unregister(fd)
+            del self._by_wakes[fd]
+            child.wakes.close()
 
     def kill(self, child: Child) -> None:
         """Kill ``child`` (SIGKILL), wait for it, and forget it."""

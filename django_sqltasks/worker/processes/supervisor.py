@@ -1,6 +1,7 @@
 """The supervisor of ``tasks_worker --processes N``: N worker processes, kept running.
 
-It is one thread, with one database connection, that never runs a task. Each child is a fresh
+It is one thread, with two database connections (its own queries', and on PostgreSQL the
+``LISTEN`` it relays to its children: ``relay``), that never runs a task. Each child is a fresh
 ``python -m django tasks_worker`` process (started with exec, never a fork of this one) with
 its own connections (``child``), and reports through a pipe (``pipe``) each task's start and
 end, cancel requests, and heartbeats. From these the supervisor:
@@ -37,6 +38,7 @@ from .child import Child, Children
 from .health_file import touch
 from .ledger import Ledger, describe_status, rss_bytes
 from .pipe import Beat, CancelAsked, Event
+from .relay import Relay
 from .stopping import Stopping
 
 logger = logging.getLogger("django_sqltasks")
@@ -90,6 +92,12 @@ class Supervisor:
         )
         self._status = 0  # the exit status when no stop was forced (EXIT_ID_IN_USE, say)
         self._stopping = Stopping(self._children, self._ledger, shutdown_timeout)
+        # PostgreSQL: one LISTEN for every child, each notification waking one of them.
+        self._relay: Relay | None = None
+        if Relay.wanted(self.database, config.notify):
+            self._relay = Relay(self.database, config.listen_database, self._children)
+            self._children.relayed = True
+            self._children.on_started = self._relay.started
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``, until every child has exited); return the
@@ -107,6 +115,8 @@ class Supervisor:
             self.processes,
             extra={"action": "supervisor_start", "worker_id": self.worker_id},
         )
+        if self._relay is not None:
+            self._relay.tick()  # listen first: the children are told so as they start
         for _ in range(self.processes):
             self._children.start()
         next_beat = next_memory = time.monotonic()
@@ -115,6 +125,8 @@ class Supervisor:
                 for child in self._children.ready(TICK):
                     if child in self._children:
                         self._read(child)
+                if self._relay is not None:
+                    self._relay.tick()
                 self._stopping.handle_signals()
                 self._reap()
                 self._enforce_deadlines()
@@ -136,6 +148,8 @@ class Supervisor:
                     break
         finally:
             signal.set_wakeup_fd(-1)
+            if self._relay is not None:
+                self._relay.close()
             connections.close_all()
         logger.info(
             "Supervisor stopped worker_id=%s",
