@@ -296,10 +296,10 @@ def test_a_listening_worker_that_drained_the_queue_sleeps_until_told(
     held: list[bool] = []
     hold, sleep = producer_module.Producer._hold, producer_module.Producer.sleep
 
-    def hold_and_note(self: Any, rows: list[Any]) -> None:
+    def hold_and_note(self: Any, rows: list[Any], **kwargs: Any) -> None:
         if rows:
             held.append(True)
-        hold(self, rows)
+        hold(self, rows, **kwargs)
 
     async def sleep_and_note(self: Any, seconds: float, **kwargs: Any) -> None:
         if held and not after_claim.is_set():
