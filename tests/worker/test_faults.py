@@ -409,20 +409,45 @@ def test_a_lock_held_past_the_lock_timeout_is_retried(
 
 
 class Rounds(logging.Handler):
-    """Clear ``fenced`` once the worker has logged ``count`` rounds of outcome writes that met
+    """Set ``enough`` once the worker has logged ``count`` rounds of outcome writes that met
     a transient error."""
 
-    def __init__(self, count: int, fenced: threading.Event) -> None:
+    def __init__(self, count: int, enough: threading.Event) -> None:
         super().__init__()
         self.count = count
-        self.fenced = fenced
+        self.enough = enough
         self.seen = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         if "outcome(s) met a transient error" in record.getMessage():
             self.seen += 1
             if self.seen >= self.count:
-                self.fenced.clear()
+                self.enough.set()
+
+
+# Refuses what a fenced primary refuses of an outcome (SQLSTATE 25006, read_only_sql_transaction)
+# while the one row of FENCE says so: whichever of the worker's threads writes outcomes (the
+# database thread on PostgreSQL), and nothing else of the worker's.
+FENCE = "sqltasks_test_fence"
+FENCE_SQL = [
+    f"CREATE TABLE {FENCE} (fenced boolean NOT NULL)",
+    f"INSERT INTO {FENCE} VALUES (true)",
+    f"""CREATE FUNCTION {FENCE}() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.status IN ('SUCCESSFUL', 'FAILED') AND (SELECT fenced FROM {FENCE}) THEN
+            RAISE EXCEPTION 'cannot execute UPDATE in a read-only transaction'
+                USING ERRCODE = 'read_only_sql_transaction';
+        END IF;
+        RETURN NEW;
+    END $$""",
+    f"CREATE TRIGGER {FENCE} BEFORE UPDATE ON {TaskRecord._meta.db_table} FOR EACH ROW "
+    f"EXECUTE FUNCTION {FENCE}()",
+]
+UNFENCE_SQL = [
+    f"DROP TRIGGER IF EXISTS {FENCE} ON {TaskRecord._meta.db_table}",
+    f"DROP FUNCTION IF EXISTS {FENCE}()",
+    f"DROP TABLE IF EXISTS {FENCE}",
+]
 
 
 @postgres_only
@@ -435,23 +460,31 @@ def test_outcomes_wait_for_a_server_that_takes_no_writes(
     and are stored once the server takes writes again. None is blamed on the way."""
     log = tmp_path / "executions"
     enqueue_marks(log, 3)
-    fenced = threading.Event()
-    fenced.set()
-    rounds = Rounds(JUDGE_AFTER + 2, fenced)
+    enough = threading.Event()
+    rounds = Rounds(JUDGE_AFTER + 2, enough)
 
-    def read_only(sender: Any, connection: Any, **kwargs: Any) -> None:
-        if fenced.is_set() and threading.current_thread().name.startswith("sqltasks-writer"):
-            with connection.cursor() as cursor:
-                cursor.execute("SET default_transaction_read_only = on")
+    def lift() -> None:
+        if enough.wait(120):
+            with connections["default"].cursor() as cursor:
+                cursor.execute(f"UPDATE {FENCE} SET fenced = false")
+        connections["default"].close()
 
-    connection_created.connect(read_only, dispatch_uid="gauntlet-read-only")
+    with connection.cursor() as cursor:
+        for sql in FENCE_SQL:
+            cursor.execute(sql)
+    lifter = threading.Thread(target=lift, daemon=True)
+    lifter.start()
     logging.getLogger("django_sqltasks").addHandler(rounds)
     try:
         with caplog.at_level(logging.WARNING, logger="django_sqltasks"):
             run_worker(concurrency=2)
     finally:
         logging.getLogger("django_sqltasks").removeHandler(rounds)
-        connection_created.disconnect(dispatch_uid="gauntlet-read-only")
+        enough.set()
+        lifter.join(10)
+        with connection.cursor() as cursor:
+            for sql in UNFENCE_SQL:
+                cursor.execute(sql)
     assert rounds.seen > JUDGE_AFTER
     blamed = [
         r.getMessage() for r in caplog.records if "refused this task's outcome" in r.getMessage()
