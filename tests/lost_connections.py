@@ -9,6 +9,8 @@ after the statement ran in a transaction whose commit then never reaches the ser
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -101,3 +103,23 @@ def lost_at(
 
     with connection.execute_wrapper(wrapper):
         yield
+
+
+# Lock timeouts short enough for a test to see a retry (a connection_created hook sets them).
+SHORT_LOCK_TIMEOUT = {
+    "postgresql": "SET lock_timeout = '100ms'",
+    "mysql": "SET SESSION lock_wait_timeout = 1, innodb_lock_wait_timeout = 1",
+    "sqlite": "PRAGMA busy_timeout = 100",
+}
+
+
+class Retried(logging.Handler):
+    """Set ``event`` when the worker logs a retry of a database call (``action=db_retry``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.event = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "action", None) == "db_retry":
+            self.event.set()

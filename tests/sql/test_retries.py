@@ -15,7 +15,7 @@ from django.db import connection, connections
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql.retries import run_with_retries
 from tests.factories import task_row
-from tests.worker.test_faults import SHORT_LOCK_TIMEOUT, Retried
+from tests.lost_connections import SHORT_LOCK_TIMEOUT, Retried
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

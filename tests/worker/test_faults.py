@@ -28,7 +28,7 @@ from tests.conftest import WORKER_APPLICATION_NAME, WorkerProcess, run_python
 from tests.events import EventLog, Gate
 from tests.gauntlet_mariadb import PrivateMariaDB, find_mariadbd
 from tests.gauntlet_postgres import PrivatePostgres, find_bindir
-from tests.lost_connections import STATEMENTS
+from tests.lost_connections import SHORT_LOCK_TIMEOUT, STATEMENTS, Retried
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -317,25 +317,6 @@ def test_an_old_snapshot_does_not_stall_the_queue(run_worker: RunWorker, tmp_pat
 
 
 # A lock held longer than the lock timeout -----------------------------------------------------
-
-
-SHORT_LOCK_TIMEOUT = {
-    "postgresql": "SET lock_timeout = '100ms'",
-    "mysql": "SET SESSION lock_wait_timeout = 1, innodb_lock_wait_timeout = 1",
-    "sqlite": "PRAGMA busy_timeout = 100",
-}
-
-
-class Retried(logging.Handler):
-    """Set ``event`` when the worker logs a retry of a database call (``action=db_retry``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.event = threading.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if getattr(record, "action", None) == "db_retry":
-            self.event.set()
 
 
 def short_lock_timeouts(sender: Any, connection: Any, **kwargs: Any) -> None:
