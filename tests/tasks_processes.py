@@ -19,9 +19,12 @@ def _mark(path: str, what: str) -> None:
 
 
 @task
-def record(path: str, seconds: float = 0.0) -> int:
-    """Mark a start in ``path``, sleep, mark the end; return the pid that ran it."""
+def record(path: str, seconds: float = 0.0, gate: str = "") -> int:
+    """Mark a start in ``path``, wait for ``gate`` to open (if one is given), sleep, mark the
+    end; return the pid that ran it."""
     _mark(path, "start")
+    if gate:
+        events.wait_at(gate)
     time.sleep(seconds)
     _mark(path, "end")
     return os.getpid()

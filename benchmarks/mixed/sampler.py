@@ -30,7 +30,7 @@ FROM pg_stat_user_tables WHERE relname = ANY(%s)
 """
 STATEMENTS = """
 SELECT queryid, query, calls, total_exec_time, max_exec_time,
-    shared_blks_hit + shared_blks_read, shared_blks_read
+    shared_blks_hit + shared_blks_read, shared_blks_read, total_plan_time, plans
 FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
@@ -148,7 +148,7 @@ class Sampler(threading.Thread):
         xid_age, seconds, holder = self._conn.execute(HORIZON).fetchone() or (None, None, None)
         sample["horizon"] = {"xid_age": xid_age, "seconds": seconds, "holder": holder}
         kinds = {kind: [0, 0.0, 0, 0.0] for kind in self.kinds}  # calls, ms, buffers, max ms
-        for queryid, query, calls, total, most, buffers, _read in self._conn.execute(
+        for queryid, query, calls, total, most, buffers, *_rest in self._conn.execute(
             STATEMENTS
         ).fetchall():
             before = self._previous.get(queryid, (0, 0.0, 0, 0))
@@ -170,7 +170,7 @@ class Sampler(threading.Thread):
 
 
 def _top(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    ordered = sorted(rows, key=lambda r: r[3], reverse=True)[:TOP_STATEMENTS]
+    ordered = sorted(rows, key=lambda r: r[3] + r[7], reverse=True)[:TOP_STATEMENTS]
     return [
         {
             "query": " ".join(query.split())[:200],
@@ -179,8 +179,11 @@ def _top(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
             "max_ms": round(most, 3),
             "buffers_per_call": round(buffers / calls, 1) if calls else None,
             "read_per_call": round(read / calls, 2) if calls else None,
+            # Planning: only with pg_stat_statements.track_planning on (--pg-setting).
+            "plans": plans,
+            "plan_mean_ms": round(planning / plans, 3) if plans else None,
         }
-        for _id, query, calls, total, most, buffers, read in ordered
+        for _id, query, calls, total, most, buffers, read, planning, plans in ordered
     ]
 
 

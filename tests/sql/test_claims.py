@@ -15,6 +15,7 @@ from django_sqltasks.sql.rows import (
     SUSPECT_CLEARED,
     SUSPECT_TOGETHER,
     SUSPECT_UNBOUNDED,
+    Outcome,
     stored,
     suspect_at,
 )
@@ -124,6 +125,43 @@ def test_a_prepared_claim_takes_the_same_rows(dialect: Dialect) -> None:
     assert len(first) == 2 and len(second) == 1
     assert {r.id for r in first}.isdisjoint({r.id for r in second})
     assert all(r.worker_ids == [WORKER] and r.attempts == 1 for r in first + second)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's prepared statements")
+@pytest.mark.django_db(transaction=True)
+def test_a_tasks_enqueue_and_outcome_are_planned_once_where_prepared(dialect: Dialect) -> None:
+    # Prepared statements spare the server a plan per call only if the plan cache keeps the
+    # generic plan after its first five custom ones: an outcome write whose ids the planner
+    # reads as a constant made each custom plan look cheaper, and was planned at every call.
+    with connection.cursor() as cursor:  # enough live rows that the ids' index is worth it
+        dialect.bulk_insert(cursor, [new_task() for _ in range(2_000)])
+        cursor.execute(f"ANALYZE {TaskRecord._meta.db_table}")
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.prepare_threshold = 5  # what OPTIONS {"prepare_threshold": 5} sets
+    try:
+        for _ in range(8):
+            with connection.cursor() as cursor:
+                dialect.insert(cursor, [new_task()])
+            (row,) = claim_batch(dialect, limit=1)
+            outcome = Outcome(
+                id=row.id, status="SUCCESSFUL", finished_at=timezone.now(), return_value="1"
+            )
+            with connection.cursor() as cursor:
+                assert dialect.complete(cursor, WORKER, [outcome]) == {row.id}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+            )
+            plans = {statement: (generic, custom) for statement, generic, custom in cursor}
+    finally:
+        raw.prepare_threshold = None
+    enqueues = [p for s, p in plans.items() if s.lstrip().startswith("INSERT INTO")]
+    outcomes = [p for s, p in plans.items() if "WITH done AS" in s]
+    assert len(enqueues) == 1 and len(outcomes) == 1, plans
+    for generic, custom in enqueues + outcomes:
+        assert custom <= 5 and generic >= 3, plans
+    assert TaskRecord.objects.succeeded().count() == 8
 
 
 @pytest.mark.django_db(transaction=True)

@@ -159,20 +159,23 @@ def test_a_restarted_single_worker_runs_the_suspects_alone(
 
 @pytest.mark.worker_process_core
 def test_the_suspects_of_a_crash_with_no_poison_cost_one_tasks_time_not_their_sum(
-    worker_process: StartWorker, events: EventLog, tmp_path: Path
+    worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
     """Six tasks of 4 s each were running when their worker was killed (an OOM kill, a
     deploy): they ran alone one after another, 4 s apart, 24 s for the six. As the suspects of
     a first death they run beside each other in half of the worker's slots (6 of 12): about one
     task's time."""
     marker = tmp_path / "ran"
-    six = [tasks.record.enqueue(str(marker), 4.0).id for _ in range(6)]
+    # Each waits at the gate before its 4 s, so that none can end before the kill, however
+    # slowly the six start on a loaded machine.
+    six = [tasks.record.enqueue(str(marker), 4.0, gate.path).id for _ in range(6)]
     env = {**ENV, "SQLTASKS_LEASE_TIMEOUT": "120"}
     args = ("-c", "12", "--prefetch", "0", "--worker-id", "solo")
     first = worker_process(*args, env=env)
     events.wait("note", what="start", count=6)
     first.kill()
     first.wait()
+    gate.open()
     # Restarted under its id: it rescues the dead one's tasks at once, then runs them.
     second = worker_process("--burst", *args, env=env)
     assert second.wait() == 0, second.output

@@ -21,8 +21,8 @@ WITH done AS (
         error_class text, error_traceback text, available_at timestamptz, snoozed int,
         delay float8, attempt int
     )
-    WHERE t.id = ANY(%s::uuid[]) AND t.id = v.id AND t.status IN ('READY', 'RUNNING') AND
-        upper(t.status) = 'RUNNING'
+    WHERE t.id = ANY((SELECT %s::uuid[])::uuid[]) AND t.id = v.id AND t.status IN ('READY',
+        'RUNNING') AND upper(t.status) = 'RUNNING'
         AND t.owner = %s AND (v.attempt IS NULL OR t.attempts = v.attempt)
     RETURNING t.id, t.status
 ), told AS (

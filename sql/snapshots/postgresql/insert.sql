@@ -2,7 +2,7 @@
 -- edit. PostgreSQL: a new task's INSERT, one row or several, with or without a wake-up.
 
 -- insert(cursor, [task])
---   TaskStatements.insert (django_sqltasks/sql/tasks.py)
+--   PostgreSQLDialect.insert (django_sqltasks/sql/postgresql.py)
 INSERT INTO "django_sqltasks_taskrecord" (id, task_path, backend_name, queue_name, priority, status,
     args, kwargs, errors, worker_ids, attempts, enqueued_at, run_after, available_at, dedupe_key,
     limit_key, trace_parent, workflow_id, tags)
@@ -29,7 +29,7 @@ VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s, 
 -- %s 19: None
 
 -- insert(cursor, [task], notify=True)
---   TaskStatements.insert (django_sqltasks/sql/tasks.py)
+--   PostgreSQLDialect.insert (django_sqltasks/sql/postgresql.py)
 WITH inserted AS (INSERT INTO "django_sqltasks_taskrecord" (id, task_path, backend_name, queue_name,
     priority, status, args, kwargs, errors, worker_ids, attempts, enqueued_at, run_after,
     available_at, dedupe_key, limit_key, trace_parent, workflow_id, tags) VALUES (%s, %s, %s, %s,
@@ -58,7 +58,7 @@ FROM (SELECT DISTINCT queue_name AS q FROM inserted) AS queues;
 -- %s 19: None
 
 -- insert(cursor, [task, task_run_after]): several rows
---   TaskStatements.insert (django_sqltasks/sql/tasks.py)
+--   PostgreSQLDialect.insert (django_sqltasks/sql/postgresql.py)
 INSERT INTO "django_sqltasks_taskrecord" (id, task_path, backend_name, queue_name, priority, status,
     args, kwargs, errors, worker_ids, attempts, enqueued_at, run_after, available_at, dedupe_key,
     limit_key, trace_parent, workflow_id, tags)
@@ -72,7 +72,7 @@ FROM jsonb_to_recordset(%s::jsonb) AS v(id uuid, task_path varchar, backend_name
 -- %s 1: '[{"id":"01940000-0000-7000-8000-000000000001","task_path":"shop.tasks.send_receipt","backend_name":"shop","queue_name":"default","priority":0,"args":[42],"kwargs":{},"enqueued_at":"2026-01-02T03:04:05+00:00","run_after":null,"available_at":null,"dedupe_key":null,"limit_key":null,"trace_parent":null,"workflow_id":null,"tags":null},{"id":"01940000-0000-7000-8000-000000000002","task_path":"shop.tasks.send_receipt","backend_name":"shop","queue_name":"default","priority":0,"args":[42],"kwargs":{},"enqueued_at":"2026-01-02T03:04:05+00:00","run_after":"2026-01-02T03:04:05+00:00","available_at":null,"dedupe_key":null,"limit_key":null,"trace_parent":null,"workflow_id":null,"tags":["vip"]}]'
 
 -- insert(cursor, [task, task], notify=True)
---   TaskStatements.insert (django_sqltasks/sql/tasks.py)
+--   PostgreSQLDialect.insert (django_sqltasks/sql/postgresql.py)
 WITH inserted AS (INSERT INTO "django_sqltasks_taskrecord" (id, task_path, backend_name, queue_name,
     priority, status, args, kwargs, errors, worker_ids, attempts, enqueued_at, run_after,
     available_at, dedupe_key, limit_key, trace_parent, workflow_id, tags) SELECT id, task_path,
