@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 
 from ..core.claim_cost import CLAIM_WINDOW, ClaimCost
@@ -23,14 +24,12 @@ SLICES = int(CLAIM_WINDOW / SLICE)
 BASE = 1e-5  # seconds: 10 microseconds, below any claim's round trip
 RATIO = 2**0.25  # a bucket's upper bound over its lower: the p99 is at most 19% high
 BUCKETS = 100
-_LOG_RATIO = math.log(RATIO)
+_BOUNDS = [BASE * RATIO**index for index in range(BUCKETS - 1)]
 
 
 def bucket(seconds: float) -> int:
     """The histogram bucket of a claim that took ``seconds``."""
-    if seconds <= BASE:
-        return 0
-    return min(BUCKETS - 1, math.ceil(math.log(seconds / BASE) / _LOG_RATIO))
+    return bisect_left(_BOUNDS, seconds)  # past the last bound: the last bucket
 
 
 def upper_bound(index: int) -> float:

@@ -211,26 +211,27 @@ def test_the_probe_names_the_snapshot_that_holds_the_horizon_back(
 
 
 def test_slow_claims_warn_then_fail_with_status_8() -> None:
-    slow = ClaimCost(count=40, rows=80, mean=0.012, p99=0.03, max=0.04)
+    slow = ClaimCost(count=40, rows=80, mean=0.12, p99=0.3, max=0.4)
     worker_row("w1", slow)
-    worker_row("w2", ClaimCost(count=10, rows=10, mean=0.002, p99=0.002, max=0.002))
+    worker_row("w2", ClaimCost(count=10, rows=10, mean=0.02, p99=0.02, max=0.02))
     code, out = health()
-    assert code == 0, out  # 10 ms on average: over the warning (5 ms), under the failure
-    assert "  claims: 50 in the last minute, mean 10 ms, p99 30 ms, max 40 ms" in out
+    assert code == 0, out  # 100 ms on average: over the warning (50 ms), under the failure
+    assert "  claims: 50 in the last minute, mean 100 ms, p99 300 ms, max 400 ms" in out
     assert "(2 of 2 live worker(s) reporting)" in out
-    assert "WARNING claim_slow: The claims of backend 'default' took 10 ms on average" in out
-    assert "over 5.0 ms (--warn-claim-mean)" in out
-    code, out = health("--max-claim-mean", "0.008", "--json")
+    assert "WARNING claim_slow: The claims of backend 'default' took 100 ms on average" in out
+    assert "over 50 ms (--warn-claim-mean)" in out
+    code, out = health("--max-claim-mean", "0.08", "--json")
     assert code == Exit.CLAIM_SLOW == 8
     report = json.loads(out)
     assert [p["code"] for p in report["problems"]] == ["claim_slow"]
-    assert "over the 8.0 ms allowed (--max-claim-mean)" in report["problems"][0]["message"]
+    assert "over the 80 ms allowed (--max-claim-mean)" in report["problems"][0]["message"]
     # (beside the task table's, such as W003 where the server's autovacuum is off)
     assert [w["id"] for w in report["warnings"] if w["id"] == "claim_slow"] == ["claim_slow"]
     claims = report["backends"][0]["claims"]
     assert claims["workers"] == 2 and claims["count"] == 50 and claims["rows"] == 90
-    assert claims["mean_seconds"] == pytest.approx(0.01) and claims["max_seconds"] == 0.04
-    assert health("--warn-claim-mean", "0.02", "--max-claim-mean", "0.05")[1].endswith("OK\n")
+    assert claims["mean_seconds"] == pytest.approx(0.1) and claims["max_seconds"] == 0.4
+    assert health("--warn-claim-mean", "0.2", "--max-claim-mean", "0.5")[1].endswith("OK\n")
+    assert health("--warn-claim-mean", "0.05", "--max-claim-mean", "0.5")[0] == 0
 
 
 def test_claims_no_worker_published_are_unknown_and_never_judged() -> None:
