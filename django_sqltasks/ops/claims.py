@@ -100,10 +100,12 @@ def describe(cost: ClaimCost | None) -> str:
         return "unknown (no fresh figure)"
     if not cost.count or cost.mean is None:
         return "no claim in the last minute (duration unknown)"
-    parts = [
-        f"{cost.count:,} in the last minute",
-        f"mean {milliseconds(cost.mean)}",
-    ]
+    return f"{cost.count:,} in the last minute, mean {milliseconds(cost.mean)}, " + _details(cost)
+
+
+def _details(cost: ClaimCost) -> str:
+    """What ``describe`` says after the count and the mean."""
+    parts = []
     if cost.p99 is not None:
         parts.append(f"p99 {milliseconds(cost.p99)}")
     if cost.max is not None:
@@ -143,10 +145,13 @@ def judged(
         return None, None
     took = (
         f"The claims of backend {backend!r} took {milliseconds(cost.mean)} on average over "
-        f"the last minute ({describe(cost)}; {claims.reporting} of {claims.live} live "
-        "worker(s) reporting)"
+        "the last minute"
     )
-    warning = ClaimWarning(f"{took}, over {milliseconds(warn)} (--warn-claim-mean).", HINT)
+    detail = (
+        f" ({cost.count:,} claims, {_details(cost)}; {claims.reporting} of {claims.live} live "
+        "worker(s) reporting)."
+    )
+    warning = ClaimWarning(f"{took}, over {milliseconds(warn)} (--warn-claim-mean){detail}", HINT)
     if cost.mean <= fail:
         return warning, None
-    return warning, f"{took}, over the {milliseconds(fail)} allowed (--max-claim-mean)."
+    return warning, f"{took}, over the {milliseconds(fail)} allowed (--max-claim-mean){detail}"
