@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqltasks.core.claim_cost import ClaimCost
@@ -65,7 +66,9 @@ def test_a_heartbeat_publishes_the_claims_cost_and_a_renewal_leaves_it(dialect: 
     )
     with connection.cursor() as cursor:
         before = dialect.db_now(cursor)
+    with CaptureQueriesContext(connection) as statements, connection.cursor() as cursor:
         assert dialect.heartbeat(cursor, "w", cost)
+    assert len(statements) == 1  # as a heartbeat without it: the figure rides along
     row = WorkerRecord.objects.get(id="w")
     assert row.claim_cost == cost
     assert row.claim_measured_at == row.heartbeat_at
