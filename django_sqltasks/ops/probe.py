@@ -26,9 +26,16 @@ from ..models import PausedQueue, TaskRecord, WorkerRecord
 from ..sql import dialect_for
 from ..sql.installation import is_missing_table, not_migrated, unapplied_migrations, unreachable
 from ..sql.lists import ready_queue_names
-from . import claims as claim_cost
 from . import health as table_health
-from .claims import DEFAULT_MAX_CLAIM_MEAN, DEFAULT_WARN_CLAIM_MEAN, BackendClaims, ClaimWarning
+from .claims import (
+    DEFAULT_MAX_CLAIM_MEAN,
+    DEFAULT_WARN_CLAIM_MEAN,
+    BackendClaims,
+    ClaimWarning,
+    judged,
+    of_backend,
+    published,
+)
 from .health import one_line
 
 DEFAULT_MAX_AGE = 300.0  # seconds a due task may wait before the probe fails: as check W001
@@ -322,9 +329,7 @@ def _workers_and_queues(
     live = list(rows.filter(heartbeat_at__gte=now - lease).order_by("id"))
     workers = [(w.id, w.queue_names) for w in live]
     health.live_workers = [worker_id for worker_id, _ in workers]
-    health.claims = claim_cost.of_backend(
-        [claim_cost.published(w, now, lease.total_seconds()) for w in live]
-    )
+    health.claims = of_backend([published(w, now, lease.total_seconds()) for w in live])
     served: set[str] = {name for _, names in workers for name in names}
     oldest = oldest_due(using, alias, now, [*backend.queues], queues, health)
     paused = set(
@@ -378,7 +383,7 @@ def _claims(
     fail past ``limits.max_claim_mean``; say nothing of a cost no worker published."""
     if health.claims is None:
         return []
-    warning, failed = claim_cost.judged(
+    warning, failed = judged(
         backend.alias, health.claims, limits.warn_claim_mean, limits.max_claim_mean
     )
     if warning is not None:

@@ -157,7 +157,7 @@ class Command(BaseCommand):
                     + (", paused" if queue.paused else "")
                     + (", nothing due" if age is None else f", oldest due {age:.0f}s")
                 )
-            if backend.reachable and backend.claims is not None:
+            if backend.reachable and backend.claims is not None and backend.claims.live:
                 claims = backend.claims
                 self.stdout.write(
                     f"  claims: {describe(claims.cost)} ({claims.reporting} of {claims.live} "
