@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from functools import partial
+from time import perf_counter
 from typing import Any, TypeVar
 
 from django.db import connections
@@ -109,7 +109,7 @@ class Claims:
         """The main claim's statement, timed for the meter."""
         marks, scope = self._main_marks, self.main_scope
         passes = marks.full_passes
-        started = time.perf_counter()
+        started = perf_counter()
         rows = dialect.claim(
             cursor,
             backend_name=self.backend_name,
@@ -120,7 +120,7 @@ class Claims:
             marks=marks,
         )
         if self.meter is not None:
-            took = time.perf_counter() - started
+            took = perf_counter() - started
             self.meter.record(took, len(rows), full_pass=marks.full_passes > passes)
         return rows
 
