@@ -12,7 +12,9 @@ from django.test import Client
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import TaskRecord
+from django_sqltasks.core.claim_cost import ClaimCost
+from django_sqltasks.models import TaskRecord, WorkerRecord
+from django_sqltasks.sql import dialect_for
 
 
 def task_row(
@@ -53,6 +55,34 @@ def task_row(
         values.update(attempts=1, started_at=now, last_attempted_at=now, owner="w1")
     values.update(fields)
     return TaskRecord.objects.create(**values)
+
+
+def worker_row(
+    worker_id: str = "w1",
+    claims: ClaimCost | None = None,
+    *,
+    silent_for: timedelta = timedelta(0),
+    measured_ago: timedelta = timedelta(0),
+    **fields: Any,
+) -> WorkerRecord:
+    """Create one worker's row whose heartbeat (the worker's own statement, by the database's
+    clock) published ``claims``, dated ``measured_ago`` back, its last heartbeat ``silent_for``
+    back."""
+    values: dict[str, Any] = {"backend_name": "default", "queue_names": ["*"], "pid": 1}
+    values.update(fields)
+    WorkerRecord.objects.create(id=worker_id, **values)
+    with connection.cursor() as cursor:
+        assert dialect_for(connection).heartbeat(cursor, worker_id, claims)
+    row = WorkerRecord.objects.get(id=worker_id)
+    if measured_ago or silent_for:
+        WorkerRecord.objects.filter(id=worker_id).update(
+            heartbeat_at=row.heartbeat_at - silent_for,
+            claim_measured_at=None
+            if row.claim_measured_at is None
+            else row.claim_measured_at - measured_ago,
+        )
+        row.refresh_from_db()
+    return row
 
 
 def staff_client(*permissions: str) -> Client:

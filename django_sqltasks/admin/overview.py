@@ -26,6 +26,7 @@ from ..exceptions import UnknownQueue
 from ..models import PausedQueue, QueueOverview, TaskRecord
 from ..ops import health as table_health
 from ..ops import overview
+from ..ops.claims import describe, of_backend
 from ..ops.overview import QueueStats
 from .chart import throughput_chart
 from .display import BREADCRUMBS_LIST
@@ -59,6 +60,19 @@ def queue_page(
         queues = [q for q in queues if folded in q.queue.casefold()]
     page = Paginator(sorted(queues, key=by_backlog), QUEUES_PER_PAGE).get_page(number)
     return page, list(page.object_list)
+
+
+def claims_by_backend(workers: list[overview.WorkerStats]) -> list[tuple[str, str, int, int]]:
+    """Each backend's claims over the last minute in a line, with how many of its workers
+    published theirs and how many it has: (backend, line, reporting, workers)."""
+    by_backend: dict[str, list[Any]] = {}
+    for w in workers:
+        by_backend.setdefault(w.backend, []).append(w.claims)
+    found = []
+    for backend, costs in sorted(by_backend.items()):
+        claims = of_backend(costs)
+        found.append((backend, describe(claims.cost), claims.reporting, claims.live))
+    return found
 
 
 @admin.register(QueueOverview)
@@ -123,6 +137,9 @@ class QueueOverviewAdmin(OverviewAdminBase):
             "upkeep": table_health.summary(snapshot.health),
             "holder": table_health.horizon_holder(snapshot.health),
             "chart": throughput_chart(snapshot.throughput),
+            # What each worker's claims, and each backend's, cost over the last minute.
+            "workers": [(w, describe(w.claims)) for w in snapshot.workers],
+            "claims": claims_by_backend(snapshot.workers),
             "tasks_url": reverse("admin:django_sqltasks_taskrecord_changelist"),
             "breadcrumbs_list": BREADCRUMBS_LIST,
             "can_pause": self.has_pause_permission(request),

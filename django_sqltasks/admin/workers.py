@@ -1,4 +1,5 @@
-"""The admin's read-only worker records; a live worker's row is kept."""
+"""The admin's read-only worker records, with what each worker's claims cost over the last
+minute; a live worker's row is kept."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
@@ -15,6 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from ..core.backends import sql_backends
 from ..core.options import BackendOptions
 from ..models import WorkerRecord
+from ..ops.claims import describe, published
 from ..store.control import database_now
 from .display import moment_html
 from .lists import NulSafeAdmin, WritesLocked
@@ -58,6 +61,7 @@ class WorkerRecordAdmin(WritesLocked, NulSafeAdmin, WorkerAdminBase):
         "concurrency",
         "started_display",
         "heartbeat_display",
+        "claims_display",
     )
     ordering = ("-heartbeat_at",)
     actions = ("delete_selected",)
@@ -70,7 +74,12 @@ class WorkerRecordAdmin(WritesLocked, NulSafeAdmin, WorkerAdminBase):
         "concurrency",
         "started_at",
         "heartbeat_at",
+        "claims_display",
     )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerRecord]:
+        # The database's time beside each row: a figure is fresh by its clock (ops/claims.py).
+        return super().get_queryset(request).annotate(db_now=Now())
 
     @admin.display(description=_("started at"), ordering="started_at")
     def started_display(self, obj: WorkerRecord) -> str:
@@ -79,6 +88,11 @@ class WorkerRecordAdmin(WritesLocked, NulSafeAdmin, WorkerAdminBase):
     @admin.display(description=_("last heartbeat"), ordering="heartbeat_at")
     def heartbeat_display(self, obj: WorkerRecord) -> str:
         return moment_html(obj.heartbeat_at)
+
+    @admin.display(description=_("claims (last minute)"))
+    def claims_display(self, obj: WorkerRecord) -> str:
+        now = getattr(obj, "db_now", None)
+        return describe(None if now is None else published(obj, now))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

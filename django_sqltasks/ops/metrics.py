@@ -21,6 +21,7 @@ from django.db import connections
 from ..compat import TaskResultStatus, task_enqueued, task_finished, task_started
 from ..core.progress import live_writers
 from . import overview
+from .claims import of_backend
 from .health import CODES, QUERY_SHOWN, horizon_holder
 
 logger = logging.getLogger("django_sqltasks")
@@ -31,6 +32,30 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 LABELS = ("backend", "queue", "task")
 REFRESH_INTERVAL = 5.0  # seconds one reading of the queues serves scrapes for
 DEFAULT_ADDR = "127.0.0.1"  # metrics name queues and tasks: not on other interfaces unless asked
+# The claims' gauges, per backend: the name after sqltasks_, its help, the ClaimCost field.
+CLAIM_GAUGES = (
+    ("claims_last_minute", "Main claims run by those workers in the last minute.", "count"),
+    ("claim_rows_last_minute", "Tasks those claims returned.", "rows"),
+    ("claim_mean_seconds", "Their mean duration (the statement, timed by the worker).", "mean"),
+    (
+        "claim_p99_seconds",
+        "The highest of the workers' 99th percentiles (at least the backend's; each at most "
+        "19% above the worker's own).",
+        "p99",
+    ),
+    ("claim_max_seconds", "The longest of those claims.", "max"),
+    (
+        "claim_full_passes_last_minute",
+        "PostgreSQL: claims that read every priority from its start, walking what a held "
+        "snapshot keeps.",
+        "full_passes",
+    ),
+    (
+        "claim_full_pass_max_seconds",
+        "PostgreSQL: the longest of those full passes.",
+        "full_pass_max",
+    ),
+)
 
 
 def available() -> bool:
@@ -202,7 +227,37 @@ class QueueCollector:
         for backend, count in sorted(per_backend.items()):
             workers.add_metric([backend], count)
         yield from (depth, oldest, workers, paused)
+        yield from self._claims(snapshot, GaugeMetricFamily)
         yield from self._upkeep(snapshot, GaugeMetricFamily)
+
+    def _claims(self, snapshot: Any, family: Any) -> Iterator[Any]:
+        """Gauges of what the claims of each backend's workers cost over the last minute, as
+        their heartbeats publish it: a series only where it is known (no worker reporting,
+        or no claim in the window, leaves it out; never 0)."""
+        costs: dict[str, list[Any]] = {}
+        for w in snapshot.workers:
+            costs.setdefault(w.backend, []).append(w.claims)
+        reporting = family(
+            "sqltasks_claim_reporting_workers",
+            "Workers of a backend whose heartbeat published their claims' cost within "
+            "LEASE_TIMEOUT (what the other sqltasks_claim gauges cover).",
+            labels=["backend"],
+        )
+        gauges = [
+            (family(f"sqltasks_{name}", doc, labels=["backend"]), field)
+            for name, doc, field in CLAIM_GAUGES
+        ]
+        for backend, found in sorted(costs.items()):
+            claims = of_backend(found)
+            reporting.add_metric([backend], claims.reporting)
+            if claims.cost is None:
+                continue
+            for gauge, field in gauges:
+                value = getattr(claims.cost, field)
+                if value is not None:
+                    gauge.add_metric([backend], value)
+        yield reporting
+        yield from (gauge for gauge, _ in gauges)
 
     def _upkeep(self, snapshot: Any, family: Any) -> Iterator[Any]:
         """Gauges of the task table's upkeep: the warnings, and what the database reports."""

@@ -13,13 +13,15 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
 from django.db.models import Count, Min
-from django.db.models.functions import TruncMinute
+from django.db.models.functions import Now, TruncMinute
 from django.utils import timezone
 
 from ..compat import TaskResultStatus
+from ..core.claim_cost import ClaimCost
 from ..models import PausedQueue, TaskRecord, TaskRecordQuerySet, WorkerRecord
 from ..sql import TableHealth
 from . import health as table_health
+from .claims import published
 from .durations import short_age  # noqa: F401  (read by the admin and tasks_status)
 
 FINISHED_WINDOW = timedelta(hours=1)  # finished counts cover this much recent time
@@ -58,6 +60,8 @@ class WorkerStats:
     started_at: datetime
     heartbeat_at: datetime
     running: int = 0
+    # What its claims cost over the last minute; None where unknown (ops/claims.py).
+    claims: ClaimCost | None = None
 
 
 @dataclass
@@ -160,8 +164,9 @@ def take(
 def live_workers(
     using: str = "default", backend: str | None = None, now: datetime | None = None
 ) -> list[WorkerStats]:
-    """Workers with a row in the worker table, and how many tasks each is running."""
-    workers = WorkerRecord.objects.using(using).order_by("id")
+    """Workers with a row in the worker table, how many tasks each is running, and what its
+    claims cost (judged fresh by the database's clock, read with the rows)."""
+    workers = WorkerRecord.objects.using(using).order_by("id").annotate(db_now=Now())
     if backend is not None:
         workers = workers.filter(backend_name=backend)
     running = dict(
@@ -183,6 +188,7 @@ def live_workers(
             started_at=w.started_at,
             heartbeat_at=w.heartbeat_at,
             running=running.get(w.id, 0),
+            claims=published(w, w.db_now),
         )
         for w in workers
     ]

@@ -1,7 +1,7 @@
 """The health probe behind ``manage.py tasks_health``: can anything run at all (a backend of
 this package configured and loadable, its tables migrated, its database reachable and
 writable), is some worker alive, is every queue served, has the oldest due task waited too
-long, and does a transaction hold back the cleanup of the task table.
+long, does a transaction hold back the cleanup of the task table, and are the claims slow.
 
 Its cost does not grow with the backlog or the history: it reads the worker table, and each
 queue's oldest due task with one probe of a ready index per priority (``oldest_ready``), the
@@ -27,6 +27,15 @@ from ..sql import dialect_for
 from ..sql.installation import is_missing_table, not_migrated, unapplied_migrations, unreachable
 from ..sql.lists import ready_queue_names
 from . import health as table_health
+from .claims import (
+    DEFAULT_MAX_CLAIM_MEAN,
+    DEFAULT_WARN_CLAIM_MEAN,
+    BackendClaims,
+    ClaimWarning,
+    judged,
+    of_backend,
+    published,
+)
 from .health import one_line
 
 DEFAULT_MAX_AGE = 300.0  # seconds a due task may wait before the probe fails: as check W001
@@ -56,6 +65,7 @@ class Exit(IntEnum):
     QUEUE_UNSERVED = 5
     BACKLOG_TOO_OLD = 6
     HORIZON_HELD = 7  # a transaction has held back the task table's cleanup too long
+    CLAIM_SLOW = 8  # the live workers' claims took too long on average over the last minute
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,7 @@ class BackendHealth:
     live_workers: list[str] = field(default_factory=list)
     queues: list[QueueHealth] = field(default_factory=list)
     holder: table_health.Holder | None = None  # what holds back the horizon, if anything
+    claims: BackendClaims | None = None  # what the live workers' recent claims cost
     upkeep: str = ""  # the task table's upkeep in one line (health.summary)
     notes: list[str] = field(default_factory=list)  # what the probe could not look at
 
@@ -117,6 +128,7 @@ class BackendHealth:
             "live_workers": self.live_workers,
             "queues": [q.as_dict() for q in self.queues],
             "horizon": None if self.holder is None else self.holder.as_dict(),
+            "claims": None if self.claims is None else self.claims.as_dict(),
             "notes": self.notes,
         }
 
@@ -127,7 +139,7 @@ class Report:
 
     backends: list[BackendHealth]
     problems: list[Problem]
-    warnings: list[table_health.HealthWarning] = field(default_factory=list)
+    warnings: list[table_health.HealthWarning | ClaimWarning] = field(default_factory=list)
 
     @property
     def exit(self) -> Exit:
@@ -147,12 +159,15 @@ class Report:
 
 @dataclass(frozen=True)
 class Limits:
-    """How long a due task may wait, how long each database has to answer, and how long a
-    transaction may hold back the task table's cleanup, in seconds."""
+    """How long a due task may wait, how long each database has to answer, how long a
+    transaction may hold back the task table's cleanup, and the recent claims' mean past which
+    the probe warns and fails, in seconds."""
 
     max_age: float = DEFAULT_MAX_AGE
     timeout: float = DEFAULT_TIMEOUT
     max_transaction_age: float = DEFAULT_MAX_TRANSACTION_AGE
+    warn_claim_mean: float = DEFAULT_WARN_CLAIM_MEAN
+    max_claim_mean: float = DEFAULT_MAX_CLAIM_MEAN
 
 
 class OutOfTime(Exception):
@@ -164,8 +179,10 @@ def probe(
 ) -> Report:
     """Check each backend: its tables, its database, a live worker, every queue served, no
     due task older than ``limits.max_age``, no transaction holding back the task table's
-    cleanup for over ``limits.max_transaction_age``. ``queues`` (default: the backend's QUEUES
-    and every queue with a due task) narrows the queues checked."""
+    cleanup for over ``limits.max_transaction_age``, the live workers' claims no slower than
+    ``limits.max_claim_mean`` on average (a warning past ``warn_claim_mean``). ``queues``
+    (default: the backend's QUEUES and every queue with a due task) narrows the queues
+    checked."""
     limits = limits or Limits()
     report = Report([], [])
     horizons: dict[str, table_health.Holder | None] = {}  # per database, read once
@@ -243,6 +260,7 @@ def _check(
                     )
                 ]
             problems = _workers_and_queues(backend, health, queues, limits.max_age, cursor)
+            problems += _claims(backend, health, limits, report)
             dialect.limit_time(cursor, left())
             if using not in horizons:
                 horizons[using] = _horizon(backend, limits, report, problems)
@@ -308,10 +326,10 @@ def _workers_and_queues(
     now = dialect.db_now(cursor)
     lease = timedelta(seconds=backend.config.lease_timeout)
     rows = WorkerRecord.objects.using(using).filter(backend_name=alias)
-    workers = list(
-        rows.filter(heartbeat_at__gte=now - lease).order_by("id").values_list("id", "queue_names")
-    )
+    live = list(rows.filter(heartbeat_at__gte=now - lease).order_by("id"))
+    workers = [(w.id, w.queue_names) for w in live]
     health.live_workers = [worker_id for worker_id, _ in workers]
+    health.claims = of_backend([published(w, now, lease.total_seconds()) for w in live])
     served: set[str] = {name for _, names in workers for name in names}
     oldest = oldest_due(using, alias, now, [*backend.queues], queues, health)
     paused = set(
@@ -356,6 +374,21 @@ def _workers_and_queues(
                 )
             )
     return problems
+
+
+def _claims(
+    backend: SQLBackend, health: BackendHealth, limits: Limits, report: Report
+) -> list[Problem]:
+    """Warn of the live workers' recent claims past ``limits.warn_claim_mean`` on average, and
+    fail past ``limits.max_claim_mean``; say nothing of a cost no worker published."""
+    if health.claims is None:
+        return []
+    warning, failed = judged(
+        backend.alias, health.claims, limits.warn_claim_mean, limits.max_claim_mean
+    )
+    if warning is not None:
+        report.warnings.append(warning)
+    return [] if failed is None else [Problem(Exit.CLAIM_SLOW, backend.alias, failed)]
 
 
 def _last_heartbeat(row: tuple[str, str, int | None, datetime] | None, now: datetime) -> str:

@@ -71,6 +71,7 @@ class PostgreSQLDialect(health.PostgreSQLProbe, Dialect):
     partitions_tasks = True
     indexes_json_values = True
     async_driver = True
+    claims_from_marks = True
     _json_placeholder = "%s::jsonb"
     end_session = "pg_terminate_backend()"
     idle_transaction_timeout = "idle_in_transaction_session_timeout"

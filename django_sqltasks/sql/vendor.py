@@ -94,6 +94,9 @@ class Vendor:
     # Whether aenqueue() talks to the database natively from the event loop (psycopg 3's
     # async connections), rather than through a thread.
     async_driver = False
+    # Whether the main claim reads each priority from past what it already took, with a full
+    # pass from the start now and then (sql/marks.py): a worker counts its full passes apart.
+    claims_from_marks = False
 
     def planned_rows(self, cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> int | None:
         """The rows the planner expects ``sql`` to return: a count that costs no scan, for a

@@ -4,18 +4,51 @@ from __future__ import annotations
 
 from django.db.backends.utils import CursorWrapper
 
+from ..core.claim_cost import ClaimCost
 from .vendor import Vendor
+
+# The worker row's columns that a heartbeat publishes its claims' cost in, after its time.
+CLAIM_COLUMNS = (
+    "claim_count",
+    "claim_rows",
+    "claim_mean",
+    "claim_p99",
+    "claim_max",
+    "claim_full_passes",
+    "claim_full_pass_max",
+)
 
 
 class WorkerStatements(Vendor):
     """A worker's heartbeat, and which workers are alive by the database's clock."""
 
-    def heartbeat(self, cursor: CursorWrapper, worker_id: str) -> bool:
-        """Renew ``worker_id``'s lease by the database's clock; False if its row is gone."""
+    def heartbeat(
+        self, cursor: CursorWrapper, worker_id: str, claims: ClaimCost | None = None
+    ) -> bool:
+        """Renew ``worker_id``'s lease by the database's clock, and publish what its
+        ``claims`` cost as of now (None: leave what the row says, as a supervisor renewing
+        its child's lease does); False if its row is gone."""
         now, params = self._now_sql()
+        if claims is None:
+            cursor.execute(
+                f"UPDATE {self.workers} SET heartbeat_at = {now} WHERE id = %s",
+                [*params, worker_id],
+            )
+            return cursor.rowcount > 0
+        values = [
+            claims.count,
+            claims.rows,
+            claims.mean,
+            claims.p99,
+            claims.max,
+            claims.full_passes,
+            claims.full_pass_max,
+        ]
         cursor.execute(
-            f"UPDATE {self.workers} SET heartbeat_at = {now} WHERE id = %s",
-            [*params, worker_id],
+            f"UPDATE {self.workers} SET heartbeat_at = {now}, claim_measured_at = {now}, "
+            + ", ".join(f"{column} = %s" for column in CLAIM_COLUMNS)
+            + " WHERE id = %s",
+            [*params, *params, *values, worker_id],
         )
         return cursor.rowcount > 0
 

@@ -8,6 +8,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from functools import partial
+from time import perf_counter
 from typing import Any, TypeVar
 
 from django.db import connections
@@ -15,6 +16,7 @@ from django.db.backends.utils import CursorWrapper
 
 from ..sql import ClaimedRow, Dialect, Scope, SuspectRow, dialect_for
 from ..sql.marks import ClaimMarks
+from .claim_meter import ClaimMeter
 from .completer import Completer
 from .limited import limited_claim_for
 from .slots import Slots
@@ -36,7 +38,7 @@ class Claims:
     """Claim tasks for one worker. Every method runs on the worker's database thread; the
     fields are set once, here, but ``_claim_uncertain`` and the limited claim's state, which
     are the database thread's (the loop reads ``limited_active`` and ``uncertain`` as hints),
-    and ``connection_lost``, which any thread sets."""
+    and ``connection_lost``, which any thread sets (``meter`` guards its own)."""
 
     def __init__(
         self,
@@ -47,6 +49,7 @@ class Claims:
         slots: Slots,
         completer: Completer,
         connection_lost: threading.Event | None = None,
+        meter: ClaimMeter | None = None,
     ) -> None:
         self.backend_name: str = backend.alias
         self.database: str = backend.database
@@ -63,6 +66,7 @@ class Claims:
         # reconnects to (after a failover, another one) may have RUNNING tasks of this worker
         # that it does not hold. Cleared by the claim that puts those back.
         self.connection_lost = connection_lost or threading.Event()
+        self.meter = meter  # times the main claim (also run on the loop: worker/native.py)
 
     @property
     def main_scope(self) -> Scope:
@@ -97,18 +101,27 @@ class Claims:
             # busy worker, and they would wait for it to run dry.
             rows = self._cursor_call(lambda d, c: limited.claim(d, c, limit))
         if len(rows) < limit:
-            rows += self._cursor_call(
-                lambda d, c: d.claim(
-                    c,
-                    backend_name=self.backend_name,
-                    queue_names=self.queue_names,
-                    worker_id=self.worker_id,
-                    limit=limit - len(rows),
-                    scope=self.main_scope,
-                    marks=self._main_marks,
-                )
-            )
+            rows += self._cursor_call(partial(self._main_claim, limit - len(rows)))
         self._claim_uncertain = False
+        return rows
+
+    def _main_claim(self, limit: int, dialect: Dialect, cursor: CursorWrapper) -> list[ClaimedRow]:
+        """The main claim's statement, timed for the meter."""
+        marks, scope = self._main_marks, self.main_scope
+        passes = marks.full_passes
+        started = perf_counter()
+        rows = dialect.claim(
+            cursor,
+            backend_name=self.backend_name,
+            queue_names=self.queue_names,
+            worker_id=self.worker_id,
+            limit=limit,
+            scope=scope,
+            marks=marks,
+        )
+        if self.meter is not None:
+            took = perf_counter() - started
+            self.meter.record(took, len(rows), full_pass=marks.full_passes > passes)
         return rows
 
     def claim_suspects(self, beside: int, alone: bool) -> list[tuple[ClaimedRow, SuspectRow]]:

@@ -17,6 +17,7 @@ from django.utils import timezone
 from ..models import TaskRecord, WorkerRecord
 from ..sql import Dialect, dialect_for
 from . import events
+from .claim_meter import ClaimMeter
 from .identity import describe_holder, holder_is_gone, this_process
 
 logger = logging.getLogger("django_sqltasks")
@@ -33,7 +34,8 @@ class WorkerIdInUse(RuntimeError):
 class Lease:
     """Register, heartbeat and unregister one worker; requeue tasks of workers that went silent.
 
-    Every method runs on the worker's database thread; the fields are set once, here.
+    Every method runs on the worker's database thread; the fields are set once, here (the
+    claim meter guards its own).
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class Lease:
         concurrency: int,
         timeout: float,
         max_rescues: int | None = None,
+        claims: ClaimMeter | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.backend_name = backend_name
@@ -54,6 +57,7 @@ class Lease:
         self.concurrency = concurrency
         self.timeout = timeout
         self.max_rescues = max_rescues
+        self.claims = claims  # what the claims cost, published at each heartbeat
 
     def register(self) -> None:
         """Insert this worker's row; refuse an id held by a live worker."""
@@ -90,9 +94,11 @@ class Lease:
         return max(0.0, self.timeout - (timezone.now() - beat).total_seconds())
 
     def heartbeat(self) -> None:
-        """Renew the lease, then rescue tasks of workers whose lease ran out."""
+        """Renew the lease (publishing what the recent claims cost), then rescue tasks of
+        workers whose lease ran out."""
+        claims = self.claims.window() if self.claims is not None else None
         with self._cursor() as (dialect, cursor):
-            renewed = dialect.heartbeat(cursor, self.worker_id)
+            renewed = dialect.heartbeat(cursor, self.worker_id, claims)
         if not renewed:
             logger.warning(
                 "Worker row of worker_id=%s was gone (declared dead after a stall?); "

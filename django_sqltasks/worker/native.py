@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from time import perf_counter  # the claim's timing, apart from the clock of the reconnects
 from typing import Any
 
 from django.db import connections
@@ -33,6 +34,7 @@ from ..sql.marks import ClaimMarks
 from ..sql.pg import connection_params, open_async
 from ..sql.postgresql import PostgreSQLDialect, claim_feedback
 from . import events
+from .claim_meter import ClaimMeter
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -59,6 +61,7 @@ class LoopDatabase:
         on_wake: Callable[[str | None], None],
         on_lost: Callable[[], None] | None = None,
         listen_database: str | None = None,
+        meter: ClaimMeter | None = None,
     ) -> None:
         self.database = database
         # The alias this connection is opened with: to listen, OPTIONS["LISTEN_DATABASE"] (the
@@ -81,6 +84,7 @@ class LoopDatabase:
         self._watched: int | None = None  # the socket the loop watches between claims
         self._retry_at = 0.0  # monotonic time before which a lost connection stays down
         self.marks = ClaimMarks()  # where the main claim starts reading (sql/marks.py)
+        self.meter = meter  # times the claim (guards its own fields: any thread may record)
 
     @staticmethod
     def available(database: str) -> bool:
@@ -129,9 +133,11 @@ class LoopDatabase:
             scope=self.scope,
             marks=self.marks.begin(),
         )
+        passes = self.marks.full_passes
         try:
             connection = self._connection or await self._connect()
             self._unwatch()  # psycopg reads the socket while the statement runs
+            started = perf_counter()
             values = await self._run(connection, sql, params)
         except BaseException:
             self.marks.end(None)
@@ -140,7 +146,11 @@ class LoopDatabase:
             raise
         self.marks.end(claim_feedback(values))
         self._watch()
-        return self.dialect.claimed_rows(values[0])
+        rows = self.dialect.claimed_rows(values[0])
+        if self.meter is not None:  # timed as on the database thread: with the rows decoded
+            took = perf_counter() - started
+            self.meter.record(took, len(rows), full_pass=self.marks.full_passes > passes)
+        return rows
 
     async def close(self) -> None:
         await self._drop()

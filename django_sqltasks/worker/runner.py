@@ -25,6 +25,7 @@ from ..core.backends import is_sql_backend
 from ..sql import dialect_for
 from . import events
 from .checks import check_arguments, check_database, default_worker_id
+from .claim_meter import ClaimMeter
 from .claims import Claims
 from .completer import Completer
 from .executor import Executor, TaskWatch
@@ -86,6 +87,10 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.shutdown_timeout = shutdown_timeout
         config = task_backend.config
+        # What the claims cost: timed where they run, published by the heartbeat.
+        self.claim_meter = ClaimMeter(
+            full_passes=dialect_for(connections[self.database]).claims_from_marks
+        )
         self.lease = Lease(
             worker_id=self.worker_id,
             backend_name=task_backend.alias,
@@ -94,6 +99,7 @@ class Worker:
             concurrency=concurrency,
             timeout=config.lease_timeout,
             max_rescues=config.max_rescues,
+            claims=self.claim_meter,
         )
         self._stopped = threading.Event()  # set when the worker winds down: threads end
         self._failing = FailingRoles()
@@ -133,6 +139,7 @@ class Worker:
             slots=self.slots,
             completer=self._completer,
             connection_lost=self._connection_lost,
+            meter=self.claim_meter,
         )
         self._producer = Producer(
             sender=type(task_backend),
@@ -274,6 +281,7 @@ class Worker:
                 on_wake=self._producer.woken_here,
                 on_lost=self._connection_lost.set,
                 listen_database=self.backend.config.listen_database,
+                meter=self.claim_meter,
             )
             await self._native.start()
             self._producer.claim_on_loop(self._native)

@@ -13,11 +13,12 @@ from django.db import connection
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.core.claim_cost import ClaimCost
 from django_sqltasks.models import PausedQueue, TaskRecord, WorkerRecord
 from django_sqltasks.ops.probe import Exit
 from django_sqltasks.sql import dialect_for
 from tests.conftest import wait_for
-from tests.factories import task_row
+from tests.factories import task_row, worker_row
 from tests.management.test_tasks_worker import closed_port, manage, url_for_port
 from tests.ops.test_health import INNODB_TRX_IDLE
 from tests.ops.test_health import snapshot as held_snapshot  # noqa: F401 (a fixture)
@@ -207,3 +208,47 @@ def test_the_probe_names_the_snapshot_that_holds_the_horizon_back(
     assert code == Exit.HORIZON_HELD == 7
     [line] = [line for line in out.splitlines() if line.startswith("HORIZON_HELD: ")]
     assert f"session {pid}" in line and "over the 0.01s allowed (--max-transaction-age)" in line
+
+
+def test_slow_claims_warn_then_fail_with_status_8() -> None:
+    slow = ClaimCost(count=40, rows=80, mean=0.12, p99=0.3, max=0.4)
+    worker_row("w1", slow)
+    worker_row("w2", ClaimCost(count=10, rows=10, mean=0.02, p99=0.02, max=0.02))
+    code, out = health()
+    assert code == 0, out  # 100 ms on average: over the warning (50 ms), under the failure
+    assert "  claims: 50 in the last minute, mean 100 ms, p99 300 ms, max 400 ms" in out
+    assert "(2 of 2 live worker(s) reporting)" in out
+    assert "WARNING claim_slow: The claims of backend 'default' took 100 ms on average" in out
+    assert "over 50 ms (--warn-claim-mean)" in out
+    code, out = health("--max-claim-mean", "0.08", "--json")
+    assert code == Exit.CLAIM_SLOW == 8
+    report = json.loads(out)
+    assert [p["code"] for p in report["problems"]] == ["claim_slow"]
+    assert "over the 80 ms allowed (--max-claim-mean)" in report["problems"][0]["message"]
+    # (beside the task table's, such as W003 where the server's autovacuum is off)
+    assert [w["id"] for w in report["warnings"] if w["id"] == "claim_slow"] == ["claim_slow"]
+    claims = report["backends"][0]["claims"]
+    assert claims["workers"] == 2 and claims["count"] == 50 and claims["rows"] == 90
+    assert claims["mean_seconds"] == pytest.approx(0.1) and claims["max_seconds"] == 0.4
+    assert health("--warn-claim-mean", "0.2", "--max-claim-mean", "0.5")[1].endswith("OK\n")
+    assert health("--warn-claim-mean", "0.05", "--max-claim-mean", "0.5")[0] == 0
+
+
+def test_claims_no_worker_published_are_unknown_and_never_judged() -> None:
+    worker_row("old", ClaimCost(count=9, rows=9, mean=5.0), measured_ago=timedelta(minutes=5))
+    worker_row("earlier-version")
+    worker_row("busy", ClaimCost(count=0, rows=0))  # every slot busy: no claim in the window
+    code, out = health("--warn-claim-mean", "0.000001", "--max-claim-mean", "0.000001")
+    assert code == 0, out
+    assert "claims: no claim in the last minute (duration unknown) (1 of 3 live" in out
+    assert "claim_slow" not in out
+    WorkerRecord.objects.filter(id="busy").delete()
+    code, out = health("--json", "--warn-claim-mean", "0.000001", "--max-claim-mean", "0.000001")
+    assert code == 0 and json.loads(out)["backends"][0]["claims"] is None
+    assert "claims: unknown (no fresh figure) (0 of 2 live worker(s) reporting)" in health()[1]
+
+
+def test_the_claim_warning_may_not_be_above_the_failure() -> None:
+    assert health("--warn-claim-mean", "0.5", "--max-claim-mean", "0.1")[0] == 2
+    with pytest.raises(CommandError, match=r"--warn-claim-mean \(0.5\) must be at most"):
+        call_command("tasks_health", "--warn-claim-mean", "0.5", "--max-claim-mean", "0.1")

@@ -7,6 +7,7 @@ Each condition is made for real, and seen where an operator looks: the database 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -17,7 +18,7 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection, connections
 from django.test import Client
 from django.urls import reverse
@@ -172,6 +173,19 @@ def test_dead_rows_outnumbering_live_ones_warn(
     if seen.metrics is not None:
         labels = {"database": "default", "state": "dead"}
         assert (seen.metrics.get_sample_value("sqltasks_table_rows", labels) or 0) >= dead
+    # The live partition's dead versions, as a count, wherever the upkeep is shown: the
+    # overview's Task table section, tasks_status and tasks_health.
+    probe = StringIO()
+    with contextlib.suppress(CommandError):  # no live worker here: it fails, and says so
+        call_command("tasks_health", stdout=probe)
+    counted = r"about [\d,]+ live and ([\d,]+) dead rows"
+    for where, text in (
+        ("overview", seen.page),
+        ("status", seen.status),
+        ("health", probe.getvalue()),
+    ):
+        found = re.findall(counted, text)
+        assert found and int(found[0].replace(",", "")) >= dead, where
 
 
 # InnoDB refreshes information_schema.innodb_trx only once it has not been read for 0.1 s: a

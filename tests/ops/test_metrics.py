@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from django_sqltasks.compat import TaskResultStatus
+from django_sqltasks.core.claim_cost import ClaimCost
 from django_sqltasks.models import WorkerRecord
 from django_sqltasks.ops import metrics
 from django_sqltasks.worker import Worker
 from tests import tasks
-from tests.factories import task_row
+from tests.factories import task_row, worker_row
 
 pytest.importorskip("prometheus_client", reason="metrics need prometheus-client (metrics extra)")
 
@@ -174,3 +176,39 @@ def test_worker_serves_metrics_on_its_port(worker_process: Callable[..., Any]) -
         raise AssertionError(worker.output) from None
     assert 'task="tests.tasks.add"} 1.0' in body, worker.output
     worker.stop()
+
+
+@pytest.mark.django_db
+def test_the_claims_gauges_per_backend_and_nothing_where_unknown() -> None:
+    from prometheus_client import generate_latest
+
+    worker_row("w1", ClaimCost(count=30, rows=60, mean=0.001, p99=0.004, max=0.005))
+    worker_row(
+        "w2",
+        ClaimCost(
+            count=10, rows=5, mean=0.003, p99=0.006, max=0.008, full_passes=1, full_pass_max=0.008
+        ),
+    )
+    worker_row("w3", ClaimCost(count=9, rows=9, mean=9.0), measured_ago=timedelta(minutes=5))
+    worker_row("w4", backend_name="other")  # an earlier version's row: publishes nothing
+    text = generate_latest(metrics.Metrics("default").registry).decode()
+    lines = set(text.splitlines())
+    assert 'sqltasks_claim_reporting_workers{backend="default"} 2.0' in lines
+    assert 'sqltasks_claims_last_minute{backend="default"} 40.0' in lines
+    assert 'sqltasks_claim_rows_last_minute{backend="default"} 65.0' in lines
+    mean = [
+        line for line in lines if line.startswith('sqltasks_claim_mean_seconds{backend="default"}')
+    ]
+    assert len(mean) == 1 and float(mean[0].split()[-1]) == pytest.approx(0.0015)
+    assert 'sqltasks_claim_p99_seconds{backend="default"} 0.006' in lines
+    assert 'sqltasks_claim_max_seconds{backend="default"} 0.008' in lines
+    assert 'sqltasks_claim_full_passes_last_minute{backend="default"} 1.0' in lines
+    assert 'sqltasks_claim_full_pass_max_seconds{backend="default"} 0.008' in lines
+    # The other backend's worker reports nothing: its count is known (0), its claims are not.
+    assert 'sqltasks_claim_reporting_workers{backend="other"} 0.0' in lines
+    assert not [
+        line
+        for line in lines
+        if 'backend="other"' in line and "sqltasks_claim" in line and "reporting" not in line
+    ]
+    assert "# HELP sqltasks_claim_mean_seconds" in text

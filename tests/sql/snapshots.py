@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from django_sqltasks.core.claim_cost import ClaimCost
+
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOTS = ROOT / "sql" / "snapshots"
 COMMAND = "make sql-snapshots"
@@ -50,6 +52,12 @@ WORKER = "host-1234-abcd"
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 DAY = date(2026, 1, 2)
 TABLE = "django_sqltasks_taskrecord"
+
+
+# What a worker's claims cost over the last minute, as its heartbeat publishes it.
+CLAIMS = ClaimCost(
+    count=120, rows=300, mean=0.0003, p99=0.0012, max=0.004, full_passes=2, full_pass_max=0.002
+)
 
 
 def _id(n: int) -> uuid.UUID:
@@ -544,6 +552,10 @@ def operations() -> list[Operation]:
             "the worker table: heartbeats and leases",
             (
                 Variant("heartbeat(cursor, worker_id)", lambda d, c: d.heartbeat(c, WORKER)),
+                Variant(
+                    "heartbeat(cursor, worker_id, claims): the claims' cost published",
+                    lambda d, c: d.heartbeat(c, WORKER, CLAIMS),
+                ),
                 Variant(
                     "live_worker(cursor, worker_id, lease_timeout=30)",
                     lambda d, c: d.live_worker(c, WORKER, 30),

@@ -7,8 +7,10 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_sqltasks.core.claim_cost import ClaimCost
 from django_sqltasks.models import WorkerRecord
 from django_sqltasks.sql.dialect import Dialect
 
@@ -51,3 +53,35 @@ def test_the_database_clock_and_the_worker_table(dialect: Dialect) -> None:
         assert dialect.forget_dead_workers(cursor, lease_timeout=30) == 1
     assert set(WorkerRecord.objects.values_list("id", flat=True)) == {"alive"}
     assert WorkerRecord.objects.get(id="alive").heartbeat_at >= before - timedelta(seconds=5)
+
+
+@pytest.mark.django_db
+def test_a_heartbeat_publishes_the_claims_cost_and_a_renewal_leaves_it(dialect: Dialect) -> None:
+    """The worker's heartbeat writes its claims' cost beside its lease, in the same statement,
+    by the database's clock; a renewal without it (a supervisor renewing its child's lease)
+    leaves the figure and its time as they were, so a reader can tell it is getting old."""
+    WorkerRecord.objects.create(id="w", backend_name="default")
+    cost = ClaimCost(
+        count=120, rows=300, mean=0.0003, p99=0.0012, max=0.004, full_passes=2, full_pass_max=0.002
+    )
+    with connection.cursor() as cursor:
+        before = dialect.db_now(cursor)
+    with CaptureQueriesContext(connection) as statements, connection.cursor() as cursor:
+        assert dialect.heartbeat(cursor, "w", cost)
+    assert len(statements) == 1  # as a heartbeat without it: the figure rides along
+    row = WorkerRecord.objects.get(id="w")
+    assert row.claim_cost == cost
+    assert row.claim_measured_at == row.heartbeat_at
+    assert row.heartbeat_at >= before - timedelta(seconds=1)
+    idle = ClaimCost(count=0, rows=0)  # no claim in the window: no duration is known
+    with connection.cursor() as cursor:
+        assert dialect.heartbeat(cursor, "w", idle)
+    assert WorkerRecord.objects.get(id="w").claim_cost == idle
+    stale = row.heartbeat_at - timedelta(minutes=5)
+    WorkerRecord.objects.filter(id="w").update(heartbeat_at=stale, claim_measured_at=stale)
+    with connection.cursor() as cursor:
+        assert dialect.heartbeat(cursor, "w")  # a renewal: the lease only
+        assert not dialect.heartbeat(cursor, "gone", cost)
+    renewed = WorkerRecord.objects.get(id="w")
+    assert renewed.heartbeat_at > stale and renewed.claim_measured_at == stale
+    assert renewed.claim_cost == idle

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...ops.claims import DEFAULT_MAX_CLAIM_MEAN, DEFAULT_WARN_CLAIM_MEAN, describe
 from ...ops.configuration import configuration_problems
 from ...ops.probe import (
     DEFAULT_MAX_AGE,
@@ -32,6 +33,9 @@ EPILOG = f"""exit status:
   {Exit.BACKLOG_TOO_OLD:d}  a queue's oldest due task has waited longer than --max-age
   {Exit.HORIZON_HELD:d}  a transaction has held back the task table's cleanup longer than
      --max-transaction-age (PostgreSQL, MariaDB/MySQL)
+  {Exit.CLAIM_SLOW:d}  the live workers' claims took longer than --max-claim-mean on average over
+     the last minute (a warning past --warn-claim-mean; unknown, never judged, where no
+     worker published its claims)
 When several hold, the lowest is returned.
 
 examples:
@@ -44,8 +48,8 @@ class Command(BaseCommand):
     help = (
         "Check that tasks can run (a backend configured, its tables migrated, its database "
         "reachable and writable), a worker is alive, every queue is served, no due task has "
-        "waited too long and no transaction holds back the task table's cleanup; exit with a "
-        "status a container probe or cron can act on."
+        "waited too long, no transaction holds back the task table's cleanup and the claims "
+        "are not slow; exit with a status a container probe or cron can act on."
     )
     # A probe must be quick and must not fail on a warning of another app: no system checks.
     requires_system_checks: list[str] = []
@@ -89,6 +93,22 @@ class Command(BaseCommand):
             "SQLTASKS_OLD_TRANSACTION_SECONDS).",
         )
         parser.add_argument(
+            "--warn-claim-mean",
+            metavar="SECONDS",
+            type=positive_seconds,
+            default=DEFAULT_WARN_CLAIM_MEAN,
+            help="The live workers' mean claim over the last minute past which a warning is "
+            f"printed (default {DEFAULT_WARN_CLAIM_MEAN:g}).",
+        )
+        parser.add_argument(
+            "--max-claim-mean",
+            metavar="SECONDS",
+            type=positive_seconds,
+            default=DEFAULT_MAX_CLAIM_MEAN,
+            help="The live workers' mean claim over the last minute past which the probe exits "
+            f"{Exit.CLAIM_SLOW:d} (default {DEFAULT_MAX_CLAIM_MEAN:g}).",
+        )
+        parser.add_argument(
             "--json", action="store_true", help="Print the report as one JSON object."
         )
 
@@ -97,7 +117,19 @@ class Command(BaseCommand):
             chosen, queues = chosen_scope(options)
         except CommandError as e:  # an unknown --backend or --queue: a usage error
             raise CommandError(str(e), returncode=2) from e
-        limits = Limits(options["max_age"], options["timeout"], options["max_transaction_age"])
+        if options["warn_claim_mean"] > options["max_claim_mean"]:
+            raise CommandError(
+                f"--warn-claim-mean ({options['warn_claim_mean']:g}) must be at most "
+                f"--max-claim-mean ({options['max_claim_mean']:g}).",
+                returncode=2,
+            )
+        limits = Limits(
+            options["max_age"],
+            options["timeout"],
+            options["max_transaction_age"],
+            options["warn_claim_mean"],
+            options["max_claim_mean"],
+        )
         problems = configuration_problems(chosen)
         # When nothing can run, no database is asked.
         report = Report([], problems) if problems else probe(chosen, queues, limits)
@@ -124,6 +156,12 @@ class Command(BaseCommand):
                     + ("served" if queue.served else "NOT served")
                     + (", paused" if queue.paused else "")
                     + (", nothing due" if age is None else f", oldest due {age:.0f}s")
+                )
+            if backend.reachable and backend.claims is not None and backend.claims.live:
+                claims = backend.claims
+                self.stdout.write(
+                    f"  claims: {describe(claims.cost)} ({claims.reporting} of {claims.live} "
+                    "live worker(s) reporting)"
                 )
             if backend.upkeep:
                 self.stdout.write(f"  task table: {terminal_safe(backend.upkeep)}")

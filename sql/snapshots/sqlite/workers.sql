@@ -9,6 +9,23 @@ WHERE id = %s;
 -- %s 1: <now, by this process's clock>
 -- %s 2: 'host-1234-abcd'
 
+-- heartbeat(cursor, worker_id, claims): the claims' cost published
+--   WorkerStatements.heartbeat (django_sqltasks/sql/workers.py)
+UPDATE "django_sqltasks_workerrecord"
+SET heartbeat_at = %s, claim_measured_at = %s, claim_count = %s, claim_rows = %s, claim_mean = %s,
+    claim_p99 = %s, claim_max = %s, claim_full_passes = %s, claim_full_pass_max = %s
+WHERE id = %s;
+-- %s 1: <now, by this process's clock>
+-- %s 2: <now, by this process's clock>
+-- %s 3: 120
+-- %s 4: 300
+-- %s 5: 0.0003
+-- %s 6: 0.0012
+-- %s 7: 0.004
+-- %s 8: 2
+-- %s 9: 0.002
+-- %s 10: 'host-1234-abcd'
+
 -- live_worker(cursor, worker_id, lease_timeout=30)
 --   WorkerStatements.live_worker (django_sqltasks/sql/workers.py)
 SELECT pid, hostname, process
