@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import logging
 import os
 import subprocess
@@ -54,16 +55,60 @@ DJANGO_API_MODULES = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Markers by what a test needs (the list: pyproject.toml). Every test that starts worker
-    processes through the fixture is a ``worker_process`` test; the modules above are
-    ``django_api``."""
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Any:
+    """Markers by what a test needs (the list: pyproject.toml), before ``-m`` selects by
+    them: every test that starts worker processes through the fixture is a ``worker_process``
+    test; the modules above are ``django_api``. Then, once the selection is made, the order
+    in which pytest-xdist hands the tests out (``balanced``)."""
     for item in items:
         if "worker_process" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.worker_process)
         module = getattr(item, "module", None)
         if module is not None and module.__name__ in DJANGO_API_MODULES:
             item.add_marker(pytest.mark.django_api)
+    result = yield
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        items[:] = balanced(items, int(workerinput["workercount"]))
+    return result
+
+
+def starts_processes(item: pytest.Item) -> bool:
+    """Whether ``item`` may start processes: a worker through the fixture, or a command or
+    an interpreter from a module that imports the means (most of these take seconds)."""
+    module = getattr(item, "module", None)
+    return "worker_process" in getattr(item, "fixturenames", ()) or any(
+        hasattr(module, name) for name in ("forkserver", "subprocess", "run_python")
+    )
+
+
+def balanced(items: list[pytest.Item], processes: int) -> list[pytest.Item]:
+    """Order ``items`` so that each pytest-xdist process starts its share with the tests
+    that start processes, the worker-process ones first; the others follow, as they were.
+
+    pytest-xdist's worksteal scheduler gives each of the ``processes`` a run of consecutive
+    tests, the same number each, which it runs from the front while an idle one takes from
+    the back of another's. In the order collected (pytest-django's: tests in transactions
+    first), the tests that start processes, which take seconds where the others take
+    hundredths, went mostly to one process, whose last ones were still running seconds after
+    the others had finished. Every xdist process sorts the same collection the same way, as
+    pytest-xdist requires. The sizes of the runs are the scheduler's
+    (``WorkStealingScheduling.check_schedule``).
+    """
+    slow = sorted(
+        (item for item in items if starts_processes(item)),
+        key=lambda item: "worker_process" not in getattr(item, "fixturenames", ()),
+    )
+    quick = iter([item for item in items if not starts_processes(item)])
+    order: list[pytest.Item] = []
+    left = len(items)
+    for share in range(processes):
+        size = left // (processes - share)
+        left -= size
+        first = slow[share::processes]
+        order += first + list(itertools.islice(quick, max(size - len(first), 0)))
+    return order + list(quick)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
