@@ -221,6 +221,10 @@ def _flush_restores_the_migrated_rows(
     after migrate are the rows they would write (with the same ids, where theirs would be new).
     """
     with django_db_blocker.unblock():
+        if ContentType._meta.db_table not in connection.introspection.table_names():
+            # No test of the session needs a database, so pytest-django made none.
+            yield
+            return
         content_types = list(ContentType.objects.order_by("pk"))
         permissions = list(Permission.objects.order_by("pk"))
     send_post_migrate = flush.emit_post_migrate_signal
