@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import gc
+import itertools
 import logging
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
+from django.contrib.contenttypes.models import ContentType
+from django.core.management.commands import flush
 from django.db import connection
 from django.utils import timezone
 
@@ -51,16 +55,67 @@ DJANGO_API_MODULES = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Markers by what a test needs (the list: pyproject.toml). Every test that starts worker
-    processes through the fixture is a ``worker_process`` test; the modules above are
-    ``django_api``."""
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Any:
+    """Markers by what a test needs (the list: pyproject.toml), before ``-m`` selects by
+    them: every test that starts worker processes through the fixture is a ``worker_process``
+    test; the modules above are ``django_api``. Then, once the selection is made, the order
+    in which pytest-xdist hands the tests out (``balanced``)."""
     for item in items:
         if "worker_process" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.worker_process)
         module = getattr(item, "module", None)
         if module is not None and module.__name__ in DJANGO_API_MODULES:
             item.add_marker(pytest.mark.django_api)
+    result = yield
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        items[:] = balanced(items, int(workerinput["workercount"]))
+    return result
+
+
+def starts_processes(item: pytest.Item) -> bool:
+    """Whether ``item`` may start processes: a worker through the fixture, or a command or
+    an interpreter from a module that imports the means (most of these take seconds)."""
+    module = getattr(item, "module", None)
+    return "worker_process" in getattr(item, "fixturenames", ()) or any(
+        hasattr(module, name) for name in ("forkserver", "subprocess", "run_python")
+    )
+
+
+def balanced(items: list[pytest.Item], processes: int) -> list[pytest.Item]:
+    """Order ``items`` so that each pytest-xdist process starts its share with the tests
+    that start processes, the worker-process ones first; the others follow, as they were.
+
+    pytest-xdist's worksteal scheduler gives each of the ``processes`` a run of consecutive
+    tests, the same number each, which it runs from the front while an idle one takes from
+    the back of another's. In the order collected (pytest-django's: tests in transactions
+    first), the tests that start processes, which take seconds where the others take
+    hundredths, went mostly to one process, whose last ones were still running seconds after
+    the others had finished. Every xdist process sorts the same collection the same way, as
+    pytest-xdist requires. The sizes of the runs are the scheduler's
+    (``WorkStealingScheduling.check_schedule``).
+    """
+    slow = sorted(
+        (item for item in items if starts_processes(item)),
+        key=lambda item: "worker_process" not in getattr(item, "fixturenames", ()),
+    )
+    quick = iter([item for item in items if not starts_processes(item)])
+    order: list[pytest.Item] = []
+    left = len(items)
+    for share in range(processes):
+        size = left // (processes - share)
+        left -= size
+        first = slow[share::processes]
+        order += first + list(itertools.islice(quick, max(size - len(first), 0)))
+    return order + list(quick)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection built (the modules, the test items, Django's apps) out of the
+    garbage collector's reach: it would walk them all again at each full collection, a few
+    percent of the suite's CPU."""
+    gc.freeze()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -141,15 +196,50 @@ def worker_env(**extra: str) -> dict[str, str]:
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter with Django set up on ``env``'s database."""
-    return subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup()\n{code}"],
-        cwd=ROOT,
-        env=worker_env(**env),
-        capture_output=True,
-        text=True,
+    """Run ``python -c code`` with Django set up on ``env``'s database (forked from the fork
+    server, as workers are)."""
+    return forkserver.run_python(
+        f"import django; django.setup()\n{code}",
+        worker_env(**env),
+        worker_env(),
+        str(ROOT),
         timeout=120,
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_restores_the_migrated_rows(
+    django_db_setup: Any, django_db_blocker: Any
+) -> Iterator[None]:
+    """Make the flush after each ``transaction=True`` test put back the content types and
+    permissions from a copy taken once, instead of sending ``post_migrate`` again.
+
+    Django's flush empties every table, then sends ``post_migrate`` so that the contenttypes
+    and auth apps write their rows again: about a hundred queries, 30 ms of CPU after each of
+    the suite's 500 transactional tests. Those apps are the only receivers here, and what
+    they write depends on the installed models alone, which no test changes: the rows read
+    after migrate are the rows they would write (with the same ids, where theirs would be new).
+    """
+    with django_db_blocker.unblock():
+        if ContentType._meta.db_table not in connection.introspection.table_names():
+            # No test of the session needs a database, so pytest-django made none.
+            yield
+            return
+        content_types = list(ContentType.objects.order_by("pk"))
+        permissions = list(Permission.objects.order_by("pk"))
+    send_post_migrate = flush.emit_post_migrate_signal
+
+    def restore(verbosity: int, interactive: bool, db: str) -> None:
+        if db != "default":
+            send_post_migrate(verbosity, interactive, db)
+            return
+        ContentType.objects.clear_cache()  # as create_contenttypes does
+        ContentType.objects.using(db).bulk_create(content_types)
+        Permission.objects.using(db).bulk_create(permissions)
+
+    flush.emit_post_migrate_signal = restore
+    yield
+    flush.emit_post_migrate_signal = send_post_migrate
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
+from tests import forkserver
 from tests.conftest import ROOT, worker_env
 
 
@@ -23,14 +21,8 @@ from tests.conftest import ROOT, worker_env
     ],
 )
 def test_a_command_piped_into_head_stops_without_a_traceback(command: list[str]) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "django", *command],
-        cwd=ROOT,
-        env=worker_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # As `python -m django ... | head` (forked from the fork server, as workers are).
+    process = forkserver.popen_django(command, worker_env(), worker_env(), str(ROOT))
     assert process.stdout is not None and process.stderr is not None
     process.stdout.close()  # head has read its lines: the command's next write fails
     errors = process.stderr.read()
