@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import TaskRecord
+from django_sqltasks.worker.lease import Lease
 
 
 def task_row(
@@ -53,6 +54,19 @@ def task_row(
         values.update(attempts=1, started_at=now, last_attempted_at=now, owner="w1")
     values.update(fields)
     return TaskRecord.objects.create(**values)
+
+
+def worker_lease(worker_id: str, *, concurrency: int = 1, timeout: float = 30) -> Lease:
+    """A worker's lease on the default backend, every queue, not registered yet."""
+    return Lease(
+        worker_id=worker_id,
+        backend_name="default",
+        database="default",
+        queue_names=None,
+        concurrency=concurrency,
+        timeout=timeout,
+        max_rescues=5,
+    )
 
 
 def staff_client(*permissions: str) -> Client:

@@ -27,10 +27,10 @@ from django_sqltasks.models import TaskRecord
 from django_sqltasks.ops import checks, health
 from django_sqltasks.sql import TableHealth
 from django_sqltasks.worker import maintenance as maintenance_module
-from django_sqltasks.worker.lease import Lease
 from django_sqltasks.worker.liveness import FailingRoles
 from django_sqltasks.worker.maintenance import Maintenance
 from tests.conftest import wait_for
+from tests.factories import worker_lease
 
 TABLE = TaskRecord._meta.db_table
 # PostgreSQL: the live partition of the partitioned task table, which has the dead rows and
@@ -307,15 +307,7 @@ def test_dead_rows_name_the_snapshot_that_holds_their_cleanup_back(
 
 
 def maintenance_of(lease_id: str) -> tuple[Maintenance, ThreadPoolExecutor]:
-    lease = Lease(
-        worker_id=lease_id,
-        backend_name="default",
-        database="default",
-        queue_names=None,
-        concurrency=1,
-        timeout=30,
-        max_rescues=5,
-    )
+    lease = worker_lease(lease_id)
     lease.register()
     db = ThreadPoolExecutor(1)
     maintenance = Maintenance(
