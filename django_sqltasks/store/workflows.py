@@ -24,7 +24,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from ..compat import Task, TaskResult, TaskResultStatus
+from ..compat import TaskResult, TaskResultStatus
 from ..core import workflow_plan as plan
 from ..core.backends import SQLBackend, backend_config
 from ..core.serialization import check_arguments, dumps, loads
@@ -46,7 +46,7 @@ SWEEP_LIMIT = 200  # running workflows a sweep looks at, least recently changed 
 def enqueue(
     backend: SQLBackend,
     root: plan.Node,
-    tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]],
+    tasks: plan.StepCalls,
     args: list[Any],
     kwargs: dict[str, Any],
 ) -> WorkflowRecord:
@@ -158,7 +158,7 @@ def _check_size(backend: SQLBackend, path: str, release: plan.Release) -> None:
 
 def _task_rows(
     backend: SQLBackend,
-    tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]],
+    tasks: plan.StepCalls,
     workflow_id: uuid.UUID,
 ) -> dict[int, tuple[NewTask, TaskResult]]:
     """The parked rows of a new workflow's tasks, each checked as ``enqueue()`` checks it."""
