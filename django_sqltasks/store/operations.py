@@ -11,7 +11,7 @@ from ..compat import TaskResult
 from ..core.limits import parse_override
 from ..core.workflow_plan import Node, StepCalls
 from ..core.workflows import WorkflowResult
-from . import control, flow, queue_limits, results, waiting, workflows
+from . import control, flow, new_workflows, queue_limits, results, waiting, workflows
 
 if TYPE_CHECKING:
     from ..backend import SQLTaskBackend
@@ -80,7 +80,7 @@ class Operations:
     def enqueue_workflow(
         self, root: Node, tasks: StepCalls, args: list[Any], kwargs: dict[str, Any]
     ) -> WorkflowResult:
-        record = workflows.enqueue(self.backend, root, tasks, args, kwargs)
+        record = new_workflows.enqueue(self.backend, root, tasks, args, kwargs)
         return WorkflowResult.from_record(record)
 
     def get_workflow(self, workflow_id: str) -> WorkflowResult:
