@@ -26,6 +26,7 @@ from ..exceptions import UnknownQueue
 from ..models import PausedQueue, QueueOverview, TaskRecord
 from ..ops import health as table_health
 from ..ops import overview
+from ..ops.horizon import horizon_holder
 from ..ops.overview import QueueStats
 from .chart import throughput_chart
 from .display import BREADCRUMBS_LIST
@@ -121,7 +122,7 @@ class QueueOverviewAdmin(OverviewAdminBase):
             "window": overview.short_age(snapshot.finished_window),
             # The task table's upkeep in one line, and what holds the horizon back, if known.
             "upkeep": table_health.summary(snapshot.health),
-            "holder": table_health.horizon_holder(snapshot.health),
+            "holder": horizon_holder(snapshot.health),
             "chart": throughput_chart(snapshot.throughput),
             "tasks_url": reverse("admin:django_sqltasks_taskrecord_changelist"),
             "breadcrumbs_list": BREADCRUMBS_LIST,
