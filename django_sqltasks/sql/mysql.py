@@ -15,7 +15,7 @@ from typing import Any
 from django.db import IntegrityError, InterfaceError
 from django.db.backends.utils import CursorWrapper
 
-from . import health
+from . import health, probes
 from .dialect import Dialect
 from .rows import (
     CORRUPT_TASK,
@@ -55,7 +55,7 @@ PACKET_CACHE_ATTRIBUTE = "_sqltasks_max_allowed_packet"
 MAX_ALLOWED_PACKET_SQL = "SELECT @@max_allowed_packet"
 
 
-class MySQLDialect(health.MySQLProbe, Dialect):
+class MySQLDialect(probes.MySQLProbe, Dialect):
     product = "MySQL"
     orders_uuids_as_python = False  # MariaDB's UUID type
 
