@@ -1,16 +1,18 @@
 """The Django Tasks backend: a thin facade over the layers below.
 
 It validates tasks and hands their rows to ``enqueue/`` (building, writing, the async
-coalescer); reads, cancels, queue control and workflows go to ``store/``, which it imports
-inside its methods: ``store/`` imports the models, and this module loads whenever a ``@task`` is
-declared, possibly before Django's app registry is ready.
+coalescer); reads, cancels, queue control and workflows go to ``store/`` through one door
+(``store/operations.py``), which it imports at its first call: ``store/`` imports the models,
+and this module loads whenever a ``@task`` is declared, possibly before Django's app registry
+is ready.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.core import checks
@@ -19,16 +21,18 @@ from django.db import DatabaseError, ProgrammingError, connections, router, tran
 from .compat import BaseTaskBackend, InvalidTask, Task, TaskResult
 from .core import tracing
 from .core.config_checks import check_backend
-from .core.limits import parse_override
 from .core.options import BackendOptions, OptionError
 from .core.policy import check_priority_and_queue, check_queue_known, validate_options
 from .core.subject import subject_of_task
-from .core.workflow_plan import Node
+from .core.workflow_plan import Node, StepCalls
 from .core.workflows import WorkflowResult
 from .enqueue import rows, writes
 from .enqueue.coalescer import coalescer_for
 from .sql import NewTask, installation, packet
 from .task import SQLTask
+
+if TYPE_CHECKING:
+    from .store.operations import Operations
 
 DEDUPE_TRIES = 3  # inserts of a deduplicated task racing with its holder finishing
 
@@ -69,6 +73,14 @@ class SQLTaskBackend(BaseTaskBackend):
         from .models import TaskRecord
 
         return router.db_for_write(TaskRecord)
+
+    @cached_property
+    def store(self) -> Operations:
+        """What this backend asks of ``store/`` (reads, cancels, queue control, workflows)."""
+        # App registry: store/ imports the models (see the module docstring).
+        from .store.operations import Operations
+
+        return Operations(self)
 
     def validate_task(self, task: Task) -> None:
         check_priority_and_queue(task)  # before Django's checks, which take True for 1
@@ -222,9 +234,7 @@ class SQLTaskBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult:
         """Return the task's current state; raise ``TaskResultDoesNotExist`` for an unknown id."""
-        from .store import results  # app registry: store/ imports the models
-
-        return results.get_result(self.database, self.alias, result_id)
+        return self.store.get_result(result_id)
 
     async def aget_result(self, result_id: str) -> TaskResult:
         """Async ``get_result``: on the event loop itself on PostgreSQL."""
@@ -235,24 +245,18 @@ class SQLTaskBackend(BaseTaskBackend):
     def wait_result(self, result_id: str, timeout: float | None = None) -> TaskResult:
         """Block until the task is SUCCESSFUL or FAILED and return its result; raise
         ``WaitTimeout`` if it has not finished within ``timeout`` seconds (None: no limit)."""
-        from .store import waiting  # app registry: store/ imports the models
-
-        return waiting.wait_result(self, result_id, timeout)
+        return self.store.wait_result(result_id, timeout)
 
     async def await_result(self, result_id: str, timeout: float | None = None) -> TaskResult:
         """Async ``wait_result``: the wait holds no thread and no connection."""
-        from .store import waiting  # app registry: store/ imports the models
-
-        return await waiting.await_result(self, result_id, timeout)
+        return await self.store.await_result(result_id, timeout)
 
     def cancel(self, result_id: str) -> bool:
         """Cancel a task: a READY one never runs (FAILED with ``TaskCancelled``); a RUNNING async
         one is cancelled by its worker at the next heartbeat. Return False if it had finished
         (or is a RUNNING sync task, which cannot be interrupted but is flagged all the same).
         """
-        from .store import control  # app registry: store/ imports the models
-
-        return control.cancel_by_id(self.database, self.alias, result_id)
+        return self.store.cancel(result_id)
 
     async def acancel(self, result_id: str) -> bool:
         """Async ``cancel``."""
@@ -263,19 +267,11 @@ class SQLTaskBackend(BaseTaskBackend):
         """Stop every worker claiming tasks of ``queue_name`` (they stay READY; running ones
         finish); return False if it was paused already. Raise ``UnknownQueue`` for a name
         outside QUEUES."""
-        from .store import flow  # app registry: store/ imports the models
-
-        self.check_usable()
-        name = flow.check_queue(self.alias, self.queues, queue_name)
-        return flow.pause(self.database, self.alias, name)
+        return self.store.pause_queue(queue_name)
 
     def resume_queue(self, queue_name: str) -> bool:
         """Let workers claim tasks of ``queue_name`` again; return False if it was not paused."""
-        from .store import flow  # app registry: store/ imports the models
-
-        self.check_usable()
-        name = flow.check_queue(self.alias, self.queues, queue_name)
-        return flow.resume(self.database, self.alias, name, announce=self.config.notify)
+        return self.store.resume_queue(queue_name)
 
     def set_queue_limit(
         self, queue_name: str, *, concurrency: int | None = None, rate: str | None = None
@@ -284,81 +280,46 @@ class SQLTaskBackend(BaseTaskBackend):
         limited claim): ``concurrency`` at least 1, ``rate`` like ``"10/s"``; one left None
         keeps the settings' one. Replace any override; return False if there was one. Raise
         ``UnknownQueue`` for a name outside QUEUES and ValueError naming a bad limit."""
-        from .store import flow, queue_limits  # app registry: store/ imports the models
-
-        self.check_usable()
-        name = flow.check_queue(self.alias, self.queues, queue_name)
-        limit = parse_override(concurrency, rate, fields=("concurrency", "rate"))
-        return queue_limits.set_override(
-            self.database, self.alias, name, limit, announce=self.config.notify
-        )
+        return self.store.set_queue_limit(queue_name, concurrency, rate)
 
     def clear_queue_limit(self, queue_name: str) -> bool:
         """Put ``queue_name``'s QUEUE_LIMITS back in force (none if it has none); return False
         if it had no override."""
-        from .store import flow, queue_limits  # app registry: store/ imports the models
-
-        self.check_usable()
-        name = flow.check_queue(self.alias, self.queues, queue_name)
-        return queue_limits.clear_override(
-            self.database, self.alias, name, announce=self.config.notify
-        )
+        return self.store.clear_queue_limit(queue_name)
 
     def queue_limits(self) -> list[Any]:
         """Return each limited queue's ``QueueLimitState``: its limits from QUEUE_LIMITS, its
         override and those in force, by queue name."""
-        from .store import queue_limits  # app registry: store/ imports the models
-
-        self.check_usable()
-        return queue_limits.states(self.database, self.alias, self.config.queue_limits)
+        return self.store.queue_limits()
 
     def paused_queues(self) -> list[str]:
         """Return the names of this backend's paused queues, sorted."""
-        from .store import flow  # app registry: store/ imports the models
-
-        self.check_usable()
-        return flow.paused(self.database, self.alias)
+        return self.store.paused_queues()
 
     def run_now(self, result_id: str) -> bool:
         """Make a deferred READY task due now, by the database's clock; return False if it is
         not READY (a task due already stays where it is, and True is returned). Raise
         ``TaskResultDoesNotExist`` for an unknown id."""
-        from .store import flow  # app registry: store/ imports the models
-
-        self.check_usable()
-        return flow.run_now(self.database, self.alias, result_id, announce=self.config.notify)
+        return self.store.run_now(result_id)
 
     def enqueue_workflow(
-        self,
-        root: Node,
-        tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]],
-        args: list[Any],
-        kwargs: dict[str, Any],
+        self, root: Node, tasks: StepCalls, args: list[Any], kwargs: dict[str, Any]
     ) -> WorkflowResult:
         """Write a workflow (``chain(...).enqueue()``) and all its tasks, in the caller's
         transaction."""
-        from .store import workflows  # app registry: store/ imports the models
-
-        return WorkflowResult.from_record(workflows.enqueue(self, root, tasks, args, kwargs))
+        return self.store.enqueue_workflow(root, tasks, args, kwargs)
 
     def get_workflow(self, workflow_id: str) -> WorkflowResult:
         """The workflow ``workflow_id``; raise ``LookupError`` naming it if there is none."""
-        from .store import workflows  # app registry: store/ imports the models
-
-        return WorkflowResult.from_record(workflows.get(self.database, self.alias, workflow_id))
+        return self.store.get_workflow(workflow_id)
 
     def workflow_of(self, result_id: str) -> WorkflowResult | None:
         """The workflow whose step task ``result_id`` is; None if none (or it was pruned)."""
-        from .store import workflows  # app registry: store/ imports the models
-
-        record = workflows.of_task(self.database, self.alias, result_id)
-        return None if record is None else WorkflowResult.from_record(record)
+        return self.store.workflow_of(result_id)
 
     def cancel_workflow(self, workflow_id: str) -> bool:
         """Stop a workflow's steps that have not run; False if it had finished."""
-        from .store import workflows  # app registry: store/ imports the models
-
-        return workflows.cancel(self.database, workflow_id)
+        return self.store.cancel_workflow(workflow_id)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         return list(check_backend(self))

@@ -15,6 +15,7 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.core.claim_cost import ClaimCost
 from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import dialect_for
+from django_sqltasks.worker.lease import Lease
 
 
 def task_row(
@@ -83,6 +84,19 @@ def worker_row(
         )
         row.refresh_from_db()
     return row
+
+
+def worker_lease(worker_id: str, *, concurrency: int = 1, timeout: float = 30) -> Lease:
+    """A worker's lease on the default backend, every queue, not registered yet."""
+    return Lease(
+        worker_id=worker_id,
+        backend_name="default",
+        database="default",
+        queue_names=None,
+        concurrency=concurrency,
+        timeout=timeout,
+        max_rescues=5,
+    )
 
 
 def staff_client(*permissions: str) -> Client:

@@ -217,7 +217,7 @@ STRUCTURAL = {
     "self.steps",
     "', '.join(STEP_COLUMNS)",
     "values",
-    # SQLite's busy timeout for the health probe (sql/health.py): an int it computes (a
+    # SQLite's busy timeout for the health probe (sql/probes.py): an int it computes (a
     # PRAGMA takes no parameter).
     "busy_ms",
 }

@@ -27,6 +27,7 @@ from ..models import PausedQueue, QueueOverview, TaskRecord
 from ..ops import health as table_health
 from ..ops import overview
 from ..ops.claims import describe, of_backend
+from ..ops.horizon import horizon_holder
 from ..ops.overview import QueueStats
 from .chart import throughput_chart
 from .display import BREADCRUMBS_LIST
@@ -135,7 +136,7 @@ class QueueOverviewAdmin(OverviewAdminBase):
             "window": overview.short_age(snapshot.finished_window),
             # The task table's upkeep in one line, and what holds the horizon back, if known.
             "upkeep": table_health.summary(snapshot.health),
-            "holder": table_health.horizon_holder(snapshot.health),
+            "holder": horizon_holder(snapshot.health),
             "chart": throughput_chart(snapshot.throughput),
             # What each worker's claims, and each backend's, cost over the last minute.
             "workers": [(w, describe(w.claims)) for w in snapshot.workers],

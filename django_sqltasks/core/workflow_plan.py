@@ -25,9 +25,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..compat import Task
 from .serialization import dumps
 
 Node = dict[str, Any]
+# The call of each step of a plan, by its node's id: its task, args and kwargs.
+StepCalls = dict[int, tuple[Task, list[Any], dict[str, Any]]]
 
 WAITING = "WAITING"
 RUNNING = "RUNNING"

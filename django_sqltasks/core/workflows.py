@@ -22,7 +22,7 @@ from django.db import transaction
 from ..compat import InvalidTaskBackend, Task, TaskResult
 from ..exceptions import InvalidWorkflow
 from .backends import sql_backend
-from .workflow_plan import FINISHED, ON_FAILURE, Node, failed_step, leaves
+from .workflow_plan import FINISHED, ON_FAILURE, Node, StepCalls, failed_step, leaves
 
 
 class StoredWorkflow(Protocol):
@@ -69,13 +69,13 @@ Step = Union[Signature, Task, "Chain", "Group"]
 class Workflow:
     """What chains and groups share: building their plan and enqueueing it."""
 
-    def _node(self, tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]]) -> Node:
+    def _node(self, tasks: StepCalls) -> Node:
         raise NotImplementedError
 
     def enqueue(self, *args: Any, **kwargs: Any) -> WorkflowResult:
         """Write the workflow and all its tasks; the first steps get ``args`` and ``kwargs``
         before their own. The writes join the caller's transaction."""
-        tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]] = {}
+        tasks: StepCalls = {}
         root = self._node(tasks)
         backends = {task.backend for task, _, _ in tasks.values()}
         if len(backends) > 1:
@@ -100,7 +100,7 @@ class Workflow:
         return result
 
     def _database(self) -> str:
-        tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]] = {}
+        tasks: StepCalls = {}
         self._node(tasks)
         task = next(iter(tasks.values()))[0]
         database: str = task.get_backend().database  # type: ignore[attr-defined]
@@ -115,7 +115,7 @@ class Chain(Workflow):
             raise TypeError("chain() needs at least one step.")
         self.steps = [_as_step(step, "chain()", i) for i, step in enumerate(steps)]
 
-    def _node(self, tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]]) -> Node:
+    def _node(self, tasks: StepCalls) -> Node:
         return {"kind": "chain", "state": "WAITING", "steps": [_node(s, tasks) for s in self.steps]}
 
     def __repr__(self) -> str:
@@ -152,7 +152,7 @@ class Group(Workflow):
             raise ValueError(f"on_failure must be 'skip' or 'run', not {on_failure!r}.")
         return Group(*self.members, callback=callback, on_failure=on_failure)
 
-    def _node(self, tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]]) -> Node:
+    def _node(self, tasks: StepCalls) -> Node:
         return {
             "kind": "group",
             "state": "WAITING",
@@ -189,10 +189,10 @@ def _as_step(step: object, where: str, index: int) -> Signature | Chain | Group:
 
 def member_nodes(
     steps: Sequence[Any],
-) -> tuple[list[Node], dict[int, tuple[Task, list[Any], dict[str, Any]]]]:
+) -> tuple[list[Node], StepCalls]:
     """The plan nodes of ``steps`` (tasks, signatures, chains or groups) to add to a running
     group, and their tasks by key (as ``Workflow.enqueue`` builds them)."""
-    tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]] = {}
+    tasks: StepCalls = {}
     nodes = [_node(_as_step(step, "add_to_group()", i), tasks) for i, step in enumerate(steps)]
     if not nodes:
         raise InvalidWorkflow("add_to_group() needs at least one step.")

@@ -19,7 +19,7 @@ from ..sql.installation import (
     unreachable,
 )
 from . import health
-from .health import OLD_TRANSACTION_SECONDS, setting_problem
+from .horizon import OLD_TRANSACTION_SECONDS, setting_problem
 
 STUCK_AFTER = timedelta(minutes=5)  # how long due tasks wait, unserved, before a warning
 

@@ -14,3 +14,8 @@ def short_age(value: timedelta | None) -> str:
         if seconds < limit:
             return f"{seconds // size}{unit}"
     return f"{seconds // 86400}d"
+
+
+def short(seconds: float) -> str:
+    """A duration as an operator reads it: 42s, 17m, 5h, 3d."""
+    return short_age(timedelta(seconds=seconds))

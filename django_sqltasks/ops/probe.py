@@ -37,6 +37,7 @@ from .claims import (
     published,
 )
 from .health import one_line
+from .horizon import Holder, horizon_holder
 
 DEFAULT_MAX_AGE = 300.0  # seconds a due task may wait before the probe fails: as check W001
 # Seconds each database has to answer: under a Kubernetes probe's timeoutSeconds (the docs'
@@ -115,7 +116,7 @@ class BackendHealth:
     reachable: bool = True
     live_workers: list[str] = field(default_factory=list)
     queues: list[QueueHealth] = field(default_factory=list)
-    holder: table_health.Holder | None = None  # what holds back the horizon, if anything
+    holder: Holder | None = None  # what holds back the horizon, if anything
     claims: BackendClaims | None = None  # what the live workers' recent claims cost
     upkeep: str = ""  # the task table's upkeep in one line (health.summary)
     notes: list[str] = field(default_factory=list)  # what the probe could not look at
@@ -185,7 +186,7 @@ def probe(
     checked."""
     limits = limits or Limits()
     report = Report([], [])
-    horizons: dict[str, table_health.Holder | None] = {}  # per database, read once
+    horizons: dict[str, Holder | None] = {}  # per database, read once
     for backend in backends:
         health = BackendHealth(backend.alias, backend.database)
         report.backends.append(health)
@@ -229,7 +230,7 @@ def _check(
     queues: list[str] | None,
     limits: Limits,
     report: Report,
-    horizons: dict[str, table_health.Holder | None],
+    horizons: dict[str, Holder | None],
 ) -> list[Problem]:
     using, alias = backend.database, backend.alias
     connection = connections[using]
@@ -290,13 +291,13 @@ def _check(
 
 def _horizon(
     backend: SQLBackend, limits: Limits, report: Report, problems: list[Problem]
-) -> table_health.Holder | None:
+) -> Holder | None:
     """Read the task table's upkeep on ``backend``'s database: its warnings go in ``report``,
     a holder of the horizon older than ``limits.max_transaction_age`` in ``problems``."""
     using = backend.database
     upkeep = table_health.read(using)
     report.warnings.extend(table_health.warnings(upkeep, using))
-    holder = table_health.horizon_holder(upkeep)
+    holder = horizon_holder(upkeep)
     for health in report.backends:
         if health.database == using:
             health.upkeep = table_health.summary(upkeep)

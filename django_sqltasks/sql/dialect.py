@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .health import ProbeStatements
 from .outcomes import OutcomeStatements
+from .probes import ProbeStatements
 from .steps import StepStatements
 from .tasks import TaskStatements
 from .workers import WorkerStatements

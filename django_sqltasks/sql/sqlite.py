@@ -12,7 +12,7 @@ from django.db import DatabaseError, OperationalError, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from . import health
+from . import health, probes
 from .claims import claims_commit_relaxed
 from .dialect import Dialect
 from .rows import (
@@ -44,7 +44,7 @@ SET_SYNCHRONOUS = (
 MISSING_MESSAGES = ("no such table", "no such column", "has no column named")
 
 
-class SQLiteDialect(health.SQLiteProbe, Dialect):
+class SQLiteDialect(probes.SQLiteProbe, Dialect):
     product = "SQLite"
     wakeup = "files"
     single_writer = True

@@ -43,7 +43,7 @@ from ..models import EventRecord, StepRecord, TaskRecord
 from ..sql import dialect_for
 from ..sql.retries import run_with_retries
 from ..sql.steps import STEP_COLUMNS
-from . import workflows
+from . import new_workflows
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -250,7 +250,10 @@ class StepRecords:
             connection = connections[self.database]
             with dialect_for(connection).write_transaction():
                 added: list[str] = self.step(
-                    "add_to_group", workflows.add_to_group, (self.backend, self.task_id, steps), {}
+                    "add_to_group",
+                    new_workflows.add_to_group,
+                    (self.backend, self.task_id, steps),
+                    {},
                 )
             return added
 

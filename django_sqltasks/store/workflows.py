@@ -1,12 +1,11 @@
-"""A workflow's rows: enqueuing it (``enqueue``: its row and all its tasks', the same INSERT
-as ``enqueue()``'s, through ``enqueue/writes.py``), adding to a running group, moving it on as
-its steps end, cancelling it, and the sweep that catches up with steps ended outside the
-worker's outcome write.
+"""A workflow's rows as it runs: moving it on as its steps end, cancelling it, reading it, and
+the sweep that catches up with steps ended outside the worker's outcome write (its rows
+written at the start, and a running group's new members: ``store/new_workflows.py``).
 
 Every step's task row is written with the workflow. A step whose turn has not come is parked:
 READY, but due only in the year 9999 (PARKED), so no claim takes it; its turn comes when the
 transaction that stores the outcome of the step before it makes it due. Every change to a
-workflow first updates the workflow's row (``_lock``): the row lock that serializes two workers
+workflow first updates the workflow's row (``lock``): the row lock that serializes two workers
 finishing two of its steps at once, so its plan is read and written by one at a time and a
 group's callback is released exactly once, on all three databases.
 """
@@ -24,16 +23,12 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from ..compat import Task, TaskResult, TaskResultStatus
+from ..compat import TaskResultStatus
 from ..core import workflow_plan as plan
-from ..core.backends import SQLBackend, backend_config
-from ..core.serialization import check_arguments, dumps, loads
-from ..core.workflows import MAX_WORKFLOW_TASKS, member_nodes
-from ..enqueue import writes
-from ..exceptions import InvalidWorkflow, PayloadTooLarge
-from ..ids import new_task_id
+from ..core.backends import backend_config
+from ..core.serialization import dumps, loads
 from ..models import FINISHED_STATUSES, TaskRecord, WorkflowRecord
-from ..sql import NewTask, Outcome, dialect_for
+from ..sql import Outcome, dialect_for
 from ..sql.rows import parked_at
 from . import control
 
@@ -41,139 +36,6 @@ logger = logging.getLogger("django_sqltasks")
 
 SKIPPED = plan.SKIPPED
 SWEEP_LIMIT = 200  # running workflows a sweep looks at, least recently changed first
-
-
-def enqueue(
-    backend: SQLBackend,
-    root: plan.Node,
-    tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]],
-    args: list[Any],
-    kwargs: dict[str, Any],
-) -> WorkflowRecord:
-    """Enqueue a workflow: write its row and the rows of all its tasks (every one of
-    ``backend``), its first steps due and the rest parked, in one transaction that joins the
-    caller's."""
-    backend.check_usable()
-    check_arguments(args, kwargs)
-    workflow_id = new_task_id()
-    now = control.database_now(backend.database)  # first steps are due by the claim's clock
-    steps = _task_rows(backend, tasks, workflow_id)
-    for leaf in plan.leaves(root):
-        leaf["id"] = str(steps[leaf["id"]][0].id)
-    by_id = {str(row.id): (row, result) for row, result in steps.values()}
-    started: list[NewTask] = []
-    for release in plan.start(root, args, kwargs):
-        row, result = by_id[release.task_id]
-        check_arguments(release.args, release.kwargs)
-        _check_size(backend, row.task_path, release)
-        row.args, row.kwargs = release.args, release.kwargs
-        row.args_json, row.kwargs_json = dumps(release.args), dumps(release.kwargs)
-        object.__setattr__(result, "args", release.args)
-        object.__setattr__(result, "kwargs", release.kwargs)
-        row.available_at = max(row.run_after or now, now)
-        started.append(row)
-    database = backend.database
-    rows = [row for row, _ in steps.values()]
-    with transaction.atomic(using=database):
-        workflow = WorkflowRecord.objects.using(database).create(
-            id=workflow_id, backend_name=backend.alias, plan=root, created_at=now, updated_at=now
-        )
-        # The same INSERT as enqueue()'s; each step's subject as enqueue() stores it.
-        writes.insert(database, rows, notify=False)
-        for row, result in steps.values():
-            writes.store_subject(database, [row], result.task)
-        if backend.config.notify:
-            _announce(database, {row.queue_name for row in started})
-    # Wakes this process's idle workers of the due steps' queues, and sends task_enqueued.
-    results = [result for _, result in steps.values()]
-    writes.after_write(database, type(backend), started, results)
-    return workflow
-
-
-def add_to_group(backend: SQLBackend, task_id: uuid.UUID, steps: Sequence[Any]) -> list[str]:
-    """Add ``steps`` to the group that task ``task_id`` (running) is a member of, and start
-    them; its callback waits for them too. In one transaction that joins the caller's (the
-    step that records the add, ``context.add_to_group``). Return the new tasks' ids."""
-    nodes, tasks = member_nodes(steps)
-    database = backend.database
-    # Read before the transaction, whose first statement must write (SQLite: a transaction
-    # that reads first cannot write once another has; inside context.add_to_group's, which
-    # took the write lock as it began, it is a savepoint); a task's workflow never changes.
-    workflow_id = (
-        TaskRecord.objects.using(database)
-        .filter(pk=task_id)
-        .values_list("workflow_id", flat=True)
-        .first()
-    )
-    with transaction.atomic(using=database):
-        record = None if workflow_id is None else _lock(database, workflow_id)
-        group = None if record is None else plan.group_of(record.plan, str(task_id))
-        if workflow_id is None or record is None or group is None:
-            raise InvalidWorkflow(
-                f"Task {task_id} is not a member of a running group: add_to_group() adds to "
-                "the group the calling task runs in."
-            )
-        total = sum(1 for _ in plan.leaves(record.plan)) + len(tasks)
-        if total > MAX_WORKFLOW_TASKS:
-            raise InvalidWorkflow(
-                f"A workflow may have at most {MAX_WORKFLOW_TASKS} tasks; adding {len(tasks)} "
-                f"would make {total}: enqueue a workflow of their own."
-            )
-        rows = _task_rows(backend, tasks, workflow_id)
-        for node in nodes:
-            for leaf in plan.leaves(node):
-                leaf["id"] = str(rows[leaf["id"]][0].id)
-        by_id = {str(row.id): row for row, _ in rows.values()}
-        now = control.database_now(database)
-        started: list[NewTask] = []
-        for release in plan.add_members(group, nodes):
-            row = by_id[release.task_id]
-            check_arguments(release.args, release.kwargs)
-            row.args, row.kwargs = release.args, release.kwargs
-            row.args_json, row.kwargs_json = dumps(release.args), dumps(release.kwargs)
-            row.available_at = max(row.run_after or now, now)
-            started.append(row)
-        writes.insert(database, [row for row, _ in rows.values()], notify=False)
-        _save(database, record)
-        if backend.config.notify:
-            _announce(database, {row.queue_name for row in started})
-    writes.after_write(database, type(backend), started, [result for _, result in rows.values()])
-    return [str(row.id) for row, _ in rows.values()]
-
-
-def _check_size(backend: SQLBackend, path: str, release: plan.Release) -> None:
-    """Refuse a first step whose arguments, with ``enqueue()``'s before its own, exceed
-    MAX_PAYLOAD_BYTES (its own were checked alone)."""
-    limit = backend.config.max_payload_bytes
-    if limit is None:
-        return
-    size = len(dumps(release.args)) + len(dumps(release.kwargs))
-    if size > limit:
-        raise PayloadTooLarge(
-            f"Workflow step {path}: its arguments (enqueue()'s, then its own) encode to {size} "
-            f"bytes, over the MAX_PAYLOAD_BYTES limit of {limit}: store large data elsewhere "
-            "and pass its key."
-        )
-
-
-def _task_rows(
-    backend: SQLBackend,
-    tasks: dict[int, tuple[Task, list[Any], dict[str, Any]]],
-    workflow_id: uuid.UUID,
-) -> dict[int, tuple[NewTask, TaskResult]]:
-    """The parked rows of a new workflow's tasks, each checked as ``enqueue()`` checks it."""
-    steps: dict[int, tuple[NewTask, TaskResult]] = {}
-    for key, (task, own_args, own_kwargs) in tasks.items():
-        if getattr(task, "dedupe", False):
-            raise InvalidWorkflow(
-                f"{task.module_path} deduplicates (dedupe=...): a workflow step cannot, since "
-                "its row waits in the table for its turn. Enqueue it without the workflow."
-            )
-        row, result = backend.new_row(task, own_args, own_kwargs)
-        row.workflow_id = workflow_id
-        row.available_at = parked_at()  # until plan.start() or a step before it releases it
-        steps[key] = (row, result)
-    return steps
 
 
 def complete(
@@ -199,7 +61,7 @@ def advance(database: str, outcomes: Sequence[Outcome]) -> None:
         assert outcome.workflow_id is not None
         by_workflow[outcome.workflow_id].append(outcome)
     for workflow_id in sorted(by_workflow):  # one lock order for every worker: no deadlock
-        record = _lock(database, workflow_id)
+        record = lock(database, workflow_id)
         if record is None:
             continue  # finished already (cancelled, say): nothing more to start
         ended = [
@@ -243,7 +105,7 @@ def reconcile(database: str, backend_name: str) -> int:
     stale = sorted({open_tasks[str(task_id)] for task_id in ended})
     for workflow_id in stale:
         with transaction.atomic(using=database):
-            record = _lock(database, workflow_id)
+            record = lock(database, workflow_id)
             if record is not None:
                 _move(database, record, _ended_tasks(database, _open_ids(record.plan)))
     if stale:
@@ -285,14 +147,14 @@ def cancel(database: str, workflow_id: str) -> bool:
     """Fail the workflow's steps that have not started and ask its running ones to stop; False
     if it had finished."""
     with transaction.atomic(using=database):
-        record = _lock(database, uuid.UUID(str(workflow_id)))
+        record = lock(database, uuid.UUID(str(workflow_id)))
         if record is None:
             return False
         unfinished = TaskRecord.objects.using(database).filter(pk__in=plan.cancel(record.plan))
         reason = f"Cancelled with its workflow {workflow_id} before it started."
         # SKIP LOCKED: a step a worker is claiming now is left to run, and nothing waits here.
         control.cancel(unfinished.filter(status=TaskResultStatus.READY), database, reason)
-        _save(database, record)
+        save(database, record)
     # After the commit: a running step's row may be locked by a worker storing its outcome,
     # which waits for the workflow's lock; asking it to stop under that lock would deadlock.
     control.request_cancel(unfinished.filter(status=TaskResultStatus.RUNNING), database)
@@ -302,7 +164,7 @@ def cancel(database: str, workflow_id: str) -> bool:
 # Internals -------------------------------------------------------------------------------
 
 
-def _lock(database: str, workflow_id: uuid.UUID) -> WorkflowRecord | None:
+def lock(database: str, workflow_id: uuid.UUID) -> WorkflowRecord | None:
     """Take the row lock of a running workflow and read it; None if it is not running."""
     workflows = WorkflowRecord.objects.using(database).filter(
         pk=workflow_id, status=TaskResultStatus.RUNNING
@@ -354,7 +216,7 @@ def _move(
         # A step taken out of the workflow meanwhile (cancelled in the admin), or failed here
         # for arguments over the limit, has ended: it moves the workflow on in its turn.
         pending = _release(database, moves.releases, limit)
-    _save(database, record)
+    save(database, record)
 
 
 def _payload_limit(backend_name: str) -> int | None:
@@ -391,7 +253,7 @@ def _release(
     queues = set(
         tasks.filter(pk__in=[r.task_id for r in releases]).values_list("queue_name", flat=True)
     )
-    _announce(database, queues)
+    announce(database, queues)
     return too_large + (_ended_tasks(database, missed) if missed else [])
 
 
@@ -430,7 +292,7 @@ def _fail_skipped(database: str, skipped: list[tuple[str, str, str]]) -> None:
             dialect_for(connection).announce_finished(cursor, [uuid.UUID(t) for t in failed])
 
 
-def _save(database: str, record: WorkflowRecord) -> None:
+def save(database: str, record: WorkflowRecord) -> None:
     """Write the locked workflow's plan, and its outcome once its root has ended."""
     root = record.plan
     finished = root["state"] in plan.FINISHED
@@ -450,7 +312,7 @@ def _save(database: str, record: WorkflowRecord) -> None:
         )
 
 
-def _announce(database: str, queues: Iterable[str]) -> None:
+def announce(database: str, queues: Iterable[str]) -> None:
     """Wake the workers of ``queues`` at commit, where the database can (PostgreSQL)."""
     names = sorted(queues)
     if names:

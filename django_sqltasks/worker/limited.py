@@ -21,7 +21,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db.backends.utils import CursorWrapper
@@ -29,41 +29,27 @@ from django.db.models import Q
 
 from ..core.limits import (
     Limit,
-    overridden,
     queue_key,
-    rate_key,
     record_starts,
-    task_limit,
-    task_path_of,
 )
-from ..core.resolve import resolve_task
 from ..models import TaskLimit, TaskRecord
 from ..sql import ClaimedRow, Dialect, Scope, SuspectRow
 from ..sql.marks import ClaimMarks
-from ..store.queue_limits import overrides
-from . import events
-from .fair import FairTasks, claim_fair, counted_on, write_transaction
-from .gates import Gate, Group
+from .fair import FairTasks, claim_fair, write_transaction
+from .gates import Gate
+from .limit_keys import LimitKeys
 
 logger = logging.getLogger("django_sqltasks.worker")
 
 DISCOVER_EVERY = 0.5  # seconds between two scans for the limit keys of READY tasks
-GROUPS_A_ROUND = 50  # limit keys tried by one claim round; the next round starts after them
-KEYS_A_SCAN = 500  # keys read by one scan; the next scan goes on after the last
-# Tasks enqueued since the last scan read by one scan for keys not seen yet (the next scan goes
-# on after them): a new key is served at the next round, not when the scan comes round to it.
-ENQUEUED_A_SCAN = 5_000
-FRESH_A_ROUND = GROUPS_A_ROUND // 2  # of a round's groups, at most this many are new keys
-# A limit row untouched this long holds nothing: no start within any period (an hour at most),
-# and its RUNNING tasks are counted, not stored. Workers delete such rows (one per key ever
-# seen, for per-customer keys) and make them again when a task needs one.
-STALE_AFTER = timedelta(hours=2)
 FORGET_EVERY = 600.0  # seconds between two deletions of stale limit rows by one worker
+GROUPS_A_ROUND = 50  # limit keys tried by one claim round; the next round starts after them
+FRESH_A_ROUND = GROUPS_A_ROUND // 2  # of a round's groups, at most this many are new keys
 MARKS_KEPT = 1_000  # groups whose claim marks a worker keeps (each a few hundred bytes)
 
 
 class LimitedClaim:
-    """Finds the limit keys of READY tasks and claims those tasks within their limits."""
+    """Claims the tasks of the limit keys of READY tasks (``LimitKeys``) within their limits."""
 
     def __init__(
         self,
@@ -79,24 +65,19 @@ class LimitedClaim:
         self.database = database
         self.worker_id = worker_id
         self.queue_names = queue_names
-        self._settings = {q: queue_limits[q] for q in sorted(queue_limits) if self._serves(q)}
-        self.queue_limits = dict(self._settings)  # in force, with the overrides last read
-        self._scanned: dict[str, Limit] = {}  # the overrides the last scan found
-        self._overrides: dict[str, Limit] = {}  # the same, or as a round read them since
-        # The limited queues the main claim must leave alone (one immutable tuple, replaced
-        # when an override limits a queue or stops limiting one).
-        self.excluded = tuple(self.queue_limits)
-        self._keys: list[str] = []  # limit keys of READY tasks, as of the last scans
-        self._scan_after = ""  # where the next scan goes on from
-        self._since: Any = None  # the last task id read for new keys (None: not read yet)
-        self._fresh: list[str] = []  # new keys, to serve at the next round
+        self.keys = LimitKeys(
+            backend_name=backend_name,
+            database=database,
+            worker_id=worker_id,
+            queue_names=queue_names,
+            queue_limits=queue_limits,
+        )
         self._next_scan = 0.0  # monotonic time of the next scan
+        self._next_forget = time.monotonic() + FORGET_EVERY
         self._offset = 0  # where the next round starts among the groups
-        self._task_limits: dict[str, Limit] = {}  # limits by task path, as this code has them
         self._fair = FairTasks(backend_name)  # which keys are taken round robin (fair.py)
         # Where each limit key's claim starts reading (sql/marks.py), most recently used last.
         self._marks: OrderedDict[tuple[Any, ...], ClaimMarks] = OrderedDict()
-        self._next_forget = time.monotonic() + FORGET_EVERY
 
     def _marks_of(self, key: tuple[Any, ...]) -> ClaimMarks:
         """The marks of one group's claims, kept for the MARKS_KEPT groups claimed last."""
@@ -112,7 +93,17 @@ class LimitedClaim:
     @property
     def active(self) -> bool:
         """Whether a round may find anything (queue limits, or limit keys seen)."""
-        return bool(self.queue_limits or self._keys)
+        return self.keys.active
+
+    @property
+    def queue_limits(self) -> dict[str, Limit]:
+        """Each limited queue's limits in force (the settings', or an override's)."""
+        return self.keys.queue_limits
+
+    @property
+    def excluded(self) -> tuple[str, ...]:
+        """The limited queues the main claim must leave alone."""
+        return self.keys.excluded
 
     def scan(self, dialect: Dialect, cursor: CursorWrapper, force: bool = False) -> None:
         """Refresh the limit keys of READY tasks, at most every ``DISCOVER_EVERY`` seconds."""
@@ -122,95 +113,23 @@ class LimitedClaim:
         self._next_scan = now + DISCOVER_EVERY
         if now >= self._next_forget:
             self._next_forget = now + FORGET_EVERY
-            self.forget_stale(dialect, cursor)
-        whole = not self._scan_after  # this scan reads the keys from the first
-        found = dialect.limit_keys(cursor, self.backend_name, self._scan_after, KEYS_A_SCAN)
-        if self._scan_after:
-            # Going on from the last key: keep the keys before it, replace those after.
-            kept = [k for k in self._keys if k <= self._scan_after]
-            self._keys = kept + found
-        else:
-            self._keys = found
-        self._scan_after = found[-1] if len(found) == KEYS_A_SCAN else ""
-        if whole and not found:
-            # No READY task has a limit key: the next scan finds any enqueued from now on as
-            # soon as a read of what was enqueued since would (most projects use no keys, and
-            # that read walks every partition's primary key: 5 ms of the server's CPU).
-            self._since = None
-        else:
-            self._discover_enqueued(dialect, cursor)
-        self._read_overrides(overrides(self.database, self.backend_name))
-
-    def _discover_enqueued(self, dialect: Dialect, cursor: CursorWrapper) -> None:
-        """Serve at the next round the keys of the tasks enqueued since the last read."""
-        enqueued, self._since = dialect.limit_keys_since(
-            cursor, self.backend_name, self._since, ENQUEUED_A_SCAN
-        )
-        if enqueued:
-            known = set(self._keys) | set(self._fresh)
-            new = [k for k in enqueued if k not in known]
-            self._fresh += new
-            self._keys += new
-
-    def _serves(self, queue: str) -> bool:
-        return self.queue_names is None or queue in self.queue_names
-
-    def _read_overrides(self, found: dict[str, Limit]) -> None:
-        """Take the overrides of this backend's queues in force (those this worker serves)."""
-        found = {q: limit for q, limit in found.items() if self._serves(q)}
-        self._overrides = dict(found)
-        if found == self._scanned:
-            return
-        self._scanned = found
-        queues = sorted(set(self._settings) | set(found))
-        self.queue_limits = {
-            q: overridden(self._settings.get(q, Limit()), found.get(q)) for q in queues
-        }
-        if tuple(queues) != self.excluded:
-            logger.info(
-                "Limited queues now %s backend=%s worker_id=%s",
-                ", ".join(queues) or "none",
-                self.backend_name,
-                self.worker_id,
-                extra={"action": "limited_queues", "queues": queues},
-            )
-            self.excluded = tuple(queues)
-            events.emit("limited_queues", worker_id=self.worker_id, queues=queues)
-
-    def _read_round_overrides(self, keys: Sequence[str]) -> None:
-        """Read the overrides of the queues among ``keys``, in the round's transaction: an
-        override set since the last scan holds from this round on."""
-        queues = [k[len("queue:") :] for k in keys if k.startswith("queue:")]
-        if not queues:
-            return
-        found = overrides(self.database, self.backend_name, queues)
-        for queue in queues:
-            if queue in found:
-                self._overrides[queue] = found[queue]
-            else:
-                self._overrides.pop(queue, None)
+            self.keys.forget_stale(dialect, cursor)
+        self.keys.scan(dialect, cursor)
 
     def forget_stale(self, dialect: Dialect, cursor: CursorWrapper) -> int:
         """Delete this backend's limit rows that no claim has touched for ``STALE_AFTER``."""
-        cutoff = dialect.db_now(cursor) - STALE_AFTER
-        deleted, _ = (
-            TaskLimit.objects.using(self.database)
-            .filter(backend_name=self.backend_name, updated_at__lt=cutoff)
-            .delete()
-        )
-        return deleted
+        return self.keys.forget_stale(dialect, cursor)
 
     def claim(self, dialect: Dialect, cursor: CursorWrapper, room: int) -> list[ClaimedRow]:
         """Claim up to ``room`` limited tasks that their limits let start now."""
         self.scan(dialect, cursor)
-        count = self._group_count()
+        count = self.keys.group_count()
         if not count or room <= 0:
             return []
         start = self._offset % count
         # New keys first, once (then in their turn), and the next groups in turn.
-        fresh = [g for key in self._fresh[:FRESH_A_ROUND] for g in self._groups_of(key)]
-        self._fresh = self._fresh[FRESH_A_ROUND:]
-        window = [self._group((start + i) % count) for i in range(min(count, GROUPS_A_ROUND))]
+        fresh = [g for key in self.keys.take_fresh(FRESH_A_ROUND) for g in self.keys.groups_of(key)]
+        window = [self.keys.group((start + i) % count) for i in range(min(count, GROUPS_A_ROUND))]
         self._offset = start + len(window)
         groups = fresh + window
         rows: list[ClaimedRow] = []
@@ -278,7 +197,7 @@ class LimitedClaim:
         if suspect.queue_name in self.queue_limits:
             keys.append(queue_key(suspect.queue_name))
         if suspect.limit_key is not None:
-            keys.extend(self._gates_of(suspect.limit_key))
+            keys.extend(self.keys.gates_of(suspect.limit_key))
         if not keys:
             return dialect.claim_suspect_by_id(cursor, suspect.id, self.worker_id)
         with write_transaction(self.database, dialect.single_writer):
@@ -309,69 +228,6 @@ class LimitedClaim:
 
     # Groups and limits --------------------------------------------------------------------
 
-    def _group_count(self) -> int:
-        """How many groups a round turns through: for each limited queue, its tasks of no
-        limit key and those of each key; then each key's tasks outside the limited queues."""
-        return (len(self.queue_limits) + 1) * len(self._keys) + len(self.queue_limits)
-
-    def _group(self, index: int) -> Group:
-        """The group at ``index`` (of ``_group_count``), built when a round reaches it: a
-        round reads 50 of them, however many keys there are (100,000 fair keys, say)."""
-        per_queue = len(self._keys) + 1
-        queued = len(self.queue_limits) * per_queue
-        if index >= queued:
-            key = self._keys[index - queued]
-            return Group(key, None, self.excluded, self._gates_of(key))
-        queue = list(self.queue_limits)[index // per_queue]
-        gates = (queue_key(queue),)
-        if index % per_queue == 0:
-            return Group(None, (queue,), (), gates)
-        key = self._keys[index % per_queue - 1]
-        return Group(key, (queue,), (), gates + self._gates_of(key))
-
-    def _groups_of(self, key: str) -> list[Group]:
-        """Every group of ``key``'s tasks: in each limited queue, and outside them."""
-        gates = self._gates_of(key)
-        in_queues = [Group(key, (q,), (), (queue_key(q), *gates)) for q in self.queue_limits]
-        return [*in_queues, Group(key, None, self.excluded, gates)]
-
-    def _gates_of(self, key: str) -> tuple[str, ...]:
-        """The limits a task of ``key`` counts against: its key's concurrency and its task's
-        rate (one row when the key is the task's own)."""
-        limit = self._task_limit(key)
-        gates = []
-        if limit.concurrency is not None:
-            gates.append(counted_on(key))
-        if limit.rate is not None and rate_key(key) not in gates:
-            gates.append(rate_key(key))
-        return tuple(gates)
-
-    def _task_limit(self, key: str) -> Limit:
-        path = task_path_of(key)
-        if path is None:
-            return Limit()
-        limit = self._task_limits.get(path)
-        if limit is None:
-            try:
-                limit = task_limit(resolve_task(path, backend=self.backend_name))
-            except Exception:
-                # It cannot be imported here: claimed without a limit, it fails alone with
-                # the reason when it runs.
-                limit = Limit()
-            self._task_limits[path] = limit
-        return limit
-
-    def _limit_of(self, key: str) -> Limit:
-        if key.startswith("queue:"):
-            queue = key[len("queue:") :]
-            return overridden(self._settings.get(queue, Limit()), self._overrides.get(queue))
-        limit = self._task_limit(key)
-        if "#" in key:  # a key's own row counts concurrency; the rate is on the task's row
-            return Limit(concurrency=limit.concurrency)
-        if limit.concurrency is not None and rate_key(key) == key:
-            return limit
-        return Limit(rate=limit.rate, period=limit.period)
-
     def _lock(self, keys: Sequence[str], dialect: Dialect, now: datetime) -> dict[str, Gate]:
         """Lock the ``TaskLimit`` rows of ``keys`` (made if missing), skipping rows another
         worker holds; return a gate for each row locked."""
@@ -389,7 +245,7 @@ class LimitedClaim:
             # One writer at a time: write first, so that the transaction holds the lock
             # from its first statement instead of failing to upgrade a read later.
             rows.update(updated_at=now)
-        self._read_round_overrides(unique)
+        self.keys.read_round_overrides(unique)
         locked = rows.select_for_update(skip_locked=True).values_list("key", "starts")
         running = TaskRecord.objects.using(self.database).filter(
             backend_name=self.backend_name, status="RUNNING"
@@ -402,7 +258,7 @@ class LimitedClaim:
                 counted = running.filter(self._fair.counted(key))
             gates[key] = Gate(
                 key,
-                self._limit_of(key),
+                self.keys.limit_of(key),
                 [t for t in (starts or []) if isinstance(t, (int, float))],
                 counted.count,
             )

@@ -1,32 +1,36 @@
 """The worker's upkeep, each on a thread of its own so a busy event loop cannot starve it: the
-heartbeat (lease renewal, rescue of dead workers' tasks, cancel requests, pruning, a look at the
-task table's health) and the periodic scheduler. The heartbeat's queries run on the worker's
-database thread; the scheduler's on a connection of its own (see ``_schedule_loop``)."""
+heartbeat, which runs the services of ``worker/upkeep/`` that are due (lease renewal and
+rescue, cancel requests, suspects, the workflow sweep, the task table's health, the days of
+partitions ahead, pruning), and the periodic scheduler. The heartbeat's queries run on the
+worker's database thread; the scheduler's on a connection of its own (see ``_schedule_loop``)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor
-from functools import partial
 from typing import Any, TypeVar
 
 from django.db import connections
-from django.utils import timezone
 
-from ..ops import health
 from ..sql.retries import run_with_retries
-from ..store.partitions import add_days
 from ..store.pruning import Retention
-from ..store.workflows import reconcile
 from . import events
 from .lease import Lease
 from .liveness import FailingRoles
 from .reporter import Reporter
 from .scheduler import Scheduler
+from .upkeep import Service
+from .upkeep.cancels import CancelRequests
+from .upkeep.partition_days import PartitionDays
+from .upkeep.pruning import Pruning
+from .upkeep.renewal import Renewal
+from .upkeep.schedules import Schedules
+from .upkeep.suspects import Suspects
+from .upkeep.table_health import TableHealth
+from .upkeep.workflows import WorkflowSweep
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -69,36 +73,40 @@ class Maintenance:
         self.database: str = backend.database
         self.lease = lease
         self.interval: float = backend.config.heartbeat_interval
-        self.retention = Retention.for_backend(backend)  # PRUNE_*_DAYS, or None
         self._db = db
         self._failing = failing
         self._stopped = stopped  # set by the runner: the threads end
         self._scheduling = threading.Event()  # set while periodic tasks may be enqueued
-        self._on_cancel_requested = on_cancel_requested
-        self._on_suspects = on_suspects  # told when suspects wait (see Producer.on_suspects)
-        # Told at the start and at each heartbeat whether the lease was renewed (a liveness
-        # probe's file, the supervisor's pipe); called on the heartbeat thread.
-        self._on_beat = on_beat
         self._threads: list[threading.Thread] = []
-        # Owned by the heartbeat thread: when the next sweep of workflows is due (monotonic).
-        self._next_sweep = 0.0
-        # Owned by the heartbeat thread: when the task table's health is next read
-        # (monotonic), and the warnings already logged.
-        self._next_health = 0.0
-        self._table_watch = health.Watch(self.database)
+        self._renewal = Renewal(lease, on_beat=on_beat, reporter=reporter)
+        # The heartbeat's services, in the order each beat runs those due.
+        self.services: list[Service] = [
+            self._renewal,
+            CancelRequests(lease, on_cancel_requested),
+        ]
+        if on_suspects is not None:  # told when suspects wait (see Producer.on_suspects)
+            self.services.append(Suspects(lease, on_suspects))
+        self.services += [
+            # Once a LEASE_TIMEOUT, the time scale of the rescues it catches up with.
+            WorkflowSweep(
+                database=self.database, backend_name=backend.alias, interval=lease.timeout
+            ),
+            TableHealth(database=self.database, interval=HEALTH_INTERVAL),
+            PartitionDays(database=self.database, interval=PARTITIONS_INTERVAL),
+        ]
+        retention = Retention.for_backend(backend)  # PRUNE_*_DAYS, or None
+        if retention is not None:
+            self.services.append(Pruning(retention))
         # One writer at a time (SQLite): the scheduler's statements go through the database
         # thread. Elsewhere on a connection of the periodic thread's own, kept between ticks
         # (MariaDB, MySQL), or, where the worker keeps to two connections (PostgreSQL: the
         # runner's ``shares_database_thread``), opened for a tick and closed after it.
         self._single_writer = single_writer
         self._tick_connection = shared_thread and not single_writer
-        # Owned by the heartbeat thread: when the days of partitions ahead are next looked at.
-        self._next_partitions = 0.0
-        self._reporter = reporter  # running tasks' progress, written at each heartbeat
 
     def start(self) -> None:
         """Start the threads (the lease was just taken: a renewal for ``on_beat``)."""
-        self._report(True)
+        self._renewal.report(True)
         self._scheduling.set()
         for target, name in (
             (self._heartbeat_loop, "sqltasks-heartbeat"),
@@ -124,7 +132,7 @@ class Maintenance:
             self.beat()
 
     def beat(self) -> None:
-        """Renew the lease (unless this worker is stuck), then read cancel requests and prune."""
+        """Renew the lease (unless this worker is stuck), then run the other services due."""
         stalled = self._failing.stalled(self.lease.timeout)
         if stalled:
             # A worker that can neither claim nor write outcomes must let its tasks go: a
@@ -136,54 +144,11 @@ class Maintenance:
                 ", ".join(f"{role} has failed for {seconds:.0f}s" for role, seconds in stalled),
                 extra={"action": "lease_withheld", "worker_id": self.lease.worker_id},
             )
-            self._report(False)
+            self._renewal.report(False)
             return
-        self._report(self._guarded("Heartbeat", self._renew) is not None)
-        if self._reporter is not None:
-            self._reporter.flush_soon()
-        requested = self._guarded("Reading cancel requests", self.lease.cancel_requests)
-        if requested:
-            self._on_cancel_requested(requested)
-        if self._on_suspects is not None and self._guarded(
-            "Looking for suspect tasks", self.lease.suspects_waiting
-        ):
-            self._on_suspects()
-        if time.monotonic() >= self._next_sweep:
-            # Once a LEASE_TIMEOUT, the time scale of the rescues it catches up with: while
-            # workflows run, a sweep reads their plans.
-            self._next_sweep = time.monotonic() + self.lease.timeout
-            self._guarded("Moving workflows on", self._sweep_workflows)
-        if time.monotonic() >= self._next_health:
-            self._next_health = time.monotonic() + HEALTH_INTERVAL
-            found = self._guarded("Reading the task table's health", self._table_warnings)
-            if found is not None:
-                self._table_watch.update(found)  # logs each warning once, when it appears
-        if time.monotonic() >= self._next_partitions:
-            self._next_partitions = time.monotonic() + PARTITIONS_INTERVAL
-            self._guarded("Adding partitions of finished tasks", self._add_partitions)
-        if self.retention is not None and self.retention.due():
-            self._guarded("Pruning", self.retention.run)
-
-    def _sweep_workflows(self) -> int:
-        return reconcile(self.database, self.backend.alias)
-
-    def _add_partitions(self) -> int:
-        return add_days(self.database)
-
-    def _table_warnings(self) -> list[health.HealthWarning]:
-        return health.warnings(health.read(self.database), self.database)
-
-    def _renew(self) -> bool:
-        self.lease.heartbeat()
-        return True
-
-    def _report(self, renewed: bool) -> None:
-        if self._on_beat is None:
-            return
-        try:
-            self._on_beat(renewed)
-        except Exception:
-            logger.exception("Reporting the heartbeat failed worker_id=%s", self.lease.worker_id)
+        for service in self.services:
+            if service.due():
+                service.run(self._guarded)
 
     def _guarded(self, what: str, fn: Callable[[], T]) -> T | None:
         """Run ``fn`` on the database thread, riding out transient errors; log any other."""
@@ -207,29 +172,15 @@ class Maintenance:
         database thread, one batch of rows at a time, so that a heartbeat waits for one batch
         at most.
         """
-        scheduler = Scheduler(self.backend)
+        schedules = Schedules(Scheduler(self.backend), interval=self.interval)
         run = self._guarded if self._single_writer else self._guarded_here
         try:
             while self._scheduling.is_set():
-                # Slots go by the database's clock; the wait between them by this process's.
-                now = run("Reading the database's clock", scheduler.database_now)
-                fired = None
-                upcoming = None
-                if now is None:
-                    now = timezone.now()
-                else:
-                    fired = scheduler.run_due(now, call=partial(run, "Periodic tasks"))
-                    upcoming = run(
-                        "Reading the next periodic slot", partial(scheduler.next_wakeup, now)
-                    )
+                tick = schedules.tick(run)
                 if self._tick_connection:
                     connections.close_all()  # taken for the tick only
-                events.emit("scheduler_tick", worker_id=self.lease.worker_id, fired=fired)
-                delay = self.interval
-                if upcoming is not None:
-                    delay = min(delay, (upcoming - now).total_seconds())
-                # A little past the slot, so that it is the latest one when computed.
-                if self._stopped.wait(max(0.0, delay) + 0.005):
+                events.emit("scheduler_tick", worker_id=self.lease.worker_id, fired=tick.fired)
+                if self._stopped.wait(tick.delay):
                     return
             events.emit("scheduling_stopped", worker_id=self.lease.worker_id)
         finally:

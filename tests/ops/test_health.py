@@ -25,13 +25,13 @@ from django.urls import reverse
 
 from django_sqltasks.compat import task_backends
 from django_sqltasks.models import TaskRecord
-from django_sqltasks.ops import checks, health
+from django_sqltasks.ops import checks, health, horizon
 from django_sqltasks.sql import TableHealth
 from django_sqltasks.worker import maintenance as maintenance_module
-from django_sqltasks.worker.lease import Lease
 from django_sqltasks.worker.liveness import FailingRoles
 from django_sqltasks.worker.maintenance import Maintenance
 from tests.conftest import wait_for
+from tests.factories import worker_lease
 
 TABLE = TaskRecord._meta.db_table
 # PostgreSQL: the live partition of the partitioned task table, which has the dead rows and
@@ -239,14 +239,14 @@ def test_an_old_transaction_warns_until_it_ends(operator: Client, settings: Any)
 def test_a_bad_old_transaction_setting_is_refused(settings: Any, value: Any) -> None:
     settings.SQLTASKS_OLD_TRANSACTION_SECONDS = value
     assert [m.id for m in checks.check_health_setting()] == ["django_sqltasks.E011"]
-    assert health.old_transaction_seconds() == health.OLD_TRANSACTION_SECONDS
+    assert horizon.old_transaction_seconds() == horizon.OLD_TRANSACTION_SECONDS
 
 
 def test_the_old_transaction_setting_is_read(settings: Any) -> None:
     assert list(checks.check_health_setting()) == []
     settings.SQLTASKS_OLD_TRANSACTION_SECONDS = 60
     assert list(checks.check_health_setting()) == []
-    assert health.old_transaction_seconds() == 60
+    assert horizon.old_transaction_seconds() == 60
 
 
 @pytest.fixture
@@ -321,15 +321,7 @@ def test_dead_rows_name_the_snapshot_that_holds_their_cleanup_back(
 
 
 def maintenance_of(lease_id: str) -> tuple[Maintenance, ThreadPoolExecutor]:
-    lease = Lease(
-        worker_id=lease_id,
-        backend_name="default",
-        database="default",
-        queue_names=None,
-        concurrency=1,
-        timeout=30,
-        max_rescues=5,
-    )
+    lease = worker_lease(lease_id)
     lease.register()
     db = ThreadPoolExecutor(1)
     maintenance = Maintenance(

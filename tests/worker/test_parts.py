@@ -30,7 +30,7 @@ from django_sqltasks.worker.maintenance import Maintenance
 from django_sqltasks.worker.outcomes import Ended
 from django_sqltasks.worker.threads import ReceiverThread, TaskThreads, _Look
 from tests.conftest import Clock, wait_for
-from tests.factories import task_row
+from tests.factories import task_row, worker_lease
 
 WORKER = "parts-worker"
 OUTCOME_NOT_STORED = "django_sqltasks.exceptions.OutcomeNotStored"
@@ -387,15 +387,7 @@ def test_a_task_that_leaves_a_transaction_open_gives_the_next_a_new_connection(
 
 
 def _lease(worker_id: str = WORKER, timeout: float = 30) -> Lease:
-    return Lease(
-        worker_id=worker_id,
-        backend_name="default",
-        database="default",
-        queue_names=None,
-        concurrency=4,
-        timeout=timeout,
-        max_rescues=5,
-    )
+    return worker_lease(worker_id, concurrency=4, timeout=timeout)
 
 
 @pytest.mark.django_db

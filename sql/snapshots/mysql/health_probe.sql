@@ -3,7 +3,7 @@
 -- READY task, the earliest due tasks under a limit, its time limit, a write that changes nothing.
 
 -- oldest_ready(cursor, backend_name, 'emails')
---   ProbeStatements.oldest_ready (django_sqltasks/sql/health.py)
+--   ProbeStatements.oldest_ready (django_sqltasks/sql/probes.py)
 WITH RECURSIVE span(p, low) AS (
     SELECT (SELECT priority FROM `django_sqltasks_taskrecord` FORCE INDEX (sqltasks_ready_idx) WHERE
         status = 'READY' AND limit_key IS NULL AND backend_name = %s AND queue_name = %s ORDER BY
@@ -24,7 +24,7 @@ SELECT MIN((SELECT available_at FROM `django_sqltasks_taskrecord` FORCE INDEX (s
 -- %s 6: 'emails'
 
 -- oldest_limited(cursor, backend_name, 100)
---   ProbeStatements.oldest_limited (django_sqltasks/sql/health.py)
+--   ProbeStatements.oldest_limited (django_sqltasks/sql/probes.py)
 SELECT queue_name, available_at
 FROM `django_sqltasks_taskrecord` FORCE INDEX (sqltasks_ready_limited_at_idx)
 WHERE status = 'READY' AND limit_key IS NOT NULL AND backend_name = %s AND available_at <=
@@ -35,11 +35,11 @@ LIMIT %s;
 -- %s 2: 100
 
 -- save_time_limits(cursor)
---   MySQLProbe.save_time_limits (django_sqltasks/sql/health.py)
+--   MySQLProbe.save_time_limits (django_sqltasks/sql/probes.py)
 SELECT @@session.max_execution_time, @@session.lock_wait_timeout, @@session.innodb_lock_wait_timeout;
 
 -- limit_time(cursor, 5.0)
---   MySQLProbe.limit_time (django_sqltasks/sql/health.py)
+--   MySQLProbe.limit_time (django_sqltasks/sql/probes.py)
 SET SESSION max_execution_time = %s, SESSION lock_wait_timeout = %s, SESSION
     innodb_lock_wait_timeout = %s;
 -- %s 1: 5000
@@ -47,7 +47,7 @@ SET SESSION max_execution_time = %s, SESSION lock_wait_timeout = %s, SESSION
 -- %s 3: 5
 
 -- write_nothing(cursor)
---   ProbeStatements.write_nothing (django_sqltasks/sql/health.py)
+--   ProbeStatements.write_nothing (django_sqltasks/sql/probes.py)
 UPDATE `django_sqltasks_workerrecord`
 SET id = id
 WHERE 1 = 0;

@@ -49,7 +49,7 @@ LIMIT %s;
 -- %s 9: 2
 
 -- claim_suspect_by_id(cursor, task_id, worker_id)
---   MySQLDialect.claim_suspect_by_id (django_sqltasks/sql/mysql.py)
+--   MySQLClaims.claim_suspect_by_id (django_sqltasks/sql/mysql_claims.py)
 -- transaction.atomic(): begins
 SELECT id, task_path, backend_name, queue_name, priority, args, kwargs, enqueued_at, run_after,
     started_at, last_attempted_at, errors, worker_ids, attempts, snoozes, workflow_id, trace_parent,

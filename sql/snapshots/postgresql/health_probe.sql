@@ -3,7 +3,7 @@
 -- task, the earliest due tasks under a limit, its time limit, a write that changes nothing.
 
 -- oldest_ready(cursor, backend_name, 'emails')
---   ProbeStatements.oldest_ready (django_sqltasks/sql/health.py)
+--   ProbeStatements.oldest_ready (django_sqltasks/sql/probes.py)
 WITH RECURSIVE
 priorities(p) AS (
     SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key
@@ -27,7 +27,7 @@ SELECT MIN((
 -- %s 6: 'emails'
 
 -- oldest_limited(cursor, backend_name, 100)
---   ProbeStatements.oldest_limited (django_sqltasks/sql/health.py)
+--   ProbeStatements.oldest_limited (django_sqltasks/sql/probes.py)
 SELECT queue_name, available_at
 FROM "django_sqltasks_taskrecord"
 WHERE status = 'READY' AND limit_key IS NOT NULL AND backend_name = %s AND available_at <= now()
@@ -37,13 +37,13 @@ LIMIT %s;
 -- %s 2: 100
 
 -- limit_time(cursor, 5.0)
---   PostgreSQLProbe.limit_time (django_sqltasks/sql/health.py)
+--   PostgreSQLProbe.limit_time (django_sqltasks/sql/probes.py)
 SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true);
 -- %s 1: '5000ms'
 -- %s 2: '5000ms'
 
 -- write_nothing(cursor)
---   ProbeStatements.write_nothing (django_sqltasks/sql/health.py)
+--   ProbeStatements.write_nothing (django_sqltasks/sql/probes.py)
 UPDATE "django_sqltasks_workerrecord"
 SET id = id
 WHERE 1 = 0;

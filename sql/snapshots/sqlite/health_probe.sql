@@ -3,7 +3,7 @@
 -- the earliest due tasks under a limit, its time limit, a write that changes nothing.
 
 -- oldest_ready(cursor, backend_name, 'emails')
---   ProbeStatements.oldest_ready (django_sqltasks/sql/health.py)
+--   ProbeStatements.oldest_ready (django_sqltasks/sql/probes.py)
 WITH RECURSIVE
 priorities(p) AS (
     SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key
@@ -27,7 +27,7 @@ SELECT MIN((
 -- %s 6: 'emails'
 
 -- oldest_limited(cursor, backend_name, 100)
---   ProbeStatements.oldest_limited (django_sqltasks/sql/health.py)
+--   ProbeStatements.oldest_limited (django_sqltasks/sql/probes.py)
 SELECT queue_name, available_at
 FROM "django_sqltasks_taskrecord"
 WHERE status = 'READY' AND limit_key IS NOT NULL AND backend_name = %s AND available_at <= %s
@@ -38,11 +38,11 @@ LIMIT %s;
 -- %s 3: 100
 
 -- save_time_limits(cursor)
---   SQLiteProbe.save_time_limits (django_sqltasks/sql/health.py)
+--   SQLiteProbe.save_time_limits (django_sqltasks/sql/probes.py)
 PRAGMA busy_timeout;
 
 -- write_nothing(cursor)
---   ProbeStatements.write_nothing (django_sqltasks/sql/health.py)
+--   ProbeStatements.write_nothing (django_sqltasks/sql/probes.py)
 UPDATE "django_sqltasks_workerrecord"
 SET id = id
 WHERE 1 = 0;
