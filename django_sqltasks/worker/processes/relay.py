@@ -3,7 +3,7 @@ machines' supervisors (PostgreSQL).
 
 One connection listens for every process of ``tasks_worker --processes N`` (their own
 connections only claim), and each notification wakes one process, not all of them: the one
-with the fewest running tasks, taking turns among equals. A process whose claim took all it
+with the fewest running tasks, and among equals the one woken last. A process whose claim took all it
 asked for says so (``relayed.MORE``), and the relay wakes another, so a batch enqueued at once
 (one notification) reaches as many processes as it needs, one claim after another. Only the
 last claim of such a chain finds nothing.
@@ -83,7 +83,7 @@ class Relay:
         self._slots: list[int] = []  # the ring's slots held (this one's too), at the last check
         self._next_check = 0.0  # monotonic
         self._next_poll = 0.0  # monotonic
-        self._turn = 0  # where the next wake-up starts looking, among the children
+        self._last: Child | None = None  # the child woken last
         self.woken = 0  # wake-ups sent to children
         self.passed = 0  # notifications passed on to the next machine
 
@@ -222,7 +222,10 @@ class Relay:
 
     def _roomy(self, besides: Child | None = None) -> Child | None:
         """The child to wake: not retiring, with room for a claim (a quarter of its capacity
-        free, as a process claims in batches, or nothing running), registered before not."""
+        free, as a process claims in batches, or nothing running); registered before not, the
+        fewest running tasks first, and among equals the one woken last: wake-ups that come
+        together then reach one process, whose claim takes their tasks together, rather than
+        several whose claims race for them."""
         least = max(1, self._capacity // 4)
         children = [
             c
@@ -233,11 +236,11 @@ class Relay:
         ]
         if not children:
             return None
-        start = self._turn % len(children)
-        self._turn += 1
-        turn = children[start:] + children[:start]
-        # The first of the least busy, among those that registered if any did.
-        return min(turn, key=lambda c: (c.last_beat is None, len(c.running)))
+        chosen = min(
+            children, key=lambda c: (c.last_beat is None, len(c.running), c is not self._last)
+        )
+        self._last = chosen
+        return chosen
 
     def _pass(self, queue_name: str | None, hops: int) -> None:
         """Pass a wake-up to the next slot of the ring, unless it went round already."""
