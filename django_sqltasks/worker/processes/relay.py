@@ -84,6 +84,7 @@ class Relay:
         self._next_check = 0.0  # monotonic
         self._next_poll = 0.0  # monotonic
         self._last: Child | None = None  # the child woken last
+        self._heard: list[tuple[str, str]] = []  # notifications not routed yet
         self.woken = 0  # wake-ups sent to children
         self.passed = 0  # notifications passed on to the next machine
 
@@ -113,6 +114,13 @@ class Relay:
                 self._opening = open_link(params, self._key)
             elif self._opening is not None and self._opening.done():
                 self._adopt()
+        heard, self._heard = self._heard, []
+        for channel, payload in heard:
+            if channel == CHANNEL:
+                self._route(payload or None, 0)
+            else:
+                hops, queue_name = wake_ring.read_payload(payload)
+                self._route(queue_name, hops)
         more, self._children.more[:] = list(self._children.more), []
         for child in more:
             self._route(None, 0, besides=child)
@@ -177,12 +185,9 @@ class Relay:
             logger.warning("Listening for new tasks failed (%s); the processes poll", e)
             self._drop()
             return
-        for channel, payload in notifications:
-            if channel == CHANNEL:
-                self._route(payload or None, 0)
-            else:
-                hops, queue_name = wake_ring.read_payload(payload)
-                self._route(queue_name, hops)
+        # Routed at the next tick, once the supervisor has read its children's pipes: a task
+        # that started meanwhile counts against its process's room.
+        self._heard += notifications
 
     def _checked(self, results: list[Any]) -> None:
         """Take in the ring's slots, and the head lock if this supervisor just got it."""

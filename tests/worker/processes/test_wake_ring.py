@@ -94,16 +94,22 @@ def test_one_enqueue_wakes_one_process_of_one_machine(
 def test_a_machine_with_no_room_passes_the_wake_up_on(
     worker_process: StartWorker, events: EventLog, gate: Gate, tmp_path: Path
 ) -> None:
-    head, _ = head_then_members(worker_process, events, ["m0", "m1"])
+    # The head first, alone, its only process busy; then another machine.
+    head = machine(worker_process, "m0")
+    events.wait("relay_listening", head=True)
+    events.wait("worker_started")
     busy = tasks.touch_then_wait_at.enqueue(str(tmp_path / "busy"), gate.path)
     events.wait("note", what="start", path=str(tmp_path / "busy"))
+    machine(worker_process, "m1")
+    events.wait("relay_listening", count=2)
+    events.wait("worker_started", count=2)
+    events.wait("ring_changed", lambda e: e.pid == head.proc.pid and len(e["slots"]) == 2)
     mark = events.mark()
     started = time.monotonic()
     result = tasks.noop.enqueue()
     (finished,) = events.wait("task_finished", id=str(result.id), after=mark, timeout=SOON)
     assert time.monotonic() - started < SOON
-    # The head's only process runs the first task: it passed the wake-up to the other machine
-    # (and the "more" of that process's claim, which took all it asked for, unnamed).
+    # The head's only process runs the first task: it passed the wake-up to the other machine.
     (passed,) = events.all("wake_passed", after=mark, queue="default")
     assert passed.pid == head.proc.pid and passed["hops"] == 1, passed
     assert finished["worker_ids"] == ["m1-1"], finished
