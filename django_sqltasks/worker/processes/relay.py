@@ -3,10 +3,10 @@ machines' supervisors (PostgreSQL).
 
 One connection listens for every process of ``tasks_worker --processes N`` (their own
 connections only claim), and each notification wakes one process, not all of them: the one
-with the fewest running tasks, and among equals the one woken last. A process whose claim took all it
-asked for says so (``relayed.MORE``), and the relay wakes another, so a batch enqueued at once
-(one notification) reaches as many processes as it needs, one claim after another. Only the
-last claim of such a chain finds nothing.
+with the fewest running tasks, and among equals the one woken last. A process whose claim
+took all it asked for says so (``relayed.MORE``), and the relay wakes another, so a batch
+enqueued at once (one notification) reaches as many processes as it needs, one claim after
+another. Only the last claim of such a chain finds nothing.
 
 Across machines, the supervisors of one backend and one set of queues form a ring
 (``sql/wake_ring.py``): only the ring's head hears the enqueue's notifications. A supervisor
