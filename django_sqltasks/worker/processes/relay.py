@@ -85,6 +85,7 @@ class Relay:
         self._next_poll = 0.0  # monotonic
         self._last: Child | None = None  # the child woken last
         self._heard: list[tuple[str, str]] = []  # notifications not routed yet
+        self._checking = False  # a look at the ring was sent and not answered yet
         self.woken = 0  # wake-ups sent to children
         self.passed = 0  # notifications passed on to the next machine
 
@@ -126,8 +127,9 @@ class Relay:
             self._route(None, 0, besides=child)
         if self._link is None:
             return
-        if now >= self._next_check:
-            self._next_check = now + jittered(CHECK_EVERY)
+        if now >= self._next_check and not self._checking:
+            # One look at a time: a server slow to answer gets no queue of them.
+            self._next_check, self._checking = now + jittered(CHECK_EVERY), True
             self._send(
                 wake_ring.check_sql(self._key, self._link.slot, self._link.head), self._checked
             )
@@ -191,6 +193,7 @@ class Relay:
 
     def _checked(self, results: list[Any]) -> None:
         """Take in the ring's slots, and the head lock if this supervisor just got it."""
+        self._checking = False
         link = self._link
         if link is None or not results:
             return
@@ -282,7 +285,7 @@ class Relay:
         if link is None:
             return
         self._retry_at = time.monotonic() + RECONNECT_DELAY
-        self._slots = []
+        self._slots, self._checking = [], False
         self._children.unwatch(link.fd)
         for child in self._children.all():
             child.wake(UNHEARD + b"\n")
