@@ -126,6 +126,15 @@ TASKS = {
 }
 if os.environ.get("SQLTASKS_NOTIFY") == "0":  # workers that poll
     TASKS["default"]["OPTIONS"]["NOTIFY"] = False
+# Worker subprocesses of the wake ring's tests listen through the alias "listen", at this port
+# (a server that never answers).
+if os.environ.get("SQLTASKS_TEST_LISTEN_PORT"):
+    DATABASES["listen"] = {
+        **DATABASES["default"],
+        "PORT": int(os.environ["SQLTASKS_TEST_LISTEN_PORT"]),
+        "TEST": {"MIRROR": "default"},
+    }
+    TASKS["default"]["OPTIONS"]["LISTEN_DATABASE"] = "listen"
 if os.environ.get("SQLTASKS_TEST_LISTEN_DATABASE"):
     TASKS["default"]["OPTIONS"]["LISTEN_DATABASE"] = os.environ["SQLTASKS_TEST_LISTEN_DATABASE"]
 try:

@@ -27,6 +27,16 @@ The signals, and their fields (all JSON values):
   is due in ``delay`` seconds (``worker_id``, ``pid``, ``status``, ``delay``).
 - ``child_killed``: a supervisor killed a worker process for ``tasks`` past their timeout or
   cancelled, and wrote their outcomes (``worker_id``, ``pid``, ``tasks``, ``action``).
+- ``relay_listening``: a supervisor's ``LISTEN`` connection is up (``database``, ``slot``: its
+  place in the wake ring, ``head``: whether it hears every enqueue).
+- ``relay_head``: a supervisor took the head of its wake ring (``database``, ``slot``).
+- ``ring_changed``: a supervisor saw the slots of its wake ring change (``database``, ``slot``,
+  ``slots``).
+- ``relay_woke``: a supervisor woke one of its processes for a notification or a "more"
+  (``worker_id``, ``queue``, ``hops``: the machines that passed it on before); once a
+  wake-up, which is at most once a task.
+- ``wake_passed``: a supervisor with no room passed a wake-up to the next slot of its ring
+  (``slot``, ``to``, ``hops``, ``queue``).
 - ``leases_renewed``: a supervisor renewed its healthy children's leases (``worker_ids``).
 - ``health_touched``: a worker or a supervisor touched its health file (``path``).
 """

@@ -6,6 +6,10 @@ The socket carries one line per message. From the supervisor: ``L`` (it listens:
 enqueued from now on is told to one of its processes), ``U`` (it does not: poll), ``W`` and a
 queue name (a task may wait in that queue; no name: in any). From the worker: ``M`` (a claim
 took every task it asked for: more may wait, wake another process).
+
+While its supervisor listens, the supervisor also polls for the process, spreading the polls
+over its processes and the other machines (``processes/relay.py``): the process's own poll
+waits ``RELAYED_POLL_FACTOR`` times its poll interval, a net beneath the supervisor's.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ UNHEARD = b"U"
 WAKE = b"W"
 MORE = b"M"
 READ_BYTES = 65536
+RELAYED_POLL_FACTOR = 10  # a process's own poll, while its supervisor listens and polls for it
 
 
 def wake_line(queue_name: str | None) -> bytes:
@@ -40,10 +45,16 @@ def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
 class RelayedWakeups:
     """The worker's end of the socket. Every method and field belongs to the loop thread."""
 
-    def __init__(self, fd: int, on_wake: Callable[[str | None], None]) -> None:
+    def __init__(
+        self,
+        fd: int,
+        on_wake: Callable[[str | None], None],
+        on_listening: Callable[[bool], None] | None = None,
+    ) -> None:
         self._socket = socket.socket(fileno=fd)
         self._socket.setblocking(False)
         self._on_wake = on_wake
+        self._on_listening = on_listening  # told each time ``listening`` changes
         self._buffer = b""
         self._loop: asyncio.AbstractEventLoop | None = None
         self.listening = False  # the supervisor said it listens (and has not said otherwise)
@@ -76,7 +87,7 @@ class RelayedWakeups:
         if not data:  # the supervisor is gone (its children die with it): poll meanwhile
             assert self._loop is not None
             self._loop.remove_reader(self._socket.fileno())
-            self.listening = False
+            self._set_listening(False)
             return
         lines, self._buffer = split_lines(self._buffer + data)
         for line in lines:
@@ -84,10 +95,15 @@ class RelayedWakeups:
             if kind == WAKE:
                 self._on_wake(rest.decode("utf-8", "replace") or None)
             elif kind == LISTENING:
-                self.listening = True
+                self._set_listening(True)
                 self._on_wake(None)  # anything enqueued while nobody listened
             elif kind == UNHEARD:
-                self.listening = False
+                self._set_listening(False)
+
+    def _set_listening(self, listening: bool) -> None:
+        changed, self.listening = listening != self.listening, listening
+        if changed and self._on_listening is not None:
+            self._on_listening(listening)
 
 
 def socket_pair() -> tuple[socket.socket, int]:

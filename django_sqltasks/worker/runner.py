@@ -35,7 +35,7 @@ from .loop import run as event_loop_run
 from .maintenance import Maintenance
 from .native import LoopDatabase
 from .producer import Producer
-from .relayed import RelayedWakeups
+from .relayed import RELAYED_POLL_FACTOR, RelayedWakeups
 from .reporter import Reporter
 from .retries import DatabaseThread
 from .slots import Slots
@@ -141,6 +141,7 @@ class Worker:
             connection_lost=self._connection_lost,
             meter=self.claim_meter,
         )
+        self._poll_interval: float = poll_interval or config.poll_interval
         self._producer = Producer(
             sender=type(task_backend),
             claims=self._claims,
@@ -148,7 +149,7 @@ class Worker:
             db=self._db,
             completer=self._completer,
             failing=self._failing,
-            poll_interval=poll_interval or config.poll_interval,
+            poll_interval=self._poll_interval,
             burst=burst,
             max_tasks=max_tasks,
             suspect_bound=config.lease_timeout,
@@ -180,6 +181,12 @@ class Worker:
         self._wakeup: Wakeup | None = None
         self._native: LoopDatabase | None = None  # PostgreSQL's listen and claim on the loop
         self._relay: RelayedWakeups | None = None
+
+    def _relay_listening(self, listening: bool) -> None:
+        """While the supervisor listens, it polls for this process too: poll less on its own
+        (the producer reads its interval at each sleep)."""
+        factor = RELAYED_POLL_FACTOR if listening else 1
+        self._producer.poll_interval = self._poll_interval * factor
 
     # Public controls --------------------------------------------------------------------
 
@@ -266,7 +273,9 @@ class Worker:
         await self._db.call(self.lease.register)
         notify = self.backend.config.notify
         if self._relay_fd is not None:
-            self._relay = RelayedWakeups(self._relay_fd, self._producer.woken_here)
+            self._relay = RelayedWakeups(
+                self._relay_fd, self._producer.woken_here, self._relay_listening
+            )
             self._relay.start()
             self._producer.relayed_by(self._relay)
         if LoopDatabase.available(self.database):

@@ -137,6 +137,9 @@ class Command(QuietWhenPipeCloses):
             max_tasks_per_child=options["max_tasks_per_child"],
             max_memory_per_child=options["max_memory_per_child"],
             health_file=options["health_file"],
+            queue_names=queues,
+            concurrency=options["concurrency"],
+            poll_interval=options["poll_interval"],
         )
         try:
             status = supervisor.run()

@@ -51,7 +51,9 @@ MEMORY_EVERY = 1.0  # seconds between reads of the children's memory
 
 
 class Supervisor:
-    """Run ``processes`` worker processes of ``command`` (the child's tasks_worker options)."""
+    """Run ``processes`` worker processes of ``command`` (the child's tasks_worker options:
+    ``queue_names``, ``concurrency`` and ``poll_interval`` among them, which its wake-ups
+    follow)."""
 
     def __init__(
         self,
@@ -65,6 +67,9 @@ class Supervisor:
         max_tasks_per_child: int | None = None,
         max_memory_per_child: int | None = None,  # MB
         health_file: str | None = None,
+        queue_names: list[str] | None = None,
+        concurrency: int = 1,
+        poll_interval: float | None = None,
     ) -> None:
         task_backend: Any = task_backends[backend]
         config = task_backend.config
@@ -95,7 +100,15 @@ class Supervisor:
         # PostgreSQL: one LISTEN for every child, each notification waking one of them.
         self._relay: Relay | None = None
         if Relay.wanted(self.database, config.notify):
-            self._relay = Relay(self.database, config.listen_database, self._children)
+            self._relay = Relay(
+                self.database,
+                config.listen_database,
+                self._children,
+                backend_name=self.backend_name,
+                queue_names=queue_names,
+                capacity=concurrency,
+                poll_interval=poll_interval or config.poll_interval,
+            )
             self._children.relayed = True
             self._children.on_started = self._relay.started
 
