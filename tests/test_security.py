@@ -151,6 +151,7 @@ STRUCTURAL = {
     "self._json_placeholder",  # "%s" or "%s::jsonb": a placeholder
     "CLAIM_SET",  # what a claim writes on each row it takes: fixed text with placeholders
     "RUNNING_BY_ID",  # an outcome's condition that its row is RUNNING: fixed text
+    "IDS_UNSEEN",  # an outcome's ids as a parameter the planner cannot read: fixed text
     "commit",  # the claim's set_config of synchronous_commit (CLAIM_SYNCHRONOUS_COMMIT), or ""
     # A requeue's status and finished_at (constants, or a CASE on a placeholder's condition)
     # and its rescue count increment: fixed SQL text.
