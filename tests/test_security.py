@@ -152,6 +152,16 @@ STRUCTURAL = {
     "CLAIM_SET",  # what a claim writes on each row it takes: fixed text with placeholders
     "RUNNING_BY_ID",  # an outcome's condition that its row is RUNNING: fixed text
     "IDS_UNSEEN",  # an outcome's ids as a parameter the planner cannot read: fixed text
+    # sql/wake_ring.py: the ring's advisory lock class and slot numbers, ints (int() of what
+    # the code computes: a crc32, a slot the server returned; SLOTS and HEAD constants), and
+    # the channel named by them. Sent on the LISTEN connection by the simple query protocol,
+    # which takes no parameters.
+    "int(key)",
+    "SLOTS",
+    "HEAD",
+    "held",
+    "slot_channel(key, slot)",
+    "wake_ring.slot_channel(key, slot)",
     "commit",  # the claim's set_config of synchronous_commit (CLAIM_SYNCHRONOUS_COMMIT), or ""
     # A requeue's status and finished_at (constants, or a CASE on a placeholder's condition)
     # and its rescue count increment: fixed SQL text.

@@ -28,7 +28,7 @@ def ring_key(backend_name: str, queue_names: list[str] | None) -> int:
 
 def slot_channel(key: int, slot: int) -> str:
     """The channel of ``slot`` in the ring ``key`` (under 63 bytes: one identifier)."""
-    return f"{CHANNEL}_{key:x}_{slot}"
+    return f"{CHANNEL}_{int(key):x}_{int(slot)}"
 
 
 def take_slot_sql(key: int) -> str:
@@ -36,24 +36,24 @@ def take_slot_sql(key: int) -> str:
     limit stops the scan at the first lock it gets."""
     return (
         f"SELECT n FROM generate_series(1, {SLOTS}) AS n "
-        f"WHERE pg_try_advisory_lock({key}, n) LIMIT 1"
+        f"WHERE pg_try_advisory_lock({int(key)}, n) LIMIT 1"
     )
 
 
 def take_head_sql(key: int) -> str:
-    return f"SELECT pg_try_advisory_lock({key}, {HEAD})"
+    return f"SELECT pg_try_advisory_lock({int(key)}, {HEAD})"
 
 
 def check_sql(key: int, slot: int, head: bool) -> str:
     """Listen on the slot's channel again (a no-op that keeps ``LISTEN`` the session's last
     statement), try for the head lock unless held, and read the slots held: one row, (whether
     this session holds the head lock, the slots as an array's text)."""
-    held = "true" if head else f"pg_try_advisory_lock({key}, {HEAD})"
+    held = "true" if head else f"pg_try_advisory_lock({int(key)}, {HEAD})"
     return (
         f"LISTEN {slot_channel(key, slot)}; "
         f"SELECT {held}, ARRAY(SELECT objid FROM pg_locks WHERE locktype = 'advisory' "
         "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-        f"AND classid = {key} AND objsubid = 2 AND objid > {HEAD} AND granted ORDER BY objid)"
+        f"AND classid = {int(key)} AND objsubid = 2 AND objid > {HEAD} AND granted ORDER BY objid)"
     )
 
 
