@@ -6,7 +6,7 @@ import re
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -296,7 +296,14 @@ def test_few_rows_of_a_task_or_queue_are_found_through_the_search_index(column: 
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {TaskRecord._meta.db_table}")
     rare = search.by_column(TaskRecord.objects.all(), column, "rare")
-    assert plan_uses(rare.order_by().explain(), "sqltasks_argument_values_idx")
+    # What is checked: the search's condition is the index's expression, so the index can
+    # serve it. Whether the planner prefers it over reading a partition of this test's size
+    # is a cost that moved between PostgreSQL 15 and 18 (18 read the small partitions), so the
+    # plan is read with sequential scans priced out (the large_table plan tests keep the costs).
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        plan = rare.order_by().explain()
+    assert plan_uses(plan, "sqltasks_argument_values_idx"), plan
     assert rare.count() == 1
     # Many rows (by the planner's estimate): read along the primary key, newest first.
     many = "tests.tasks.add" if column == "task_path" else "default"
