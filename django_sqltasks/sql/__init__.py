@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import load_backend
 
 from .dialect import Dialect
 from .mysql import MySQLDialect
@@ -73,6 +74,12 @@ def names_missing_table(error: BaseException) -> bool:
     return any(dialect.names_missing_table(error) for dialect in DIALECTS.values())
 
 
+def engine_vendor(engine: str) -> str:
+    """The vendor of a DATABASES ENGINE (``postgresql`` for PostGIS too), read from its class:
+    no connection is made. Raise ImproperlyConfigured if the engine does not load."""
+    return str(load_backend(engine).DatabaseWrapper.vendor)
+
+
 def unsupported_version(alias: str) -> str | None:
     """Say which version is needed if ``alias`` runs a server too old for django-sqltasks, or
     a database it does not support at all."""
@@ -96,6 +103,7 @@ __all__ = [
     "SuspectRow",
     "TableHealth",
     "dialect_for",
+    "engine_vendor",
     "names_missing_table",
     "postgresql_dialect",
     "unsupported_version",

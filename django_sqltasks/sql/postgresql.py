@@ -15,6 +15,7 @@ from ..core.serialization import dumps, loads
 from . import health
 from .claims import claims_commit_relaxed
 from .dialect import Dialect
+from .errors import driver_error
 from .marks import MARK_BASE, NO_MARKS, WALK_START, ClaimFeedback, ClaimMarks, parse_time
 from .rows import (
     ANY_LIMIT,
@@ -28,7 +29,6 @@ from .rows import (
     Scope,
     TableHealth,
 )
-from .vendor import driver_error
 
 CHANNEL = "sqltasks"  # LISTEN/NOTIFY channel; payload: the queue name of the enqueued task(s)
 # The channel of finished tasks, for ``result.wait()``; payload: their ids, comma-separated.

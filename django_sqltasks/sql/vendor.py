@@ -27,12 +27,6 @@ _UNKNOWN_SAFETY = uuid.SafeUUID.unknown
 _from_iso = datetime.fromisoformat
 
 
-def driver_error(error: BaseException) -> BaseException:
-    """The database driver's exception behind Django's wrapper (or ``error`` itself)."""
-    cause = error.__cause__
-    return cause if cause is not None else error
-
-
 def uuid_from_text(text: str) -> uuid.UUID:
     """``uuid.UUID(text)`` for the database's text form of an id, in half the time: the
     checks of ``UUID.__init__`` but the one that matters here, 32 hex digits."""
