@@ -1,12 +1,11 @@
 """What every SQL dialect provides: one class made of the statements on each table, which each
 database's dialect (postgresql.py, mysql.py, sqlite.py) specializes.
 
-Where each part lives: vendor.py (the facts about the database, its clock, values in and out),
-tasks.py (inserts and single-task statements), claims.py (the claim and the suspects),
-health.py (the health probe's reads and bounds, on top of the claim's),
-outcomes.py (completions, salvage, requeues), workers.py (the worker table) and steps.py
-(the step records of durable tasks); the row types
-they take and return are in rows.py.
+Where each part lives: vendor.py (the facts about the database, its clock) on values.py
+(values in and out), tasks.py (inserts and single-task statements), claims.py (the claim and
+the suspects), probes.py (the health probe's statements, on top of the claim's), outcomes.py
+(completions, salvage, requeues), workers.py (the worker table) and steps.py (the step records
+of durable tasks); the row types they take and return are in rows.py.
 """
 
 from __future__ import annotations
