@@ -1,11 +1,11 @@
 """Every raw SQL statement, as one Dialect per database (postgresql.py, mysql.py, sqlite.py).
 
 A Dialect (dialect.py) is made of the statements of each table: tasks.py (inserts, one task),
-claims.py (the claim, suspects), outcomes.py (completions, requeues) and workers.py, on top of
-vendor.py (the database's facts and clock) and values.py (values in and out); health.py reads
-the task table's upkeep, and rows.py holds the rows they pass. The claim, the batched
-completion and the rescue are single statements (or one short transaction on MySQL) that the
-ORM cannot express; everything else goes through the QuerySet. Every statement, as each
+claims.py (the claim), suspects.py, limit_keys.py, outcomes.py (completions, requeues) and
+workers.py, on top of vendor.py (the database's facts and clock) and values.py (values in and
+out); health.py reads the task table's upkeep, and rows.py holds the rows they pass. The claim,
+the batched completion and the rescue are single statements (or one short transaction on MySQL)
+that the ORM cannot express; everything else goes through the QuerySet. Every statement, as each
 database receives it, is in the repository's sql/snapshots/ (make sql-snapshots;
 CONTRIBUTING.md, "Adding a SQL statement").
 """
