@@ -14,10 +14,6 @@ from django.db import DatabaseError
 from django.db.backends.utils import CursorWrapper
 
 from .errors import driver_error
-
-# Named here by sql/postgresql.py (PostgreSQLDialect's base), which is to import it from
-# sql/probes.py itself.
-from .probes import PostgreSQLProbe as PostgreSQLProbe
 from .rows import TableHealth
 
 # PostgreSQL ----------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def test_the_claim_rescue_and_prune_statements_have_plans(dialect: Dialect) -> N
 def test_the_claim_is_prepared_only_where_the_project_allows_prepared_statements() -> None:
     psycopg = pytest.importorskip("psycopg")
     from django_sqltasks.sql.pg import connection_params
-    from django_sqltasks.sql.postgresql import _can_prepare
+    from django_sqltasks.sql.prepared import _can_prepare
 
     with psycopg.connect(**connection_params("default")) as raw:
         # Django's default: OPTIONS "prepare_threshold" None, for poolers' sake.

@@ -50,7 +50,7 @@ LIMIT %s;
 -- %s 9: 2
 
 -- claim_suspect_by_id(cursor, task_id, worker_id)
---   PostgreSQLDialect.claim_suspect_by_id (django_sqltasks/sql/postgresql.py)
+--   PostgreSQLClaims.claim_suspect_by_id (django_sqltasks/sql/postgresql_claims.py)
 WITH claimed AS (
     UPDATE "django_sqltasks_taskrecord" AS t
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
