@@ -15,7 +15,6 @@ from typing import Any
 
 from ..compat import task_started
 from ..sql import ClaimedRow
-from . import events
 from .claims import Claims
 from .completer import Completer
 from .executor import Executor
@@ -25,6 +24,7 @@ from .receivers import Receivers
 from .relayed import RelayedWakeups
 from .retries import DatabaseThread
 from .slots import Slots
+from .suspect_claims import SuspectClaims
 from .suspects import Suspects
 
 logger = logging.getLogger("django_sqltasks")
@@ -90,6 +90,9 @@ class Producer:
         self._stopping = False  # set by stop(): claim no more
         self._stop_unseen = False  # set by stop(), cleared by the next sleep, which it ends
         self._suspects = Suspects(suspect_bound, slots.capacity)
+        self._suspect_claims = SuspectClaims(
+            self._suspects, claims=claims, slots=slots, db=db, failing=failing
+        )
 
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
         """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
@@ -127,7 +130,7 @@ class Producer:
         claims = self._claims
         while not self._stopping:
             if self._suspects.to_clear() is not None:
-                await self._clear_suspect()
+                await self._suspect_claims.clear()
             held = self.slots.held
             free = capacity - held
             if self.max_tasks is not None:
@@ -142,7 +145,9 @@ class Producer:
             if self._suspects.may_look(self.slots):
                 # The suspects of a first death run beside each other in up to half of the
                 # slots; of the others, one at a time runs alone here, in one slot.
-                free -= await self._claim_suspects(free)
+                suspects = await self._suspect_claims.claim(free)
+                self._hold(suspects, first=True)
+                free -= len(suspects)
                 if free <= 0:
                     continue
             written_before = self._completer.written
@@ -201,91 +206,11 @@ class Producer:
                 )
                 await self.sleep(min(idle, self.poll_interval))
 
-    async def _claim_suspects(self, free: int) -> int:
-        """Claim the suspects that wait and that their limits let start, up to ``free``: of a
-        first death, beside each other in up to half of the slots; of the others, one to run
-        alone in one slot if none runs alone here (see ``suspects``). Return how many slots
-        they took."""
-        suspects = self._suspects
-        alone = suspects.may_claim(self.slots)
-        beside = min(free - alone, suspects.room_beside(self.slots))
-        if beside <= 0 and not alone:
-            return 0
-        try:
-            claimed = await self._db.call(self._claims.claim_suspects, max(0, beside), alone)
-        except Exception:
-            self._failing.failed("claiming")
-            logger.exception(
-                "Claiming a suspect task failed worker_id=%s; retrying", self.worker_id
-            )
-            return 0
-        self._failing.succeeded("claiming")
-        took_alone = False
-        for row, suspect in claimed:
-            if suspect.together:
-                suspects.took_beside(row.id)
-                logger.info(
-                    "Running task id=%s beside the other tasks that lost a worker: its worker "
-                    "died while it ran; if this worker dies too, it runs alone next",
-                    row.id,
-                    extra={
-                        "action": "suspect_together",
-                        "task_id": row.id,
-                        "worker_id": self.worker_id,
-                    },
-                )
-                continue
-            took_alone = True
-            logger.warning(
-                "Running task id=%s alone in one slot: its worker died while it ran beside "
-                "other tasks, and any of them may have killed it",
-                row.id,
-                extra={"action": "suspect_alone", "task_id": row.id, "worker_id": self.worker_id},
-            )
-            suspects.took(row.id, suspect.bounded)
-        # None waits, or their limits are full: look again when told, or at a burst end.
-        suspects.looked(
-            alone=alone,
-            took_alone=took_alone,
-            beside=max(0, beside),
-            took_beside=len(claimed) - took_alone,
-        )
-        self._hold([row for row, _ in claimed], first=True)
-        return len(claimed)
-
-    async def _clear_suspect(self) -> None:
-        """The suspect running alone here reached its time bound: clear it, so that the next
-        suspect may start here (see ``suspects``)."""
-        task_id = self._suspects.to_clear()
-        assert task_id is not None
-        self._suspects.cleared()
-        try:
-            cleared = await self._db.call(self._claims.clear_suspect, task_id)
-        except Exception:
-            # Not retried: it keeps its mark, and is charged if its worker dies beside the
-            # next suspect (a crash during a database fault).
-            self._failing.failed("claiming")
-            logger.exception("Clearing suspect task id=%s failed", task_id)
-            return
-        if not cleared:
-            return  # it ended meanwhile
-        logger.info(
-            "Task id=%s ran alone for %ss without killing its worker: the next suspect may "
-            "start beside it",
-            task_id,
-            self._suspects.bound,
-            extra={"action": "suspect_cleared", "task_id": task_id, "worker_id": self.worker_id},
-        )
-        events.emit("suspect_cleared", worker_id=self.worker_id, task_id=str(task_id))
-
     def on_suspects(self) -> None:
         """Suspects wait (told by the heartbeat thread): take them when it can."""
         if self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closing
-                self._loop.call_soon_threadsafe(self._suspects_told)
-
-    def _suspects_told(self) -> None:
-        self._suspects.told()
+                self._loop.call_soon_threadsafe(self._suspects.told)
 
     async def sleep(self, seconds: float, *, wake_at: int | None = None) -> None:
         """Sleep up to ``seconds``; wake early once a quarter of the room is free (or no more
