@@ -16,6 +16,7 @@ from ..backend import SQLTaskBackend
 from ..sql import dialect_for
 from .claim_meter import ClaimMeter
 from .claims import Claims
+from .main_claim import MainClaim
 from .native import LoopDatabase
 from .producer import Producer
 from .relayed import RELAYED_POLL_FACTOR, RelayedWakeups
@@ -30,9 +31,8 @@ class Listeners:
 
     # Set once, with the worker.
     backend: SQLTaskBackend
-    queue_names: list[str] | None
-    worker_id: str
-    claims: Claims
+    claims: Claims  # the worker's, which name its id and queues
+    main_claim: MainClaim
     producer: Producer
     poll_interval: float
     connection_lost: threading.Event
@@ -54,14 +54,14 @@ class Listeners:
                 self.relay_fd, self.producer.woken_here, self._relay_listening
             )
             self._relay.start()
-            self.producer.relayed_by(self._relay)
+            self.main_claim.relayed_by(self._relay)
         if LoopDatabase.available(self.backend.database):
             # PostgreSQL: LISTEN and the main claim on the loop.
             self._native = LoopDatabase(
                 database=self.backend.database,
                 backend_name=self.backend.alias,
-                queue_names=self.queue_names,
-                worker_id=self.worker_id,
+                queue_names=self.claims.queue_names,
+                worker_id=self.claims.worker_id,
                 scope=self.claims.main_scope,
                 listen=notify and self._relay is None,
                 on_wake=self.producer.woken_here,
@@ -70,7 +70,7 @@ class Listeners:
                 meter=self.meter,
             )
             await self._native.start()
-            self.producer.claim_on_loop(self._native)
+            self.main_claim.on_loop(self._native)
         elif dialect_for(connections[self.backend.database]).wakeup == "notify" and notify:
             logger.info("psycopg 3 is not installed: workers poll instead of listening")
         self._wakeup = wakeup_for(self.backend.database, self.producer.on_wake)

@@ -1,7 +1,8 @@
 """The producer: claims due tasks in batches as slots free up, holds prefetched ones until a slot
 frees, and starts them through the executor. Wake-ups (NOTIFY, file watches) cut its sleeps
 short; so does a quarter of its room freeing up. Its statements are ``Claims``', run on the
-database thread (or, for the main claim on PostgreSQL, on the loop: ``native``)."""
+database thread (the main claim, on PostgreSQL, on the loop: ``main_claim``; the suspects'
+through ``suspect_claims``)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,8 @@ from .claims import Claims
 from .completer import Completer
 from .executor import Executor
 from .liveness import FailingRoles
-from .native import LoopDatabase
+from .main_claim import MainClaim
 from .receivers import Receivers
-from .relayed import RelayedWakeups
 from .retries import DatabaseThread
 from .slots import Slots
 from .suspect_claims import SuspectClaims
@@ -47,6 +47,7 @@ class Producer:
         *,
         sender: type,
         claims: Claims,
+        main_claim: MainClaim,
         slots: Slots,
         db: DatabaseThread,
         completer: Completer,
@@ -65,6 +66,7 @@ class Producer:
         self.burst = burst
         self.max_tasks = max_tasks
         self._claims = claims
+        self._main_claim = main_claim
         self._db = db
         self._completer = completer
         self._failing = failing
@@ -85,8 +87,6 @@ class Producer:
         self._woken_in_claim = False
         self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
-        self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
-        self._relay: RelayedWakeups | None = None  # a supervisor's wake-ups, if it relays them
         self._stopping = False  # set by stop(): claim no more
         self._stop_unseen = False  # set by stop(), cleared by the next sleep, which it ends
         self._suspects = Suspects(suspect_bound, slots.capacity)
@@ -100,16 +100,6 @@ class Producer:
         self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
         self.executor = executor
-
-    def claim_on_loop(self, native: LoopDatabase) -> None:
-        """Run the main claim on the loop through ``native`` (on the loop thread)."""
-        self._native = native
-
-    def relayed_by(self, relay: RelayedWakeups) -> None:
-        """Be told of new tasks by a supervisor that listens for this process (on the loop
-        thread): ``relay`` says whether it listens, and hears of each claim that took all
-        it asked for."""
-        self._relay = relay
 
     # Loop thread --------------------------------------------------------------------------
 
@@ -153,7 +143,7 @@ class Producer:
             written_before = self._completer.written
             try:
                 self._claiming, self._woken_in_claim = True, False
-                rows = await self._claim_rows(free)
+                rows = await self._main_claim.claim(free)
             except Exception:
                 self._claiming = False
                 self._failing.failed("claiming")
@@ -164,9 +154,8 @@ class Producer:
             # are taken in or limits scanned (both may await) is not lost to its clear().
             self._failing.succeeded("claiming")
             self._hold(rows)
-            if self._relay is not None and rows and len(rows) >= free:
-                # More may wait than this process took: its supervisor wakes another.
-                self._relay.more()
+            if rows and len(rows) >= free:
+                self._main_claim.took_all()
             if not claims.limited_active and (
                 len(rows) < free or time.monotonic() >= self._next_scan
             ):
@@ -192,7 +181,7 @@ class Producer:
                         continue
                     await asyncio.to_thread(self._completer.wait_idle, 30)
                     continue
-                if self._told_of_new_tasks():
+                if self._main_claim.told_of_new_tasks():
                     # Every new task wakes this worker, a retry's outcome too: polling would
                     # only repeat the claim that just found the queue drained. A burst worker
                     # also wakes when its last task ends, to stop then, not a poll later.
@@ -248,30 +237,6 @@ class Producer:
         """A task may have been enqueued (told on the loop thread): claim without waiting."""
         if self._serves(queue_name):
             self._woken()
-
-    def _told_of_new_tasks(self) -> bool:
-        """Whether a task that becomes claimable wakes this worker: it listens (PostgreSQL),
-        or its supervisor listens for it, and no limit is claimed for (a slot of a limit
-        frees with no notification)."""
-        native, relay = self._native, self._relay
-        told = (native is not None and native.listening) or (relay is not None and relay.listening)
-        return told and not self._claims.limited_active
-
-    async def _claim_rows(self, free: int) -> list[ClaimedRow]:
-        """Claim up to ``free`` tasks: on the loop where it can, else on the database thread."""
-        native, claims = self._native, self._claims
-        if native is None or not native.ready or claims.limited_active or claims.uncertain:
-            # Also where the last claim failed or a connection was lost: the thread's claim
-            # first puts back what the database says this worker holds and it does not.
-            return await self._db.call(claims.claim, free)
-        try:
-            return await native.claim(free)
-        except Exception as e:
-            logger.warning(
-                "Claim on the event loop failed (%s); claiming on the database thread", e
-            )
-            # It may have committed: the thread's claim first puts back what it took.
-            return await self._db.call(claims.claim, free, True)
 
     def _hold(self, rows: list[ClaimedRow], first: bool = False) -> None:
         """Take claimed rows in: start as many as there are free slots, keep the rest waiting

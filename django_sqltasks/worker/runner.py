@@ -33,6 +33,7 @@ from .lease import Lease
 from .listeners import Listeners
 from .liveness import FailingRoles
 from .loop import run as event_loop_run
+from .main_claim import MainClaim
 from .maintenance import Maintenance
 from .native import LoopDatabase
 from .producer import Producer
@@ -141,9 +142,11 @@ class Worker:
             meter=self.claim_meter,
         )
         self._poll_interval: float = poll_interval or config.poll_interval
+        self._main_claim = MainClaim(self._claims, self._db)
         self._producer = Producer(
             sender=type(task_backend),
             claims=self._claims,
+            main_claim=self._main_claim,
             slots=self.slots,
             db=self._db,
             completer=self._completer,
@@ -173,9 +176,8 @@ class Worker:
         self._supervisor = supervisor  # None unless run by tasks_worker --processes
         self._listeners = Listeners(
             backend=task_backend,
-            queue_names=self.queue_names,
-            worker_id=self.worker_id,
             claims=self._claims,
+            main_claim=self._main_claim,
             producer=self._producer,
             poll_interval=self._poll_interval,
             connection_lost=self._connection_lost,
