@@ -28,7 +28,7 @@ from .core.workflow_plan import Node, StepCalls
 from .core.workflows import WorkflowResult
 from .enqueue import rows, writes
 from .enqueue.coalescer import coalescer_for
-from .sql import NewTask, installation, packet
+from .sql import NewTask, engine_vendor, installation, packet
 from .task import SQLTask
 
 if TYPE_CHECKING:
@@ -322,4 +322,4 @@ class SQLTaskBackend(BaseTaskBackend):
         return self.store.cancel_workflow(workflow_id)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        return list(check_backend(self))
+        return list(check_backend(self, engine_vendor))

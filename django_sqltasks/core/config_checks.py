@@ -4,14 +4,13 @@ database are in ``ops/checks.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db.utils import load_backend
 
 from ..exceptions import InvalidTaskArguments
 from . import tracing
@@ -27,8 +26,12 @@ WORKER_OWN_POOLED = 1
 POOL_MIN_SIZE = 4  # psycopg_pool's default min_size (and so max_size), as "pool": True gives
 
 
-def check_backend(backend: SQLBackend) -> Iterable[checks.CheckMessage]:
-    """Check one backend's configuration (run by Django's tasks check)."""
+def check_backend(
+    backend: SQLBackend, engine_vendor: Callable[[str], str]
+) -> Iterable[checks.CheckMessage]:
+    """Check one backend's configuration (run by Django's tasks check); ``engine_vendor``
+    names the vendor of a DATABASES ENGINE (``sql.engine_vendor``: a database's fact, from
+    the layer above this one)."""
     name = f"TASKS[{backend.alias!r}]"
     if not apps.is_installed("django_sqltasks"):
         yield checks.Error(
@@ -82,13 +85,15 @@ def check_backend(backend: SQLBackend) -> Iterable[checks.CheckMessage]:
             id="django_sqltasks.E013",
         )
     if backend.config.listen_database is not None and apps.is_installed("django_sqltasks"):
-        yield from _check_listen_database(backend, name)
+        yield from _check_listen_database(backend, name, engine_vendor)
     if apps.is_installed("django_sqltasks"):
         yield from _check_pool(backend)
     yield from _check_periodic(backend, name)
 
 
-def _check_listen_database(backend: SQLBackend, name: str) -> Iterable[checks.CheckMessage]:
+def _check_listen_database(
+    backend: SQLBackend, name: str, engine_vendor: Callable[[str], str]
+) -> Iterable[checks.CheckMessage]:
     """LISTEN_DATABASE: another way to the same PostgreSQL database, for the workers' LISTEN."""
     where = f"{name}['OPTIONS']['LISTEN_DATABASE']"
     listen = backend.config.listen_database
@@ -118,7 +123,7 @@ def _check_listen_database(backend: SQLBackend, name: str) -> Iterable[checks.Ch
         )
         return
     for alias in dict.fromkeys((database, listen)):
-        vendor = _vendor(databases[alias])
+        vendor = _vendor(databases[alias], engine_vendor)
         if vendor != "postgresql":
             yield checks.Error(
                 f"{where} is {listen!r}, but DATABASES[{alias!r}] is {vendor}, not PostgreSQL: "
@@ -168,12 +173,11 @@ def pool_max_size(pool: Any) -> int | None:
     return size if isinstance(size, int) else None
 
 
-def _vendor(database: Mapping[str, Any]) -> str:
-    """The vendor of a DATABASES entry's ENGINE (``postgresql`` for PostGIS too), read from
-    its class: no connection is made."""
+def _vendor(database: Mapping[str, Any], engine_vendor: Callable[[str], str]) -> str:
+    """The vendor of a DATABASES entry's ENGINE, or why there is none."""
     engine = str(database.get("ENGINE") or "")
     try:
-        return str(load_backend(engine).DatabaseWrapper.vendor)
+        return engine_vendor(engine)
     except ImproperlyConfigured:
         return f"the engine {engine!r}, which does not load"
 

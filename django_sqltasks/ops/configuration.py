@@ -9,7 +9,7 @@ from ..compat import InvalidTaskBackend, task_backends
 from ..core.backends import SQLBackend, sql_backends
 from ..core.tasks_check import OUR_PATHS, unloadable
 from .health import one_line
-from .probe import Exit, Problem
+from .probe_report import Exit, Problem
 
 
 def configuration_problems(backends: list[SQLBackend]) -> list[Problem]:

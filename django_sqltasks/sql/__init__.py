@@ -1,18 +1,20 @@
 """Every raw SQL statement, as one Dialect per database (postgresql.py, mysql.py, sqlite.py).
 
 A Dialect (dialect.py) is made of the statements of each table: tasks.py (inserts, one task),
-claims.py (the claim, suspects), outcomes.py (completions, requeues) and workers.py, on top of
-vendor.py (the database's facts, clock and values); health.py reads the task table's upkeep,
-and rows.py holds the rows they pass. The claim, the batched completion and the rescue are
-single statements (or one short transaction on MySQL) that the ORM cannot express; everything
-else goes through the QuerySet. Every statement, as each database receives it, is in the
-repository's sql/snapshots/ (make sql-snapshots; CONTRIBUTING.md, "Adding a SQL statement").
+claims.py (the claim), suspects.py, limit_keys.py, outcomes.py (completions, requeues) and
+workers.py, on top of vendor.py (the database's facts and clock) and values.py (values in and
+out); health.py reads the task table's upkeep, and rows.py holds the rows they pass. The claim,
+the batched completion and the rescue are single statements (or one short transaction on MySQL)
+that the ORM cannot express; everything else goes through the QuerySet. Every statement, as each
+database receives it, is in the repository's sql/snapshots/ (make sql-snapshots;
+CONTRIBUTING.md, "Adding a SQL statement").
 """
 
 from __future__ import annotations
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import load_backend
 
 from .dialect import Dialect
 from .mysql import MySQLDialect
@@ -73,6 +75,12 @@ def names_missing_table(error: BaseException) -> bool:
     return any(dialect.names_missing_table(error) for dialect in DIALECTS.values())
 
 
+def engine_vendor(engine: str) -> str:
+    """The vendor of a DATABASES ENGINE (``postgresql`` for PostGIS too), read from its class:
+    no connection is made. Raise ImproperlyConfigured if the engine does not load."""
+    return str(load_backend(engine).DatabaseWrapper.vendor)
+
+
 def unsupported_version(alias: str) -> str | None:
     """Say which version is needed if ``alias`` runs a server too old for django-sqltasks, or
     a database it does not support at all."""
@@ -96,6 +104,7 @@ __all__ = [
     "SuspectRow",
     "TableHealth",
     "dialect_for",
+    "engine_vendor",
     "names_missing_table",
     "postgresql_dialect",
     "unsupported_version",

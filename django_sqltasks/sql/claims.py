@@ -1,29 +1,22 @@
 """Statements that claim due tasks: the claim and its conditions (the ready indexes, the
-paused queues, the walk over priorities), the suspects a worker takes alone, and the keys of
-limited tasks."""
+paused queues, the walk over priorities), on which the claims of suspects (``suspects.py``)
+and of limit keys (``limit_keys.py``) build."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
-from ..compat import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, task_backends
+from ..compat import task_backends
 from .marks import ClaimMarks
 from .rows import (
     ANY_LIMIT,
-    SUSPECT,
-    SUSPECT_CLEARED,
-    SUSPECT_TOGETHER,
-    SUSPECT_UNBOUNDED,
     UNLIMITED,
     ClaimedRow,
     Scope,
-    SuspectRow,
-    stored,
 )
 from .vendor import Vendor
 
@@ -255,191 +248,3 @@ class ClaimStatements(Vendor):
         """The priorities, highest first, that have a due READY task in ``scope``."""
         cursor.execute(*self._due_priorities_sql(backend_name, queue_names, scope))
         return [values[0] for values in cursor.fetchall()]
-
-    def due_priorities_of_keys(
-        self,
-        cursor: CursorWrapper,
-        *,
-        backend_name: str,
-        queue_names: list[str] | None,
-        keys: Sequence[str],
-    ) -> list[list[int]]:
-        """``due_priorities`` of the tasks of each of ``keys`` (the fair claim's round)."""
-        return [
-            self.due_priorities(
-                cursor,
-                backend_name=backend_name,
-                queue_names=queue_names,
-                scope=Scope(limit_key=key),
-            )
-            for key in keys
-        ]
-
-    def claim_of_keys(
-        self,
-        cursor: CursorWrapper,
-        *,
-        backend_name: str,
-        queue_names: list[str] | None,
-        exclude_queues: tuple[str, ...],
-        worker_id: str,
-        priority: int,
-        wants: Sequence[tuple[str, int]],
-    ) -> list[list[ClaimedRow]]:
-        """Claim, for each (key, count) of ``wants``, up to count due tasks of that limit key
-        and ``priority`` (the fair claim's pass); the rows of each, in order."""
-        return [
-            self.claim(
-                cursor,
-                backend_name=backend_name,
-                queue_names=queue_names,
-                worker_id=worker_id,
-                limit=count,
-                scope=Scope(limit_key=key, exclude_queues=exclude_queues, priority=priority),
-            )
-            for key, count in wants
-        ]
-
-    def _suspect_marks(self) -> list[Any]:
-        """The marks of a suspect waiting to run (SUSPECT, SUSPECT_UNBOUNDED, SUSPECT_TOGETHER),
-        for ``available_at IN (%s, %s, %s)``."""
-        return [
-            self._encode_datetime(stored(m)) for m in (SUSPECT, SUSPECT_UNBOUNDED, SUSPECT_TOGETHER)
-        ]
-
-    def _suspects_sql(
-        self, backend_name: str, queue_names: list[str] | None, limit: int, limited: bool
-    ) -> tuple[str, list[Any]]:
-        """Up to ``limit`` suspects (id, kind, limit key, queue) a worker on ``queue_names``
-        may take, best first: of no limit key (one probe of its ready index per priority and
-        mark), or (``limited``) of any (a range of sqltasks_ready_limited_at_idx: suspects
-        are few, but their keys may be many)."""
-        scope = Scope(limit_key=ANY_LIMIT) if limited else UNLIMITED
-        where, params = self._ready_where(backend_name, queue_names, scope)
-        if limited:  # sqltasks_ready_limited_at_idx: the marks' range of limited tasks
-            where += " AND limit_key IS NOT NULL"
-            priorities: list[int] = []
-        else:  # sqltasks_ready_all_idx: one probe per priority and mark
-            priorities = list(range(TASK_MAX_PRIORITY, TASK_MIN_PRIORITY - 1, -1))
-            marks = ", ".join(["%s"] * len(priorities))
-            where += f" AND priority IN ({marks})"
-        # kind: 1 a suspect with a time bound, 2 one to run beside others, 0 neither.
-        return (
-            "SELECT id, CASE WHEN available_at = %s THEN 1 WHEN available_at = %s THEN 2 "
-            "ELSE 0 END, limit_key, queue_name, priority "
-            f"FROM {self.tasks} WHERE {where} "
-            "AND available_at IN (%s, %s, %s) ORDER BY priority DESC, id LIMIT %s",
-            [
-                self._encode_datetime(stored(SUSPECT)),
-                self._encode_datetime(stored(SUSPECT_TOGETHER)),
-                *params,
-                *priorities,
-                *self._suspect_marks(),
-                limit,
-            ],
-        )
-
-    def suspects(
-        self,
-        cursor: CursorWrapper,
-        *,
-        backend_name: str,
-        queue_names: list[str] | None,
-        limit: int,
-    ) -> list[SuspectRow]:
-        """Up to ``limit`` suspects a worker on ``queue_names`` may take, best first."""
-        found: list[tuple[Any, ...]] = []
-        for limited in (False, True):
-            cursor.execute(*self._suspects_sql(backend_name, queue_names, limit, limited))
-            found += cursor.fetchall()
-        found.sort(key=lambda values: -values[4])  # stable: by id within a priority
-        rows = [
-            SuspectRow(
-                id=self._decode_id(values[0]),
-                bounded=values[1] == 1,
-                limit_key=values[2],
-                queue_name=values[3],
-                together=values[1] == 2,
-            )
-            for values in found
-        ]
-        return rows[:limit]
-
-    def suspects_waiting(
-        self, cursor: CursorWrapper, *, backend_name: str, queue_names: list[str] | None
-    ) -> bool:
-        """Whether a suspect waits that a worker on ``queue_names`` may take."""
-        found = self.suspects(cursor, backend_name=backend_name, queue_names=queue_names, limit=1)
-        return bool(found)
-
-    def claim_suspect_by_id(
-        self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str
-    ) -> ClaimedRow | None:
-        """Mark suspect ``task_id`` RUNNING for ``worker_id`` (None if another took it). It
-        keeps its mark while it runs: if its worker dies, the rescue charges it (SUSPECT,
-        SUSPECT_UNBOUNDED) or makes it one to run alone (SUSPECT_TOGETHER)."""
-        raise NotImplementedError
-
-    def clear_suspect(self, cursor: CursorWrapper, task_id: uuid.UUID, worker_id: str) -> bool:
-        """Mark ``worker_id``'s running suspect ``task_id``, past its time bound, cleared
-        (SUSPECT_CLEARED): its worker may take the next suspect, and a rescue no longer
-        charges it. False if it is not running there as a suspect with a time bound."""
-        cursor.execute(
-            f"UPDATE {self.tasks} SET available_at = %s WHERE id = %s AND status = 'RUNNING' "
-            "AND owner = %s AND available_at = %s",
-            [
-                self._encode_datetime(stored(SUSPECT_CLEARED)),
-                self._encode_id(task_id),
-                worker_id,
-                self._encode_datetime(stored(SUSPECT)),
-            ],
-        )
-        return cursor.rowcount > 0
-
-    def limit_keys_since(
-        self, cursor: CursorWrapper, backend_name: str, after: Any, count: int
-    ) -> tuple[list[str], Any]:
-        """The limit keys of READY tasks enqueued after task id ``after`` (ids grow with time:
-        UUIDv7), reading up to ``count`` rows, and the id to go on from: one range of the
-        primary key, as long as what was enqueued since, however many keys wait. ``after``
-        None: no key, and the last id now."""
-        if after is None:
-            cursor.execute(f"SELECT id FROM {self.tasks} ORDER BY id DESC LIMIT 1")
-            row = cursor.fetchone()
-            return [], (row[0] if row else None)
-        cursor.execute(
-            f"SELECT id, limit_key, status, backend_name FROM {self.tasks} WHERE id > %s "
-            "ORDER BY id LIMIT %s",
-            [after, count],
-        )
-        rows = cursor.fetchall()
-        keys = {
-            key
-            for _, key, status, backend in rows
-            if key is not None and status == "READY" and backend == backend_name
-        }
-        return sorted(keys), (rows[-1][0] if rows else after)
-
-    def limit_keys(
-        self, cursor: CursorWrapper, backend_name: str, after: str, count: int
-    ) -> list[str]:
-        """Up to ``count`` distinct limit keys of READY tasks, in order, after ``after``: a
-        loose scan of the limited ready index, one probe a key, however many tasks each has."""
-        # The next key after a given one: one descent of the limited ready index.
-        sql = (
-            f"SELECT limit_key FROM {self.tasks} WHERE status = 'READY' AND backend_name = %s "
-            "AND limit_key > "
-        )
-        cursor.execute(
-            f"""
-            WITH RECURSIVE found(k, n) AS (
-                SELECT ({sql}%s ORDER BY limit_key LIMIT 1), 1
-                UNION ALL
-                SELECT ({sql}found.k ORDER BY limit_key LIMIT 1), n + 1
-                FROM found WHERE found.k IS NOT NULL AND n < %s
-            )
-            SELECT k FROM found WHERE k IS NOT NULL
-            """,
-            [backend_name, after, backend_name, count],
-        )
-        return [row[0] for row in cursor.fetchall()]

@@ -1,26 +1,36 @@
 """What every SQL dialect provides: one class made of the statements on each table, which each
 database's dialect (postgresql.py, mysql.py, sqlite.py) specializes.
 
-Where each part lives: vendor.py (the facts about the database, its clock, values in and out),
-tasks.py (inserts and single-task statements), claims.py (the claim and the suspects),
-health.py (the health probe's reads and bounds, on top of the claim's),
-outcomes.py (completions, salvage, requeues), workers.py (the worker table) and steps.py
-(the step records of durable tasks); the row types
-they take and return are in rows.py.
+Where each part lives: vendor.py (the facts about the database, its clock) on values.py
+(values in and out), tasks.py (inserts and single-task statements), claims.py (the claim and
+its conditions), suspects.py (the suspects), limit_keys.py (the keys of limited tasks, the
+fair claim's round), probes.py (the health probe's statements, on top of the claim's),
+outcomes.py (completions, salvage, requeues), workers.py (the worker table) and steps.py (the
+step records of durable tasks); the row types they take and return are in rows.py.
 """
 
 from __future__ import annotations
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from .limit_keys import LimitKeyStatements
 from .outcomes import OutcomeStatements
 from .probes import ProbeStatements
 from .steps import StepStatements
+from .suspects import SuspectStatements
 from .tasks import TaskStatements
 from .workers import WorkerStatements
 
 
-class Dialect(TaskStatements, ProbeStatements, OutcomeStatements, WorkerStatements, StepStatements):
+class Dialect(
+    TaskStatements,
+    ProbeStatements,
+    SuspectStatements,
+    LimitKeyStatements,
+    OutcomeStatements,
+    WorkerStatements,
+    StepStatements,
+):
     """Raw SQL for one database vendor, run on a Django connection's cursor, and the facts
     about that database that the rest of the package acts on."""
 

@@ -13,11 +13,8 @@ from typing import Any
 from django.db import DatabaseError
 from django.db.backends.utils import CursorWrapper
 
-# Named here by sql/postgresql.py (PostgreSQLDialect's base), which is to import it from
-# sql/probes.py itself.
-from .probes import PostgreSQLProbe as PostgreSQLProbe
+from .errors import driver_error
 from .rows import TableHealth
-from .vendor import driver_error
 
 # PostgreSQL ----------------------------------------------------------------------------------
 

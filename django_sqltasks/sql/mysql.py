@@ -16,6 +16,7 @@ from django.db.backends.utils import CursorWrapper
 
 from . import health, probes
 from .dialect import Dialect
+from .errors import driver_error
 from .mysql_claims import MySQLClaims
 from .rows import (
     OUTCOME_COLUMNS,
@@ -24,7 +25,6 @@ from .rows import (
     Outcome,
     TableHealth,
 )
-from .vendor import driver_error
 
 MIN_MARIADB = (10, 6)  # SKIP LOCKED
 MIN_MYSQL = (8, 0)  # SKIP LOCKED

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
-from .claims import ClaimStatements
 from .rows import CORRUPT_TASK, RETURNED_COLUMNS, UNLIMITED, ClaimedRow, Scope
+from .suspects import SuspectStatements
 
 COLUMNS = ", ".join(RETURNED_COLUMNS)
 # Priorities one claim SELECT reads ("priority IN (...)"). MariaDB estimates an IN list of more
@@ -23,7 +23,7 @@ COLUMNS = ", ".join(RETURNED_COLUMNS)
 PRIORITIES_A_SELECT = 20
 
 
-class MySQLClaims(ClaimStatements):
+class MySQLClaims(SuspectStatements):
     """The claim's statements on MySQL and MariaDB."""
 
     # A claim locks the due tasks of PRIORITIES_A_SELECT priorities a SELECT, highest first

@@ -11,8 +11,8 @@ from typing import Any
 from django.db.backends.utils import CursorWrapper
 
 from .claims import ClaimStatements
+from .errors import driver_error
 from .rows import UNLIMITED
-from .vendor import driver_error
 
 
 class ProbeStatements(ClaimStatements):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 
-from .postgresql import CHANNEL
+from .channels import CHANNEL
 
 HEAD = 0  # the head lock's number: its holder listens on the enqueue's channel
 SLOTS = 1024  # the most machines in one ring

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from django.db import OperationalError, connections
 
-from ..sql.vendor import driver_error
+from ..sql.errors import driver_error
 
 T = TypeVar("T")
 

@@ -32,7 +32,8 @@ from django.db import connections
 from ..sql import ClaimedRow, Scope, dialect_for, postgresql_dialect
 from ..sql.marks import ClaimMarks
 from ..sql.pg import connection_params, open_async
-from ..sql.postgresql import PostgreSQLDialect, claim_feedback
+from ..sql.postgresql import PostgreSQLDialect
+from ..sql.postgresql_claims import claim_feedback
 from . import events
 from .claim_meter import ClaimMeter
 

@@ -1,7 +1,8 @@
 """The producer: claims due tasks in batches as slots free up, holds prefetched ones until a slot
 frees, and starts them through the executor. Wake-ups (NOTIFY, file watches) cut its sleeps
 short; so does a quarter of its room freeing up. Its statements are ``Claims``', run on the
-database thread (or, for the main claim on PostgreSQL, on the loop: ``native``)."""
+database thread (the main claim, on PostgreSQL, on the loop: ``main_claim``; the suspects'
+through ``suspect_claims``)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,15 @@ from typing import Any
 
 from ..compat import task_started
 from ..sql import ClaimedRow
-from . import events
 from .claims import Claims
 from .completer import Completer
 from .executor import Executor
 from .liveness import FailingRoles
-from .native import LoopDatabase
+from .main_claim import MainClaim
 from .receivers import Receivers
-from .relayed import RelayedWakeups
 from .retries import DatabaseThread
 from .slots import Slots
+from .suspect_claims import SuspectClaims
 from .suspects import Suspects
 
 logger = logging.getLogger("django_sqltasks")
@@ -47,6 +47,7 @@ class Producer:
         *,
         sender: type,
         claims: Claims,
+        main_claim: MainClaim,
         slots: Slots,
         db: DatabaseThread,
         completer: Completer,
@@ -65,6 +66,7 @@ class Producer:
         self.burst = burst
         self.max_tasks = max_tasks
         self._claims = claims
+        self._main_claim = main_claim
         self._db = db
         self._completer = completer
         self._failing = failing
@@ -85,11 +87,12 @@ class Producer:
         self._woken_in_claim = False
         self._cancels_seen: set[uuid.UUID] = set()  # cancel requests acted on
         self._next_scan = 0.0  # monotonic time a busy worker next looks for limited tasks
-        self._native: LoopDatabase | None = None  # PostgreSQL's claim on the loop, if any
-        self._relay: RelayedWakeups | None = None  # a supervisor's wake-ups, if it relays them
         self._stopping = False  # set by stop(): claim no more
         self._stop_unseen = False  # set by stop(), cleared by the next sleep, which it ends
         self._suspects = Suspects(suspect_bound, slots.capacity)
+        self._suspect_claims = SuspectClaims(
+            self._suspects, claims=claims, slots=slots, db=db, failing=failing
+        )
 
     def attach(self, loop: asyncio.AbstractEventLoop, executor: Executor) -> None:
         """Bind to the running loop and the executor (on the loop thread, before ``run``)."""
@@ -97,16 +100,6 @@ class Producer:
         self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
         self.executor = executor
-
-    def claim_on_loop(self, native: LoopDatabase) -> None:
-        """Run the main claim on the loop through ``native`` (on the loop thread)."""
-        self._native = native
-
-    def relayed_by(self, relay: RelayedWakeups) -> None:
-        """Be told of new tasks by a supervisor that listens for this process (on the loop
-        thread): ``relay`` says whether it listens, and hears of each claim that took all
-        it asked for."""
-        self._relay = relay
 
     # Loop thread --------------------------------------------------------------------------
 
@@ -127,7 +120,7 @@ class Producer:
         claims = self._claims
         while not self._stopping:
             if self._suspects.to_clear() is not None:
-                await self._clear_suspect()
+                await self._suspect_claims.clear()
             held = self.slots.held
             free = capacity - held
             if self.max_tasks is not None:
@@ -142,13 +135,15 @@ class Producer:
             if self._suspects.may_look(self.slots):
                 # The suspects of a first death run beside each other in up to half of the
                 # slots; of the others, one at a time runs alone here, in one slot.
-                free -= await self._claim_suspects(free)
+                suspects = await self._suspect_claims.claim(free)
+                self._hold(suspects, first=True)
+                free -= len(suspects)
                 if free <= 0:
                     continue
             written_before = self._completer.written
             try:
                 self._claiming, self._woken_in_claim = True, False
-                rows = await self._claim_rows(free)
+                rows = await self._main_claim.claim(free)
             except Exception:
                 self._claiming = False
                 self._failing.failed("claiming")
@@ -159,9 +154,8 @@ class Producer:
             # are taken in or limits scanned (both may await) is not lost to its clear().
             self._failing.succeeded("claiming")
             self._hold(rows)
-            if self._relay is not None and rows and len(rows) >= free:
-                # More may wait than this process took: its supervisor wakes another.
-                self._relay.more()
+            if rows and len(rows) >= free:
+                self._main_claim.took_all()
             if not claims.limited_active and (
                 len(rows) < free or time.monotonic() >= self._next_scan
             ):
@@ -187,7 +181,7 @@ class Producer:
                         continue
                     await asyncio.to_thread(self._completer.wait_idle, 30)
                     continue
-                if self._told_of_new_tasks():
+                if self._main_claim.told_of_new_tasks():
                     # Every new task wakes this worker, a retry's outcome too: polling would
                     # only repeat the claim that just found the queue drained. A burst worker
                     # also wakes when its last task ends, to stop then, not a poll later.
@@ -201,91 +195,11 @@ class Producer:
                 )
                 await self.sleep(min(idle, self.poll_interval))
 
-    async def _claim_suspects(self, free: int) -> int:
-        """Claim the suspects that wait and that their limits let start, up to ``free``: of a
-        first death, beside each other in up to half of the slots; of the others, one to run
-        alone in one slot if none runs alone here (see ``suspects``). Return how many slots
-        they took."""
-        suspects = self._suspects
-        alone = suspects.may_claim(self.slots)
-        beside = min(free - alone, suspects.room_beside(self.slots))
-        if beside <= 0 and not alone:
-            return 0
-        try:
-            claimed = await self._db.call(self._claims.claim_suspects, max(0, beside), alone)
-        except Exception:
-            self._failing.failed("claiming")
-            logger.exception(
-                "Claiming a suspect task failed worker_id=%s; retrying", self.worker_id
-            )
-            return 0
-        self._failing.succeeded("claiming")
-        took_alone = False
-        for row, suspect in claimed:
-            if suspect.together:
-                suspects.took_beside(row.id)
-                logger.info(
-                    "Running task id=%s beside the other tasks that lost a worker: its worker "
-                    "died while it ran; if this worker dies too, it runs alone next",
-                    row.id,
-                    extra={
-                        "action": "suspect_together",
-                        "task_id": row.id,
-                        "worker_id": self.worker_id,
-                    },
-                )
-                continue
-            took_alone = True
-            logger.warning(
-                "Running task id=%s alone in one slot: its worker died while it ran beside "
-                "other tasks, and any of them may have killed it",
-                row.id,
-                extra={"action": "suspect_alone", "task_id": row.id, "worker_id": self.worker_id},
-            )
-            suspects.took(row.id, suspect.bounded)
-        # None waits, or their limits are full: look again when told, or at a burst end.
-        suspects.looked(
-            alone=alone,
-            took_alone=took_alone,
-            beside=max(0, beside),
-            took_beside=len(claimed) - took_alone,
-        )
-        self._hold([row for row, _ in claimed], first=True)
-        return len(claimed)
-
-    async def _clear_suspect(self) -> None:
-        """The suspect running alone here reached its time bound: clear it, so that the next
-        suspect may start here (see ``suspects``)."""
-        task_id = self._suspects.to_clear()
-        assert task_id is not None
-        self._suspects.cleared()
-        try:
-            cleared = await self._db.call(self._claims.clear_suspect, task_id)
-        except Exception:
-            # Not retried: it keeps its mark, and is charged if its worker dies beside the
-            # next suspect (a crash during a database fault).
-            self._failing.failed("claiming")
-            logger.exception("Clearing suspect task id=%s failed", task_id)
-            return
-        if not cleared:
-            return  # it ended meanwhile
-        logger.info(
-            "Task id=%s ran alone for %ss without killing its worker: the next suspect may "
-            "start beside it",
-            task_id,
-            self._suspects.bound,
-            extra={"action": "suspect_cleared", "task_id": task_id, "worker_id": self.worker_id},
-        )
-        events.emit("suspect_cleared", worker_id=self.worker_id, task_id=str(task_id))
-
     def on_suspects(self) -> None:
         """Suspects wait (told by the heartbeat thread): take them when it can."""
         if self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closing
-                self._loop.call_soon_threadsafe(self._suspects_told)
-
-    def _suspects_told(self) -> None:
-        self._suspects.told()
+                self._loop.call_soon_threadsafe(self._suspects.told)
 
     async def sleep(self, seconds: float, *, wake_at: int | None = None) -> None:
         """Sleep up to ``seconds``; wake early once a quarter of the room is free (or no more
@@ -323,30 +237,6 @@ class Producer:
         """A task may have been enqueued (told on the loop thread): claim without waiting."""
         if self._serves(queue_name):
             self._woken()
-
-    def _told_of_new_tasks(self) -> bool:
-        """Whether a task that becomes claimable wakes this worker: it listens (PostgreSQL),
-        or its supervisor listens for it, and no limit is claimed for (a slot of a limit
-        frees with no notification)."""
-        native, relay = self._native, self._relay
-        told = (native is not None and native.listening) or (relay is not None and relay.listening)
-        return told and not self._claims.limited_active
-
-    async def _claim_rows(self, free: int) -> list[ClaimedRow]:
-        """Claim up to ``free`` tasks: on the loop where it can, else on the database thread."""
-        native, claims = self._native, self._claims
-        if native is None or not native.ready or claims.limited_active or claims.uncertain:
-            # Also where the last claim failed or a connection was lost: the thread's claim
-            # first puts back what the database says this worker holds and it does not.
-            return await self._db.call(claims.claim, free)
-        try:
-            return await native.claim(free)
-        except Exception as e:
-            logger.warning(
-                "Claim on the event loop failed (%s); claiming on the database thread", e
-            )
-            # It may have committed: the thread's claim first puts back what it took.
-            return await self._db.call(claims.claim, free, True)
 
     def _hold(self, rows: list[ClaimedRow], first: bool = False) -> None:
         """Take claimed rows in: start as many as there are free slots, keep the rest waiting

@@ -30,17 +30,17 @@ from .claims import Claims
 from .completer import Completer
 from .executor import Executor, TaskWatch
 from .lease import Lease
+from .listeners import Listeners
 from .liveness import FailingRoles
 from .loop import run as event_loop_run
+from .main_claim import MainClaim
 from .maintenance import Maintenance
 from .native import LoopDatabase
 from .producer import Producer
-from .relayed import RELAYED_POLL_FACTOR, RelayedWakeups
 from .reporter import Reporter
 from .retries import DatabaseThread
 from .slots import Slots
 from .threads import ReceiverThread, TaskThreads
-from .wakeup import Wakeup, wakeup_for
 
 logger = logging.getLogger("django_sqltasks")
 
@@ -142,9 +142,11 @@ class Worker:
             meter=self.claim_meter,
         )
         self._poll_interval: float = poll_interval or config.poll_interval
+        self._main_claim = MainClaim(self._claims, self._db)
         self._producer = Producer(
             sender=type(task_backend),
             claims=self._claims,
+            main_claim=self._main_claim,
             slots=self.slots,
             db=self._db,
             completer=self._completer,
@@ -172,21 +174,19 @@ class Worker:
             single_writer=dialect_for(connections[self.database]).single_writer,
         )
         self._supervisor = supervisor  # None unless run by tasks_worker --processes
-        # The socket through which a supervisor that listens for this process wakes it
-        # (PostgreSQL under tasks_worker --processes): this process does not LISTEN.
-        self._relay_fd = relay_fd
+        self._listeners = Listeners(
+            backend=task_backend,
+            claims=self._claims,
+            main_claim=self._main_claim,
+            producer=self._producer,
+            poll_interval=self._poll_interval,
+            connection_lost=self._connection_lost,
+            meter=self.claim_meter,
+            relay_fd=relay_fd,
+        )
         # Owned by the loop thread.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: Executor | None = None
-        self._wakeup: Wakeup | None = None
-        self._native: LoopDatabase | None = None  # PostgreSQL's listen and claim on the loop
-        self._relay: RelayedWakeups | None = None
-
-    def _relay_listening(self, listening: bool) -> None:
-        """While the supervisor listens, it polls for this process too: poll less on its own
-        (the producer reads its interval at each sleep)."""
-        factor = RELAYED_POLL_FACTOR if listening else 1
-        self._producer.poll_interval = self._poll_interval * factor
 
     # Public controls --------------------------------------------------------------------
 
@@ -271,33 +271,7 @@ class Worker:
             # written sooner.
             self._writer.submit(_connect, self.database)
         await self._db.call(self.lease.register)
-        notify = self.backend.config.notify
-        if self._relay_fd is not None:
-            self._relay = RelayedWakeups(
-                self._relay_fd, self._producer.woken_here, self._relay_listening
-            )
-            self._relay.start()
-            self._producer.relayed_by(self._relay)
-        if LoopDatabase.available(self.database):
-            # PostgreSQL: LISTEN and the main claim on the loop.
-            self._native = LoopDatabase(
-                database=self.database,
-                backend_name=self.backend.alias,
-                queue_names=self.queue_names,
-                worker_id=self.worker_id,
-                scope=self._claims.main_scope,
-                listen=notify and self._relay is None,
-                on_wake=self._producer.woken_here,
-                on_lost=self._connection_lost.set,
-                listen_database=self.backend.config.listen_database,
-                meter=self.claim_meter,
-            )
-            await self._native.start()
-            self._producer.claim_on_loop(self._native)
-        elif dialect_for(connections[self.database]).wakeup == "notify" and notify:
-            logger.info("psycopg 3 is not installed: workers poll instead of listening")
-        self._wakeup = wakeup_for(self.database, self._producer.on_wake)
-        self._wakeup.start()
+        await self._listeners.start()
         self._maintenance.start()
         logger.info(
             "Worker started worker_id=%s backend=%s database=%s queues=%s concurrency=%d",
@@ -321,12 +295,7 @@ class Worker:
         assert self._loop is not None
         self._maintenance.stop_scheduling()
         self._stopped.set()
-        if self._wakeup is not None:
-            self._wakeup.stop()
-        if self._native is not None:
-            await self._native.close()
-        if self._relay is not None:
-            self._relay.stop()
+        await self._listeners.stop()
         await asyncio.to_thread(self._completer.wait_idle, WRITES_WAIT)
         await asyncio.wrap_future(self._receivers.post(lambda: None))
         await asyncio.to_thread(self._maintenance.join)

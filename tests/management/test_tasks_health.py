@@ -15,7 +15,7 @@ from django.utils import timezone
 from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.core.claim_cost import ClaimCost
 from django_sqltasks.models import PausedQueue, TaskRecord, WorkerRecord
-from django_sqltasks.ops.probe import Exit
+from django_sqltasks.ops.probe_report import Exit
 from django_sqltasks.sql import dialect_for
 from tests.conftest import wait_for
 from tests.factories import task_row, worker_row

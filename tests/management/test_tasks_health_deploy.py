@@ -16,7 +16,7 @@ from django.db import connection, connections
 from django.db.migrations.recorder import MigrationRecorder
 
 from django_sqltasks.models import TaskRecord, WorkerRecord
-from django_sqltasks.ops.probe import Exit
+from django_sqltasks.ops.probe_report import Exit
 from tests.conftest import WorkerProcess, expire_lease
 from tests.events import EventLog
 from tests.management.test_tasks_health import health, worker

@@ -375,7 +375,7 @@ def operations() -> list[Operation]:
             ),
             vendors=("postgresql",),
         ),
-        # claims.py
+        # claims.py (the fair claim's round of keys: limit_keys.py)
         Operation(
             "claim",
             "the claim: up to a batch of due tasks marked RUNNING for a worker (on PostgreSQL, "
@@ -444,6 +444,7 @@ def operations() -> list[Operation]:
                 ),
             ),
         ),
+        # suspects.py
         Operation(
             "suspects",
             "suspects, the tasks that run alone after their worker died beside others",
@@ -471,6 +472,7 @@ def operations() -> list[Operation]:
                 ),
             ),
         ),
+        # limit_keys.py
         Operation(
             "limit_keys",
             "the limit keys of waiting tasks (limited and fair queues)",

@@ -1,9 +1,7 @@
-"""The claim (``sql/claims.py`` and each database's form): its plans, the prepared claim of
-PostgreSQL, suspects and limit keys; on the active database."""
+"""The claim (``sql/claims.py`` and each database's form): its plans and the prepared claim of
+PostgreSQL; on the active database."""
 
 from __future__ import annotations
-
-import uuid
 
 import pytest
 from django.db import connection
@@ -12,63 +10,9 @@ from django.utils import timezone
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql.dialect import Dialect
 from django_sqltasks.sql.rows import (
-    SUSPECT_CLEARED,
-    SUSPECT_TOGETHER,
-    SUSPECT_UNBOUNDED,
     Outcome,
-    stored,
-    suspect_at,
 )
-from tests.factories import task_row
 from tests.sql.support import WORKER, claim_batch, new_task
-
-
-def _claim_suspects(dialect: Dialect, queues: list[str] | None) -> list[uuid.UUID]:
-    with connection.cursor() as cursor:
-        found = dialect.suspects(cursor, backend_name="default", queue_names=queues, limit=8)
-        return [
-            s.id for s in found if dialect.claim_suspect_by_id(cursor, s.id, WORKER) is not None
-        ]
-
-
-@pytest.mark.django_db(transaction=True)
-def test_suspects_are_found_best_first_and_never_taken_by_the_main_claim(
-    dialect: Dialect,
-) -> None:
-    low = task_row(priority=-5, available_at=suspect_at()).id
-    high = task_row(priority=7, available_at=suspect_at()).id
-    limited = task_row(priority=3, available_at=suspect_at(), limit_key="task:x").id
-    unbounded = task_row(priority=0, available_at=stored(SUSPECT_UNBOUNDED)).id
-    together = task_row(priority=-2, available_at=stored(SUSPECT_TOGETHER)).id
-    other_queue = task_row(queue_name="other", available_at=suspect_at()).id
-    # A cleared suspect (running past its bound) is no suspect waiting, even if READY.
-    task_row(available_at=stored(SUSPECT_CLEARED))
-    due = task_row().id
-    assert [r.id for r in claim_batch(dialect)] == [due]
-    with connection.cursor() as cursor:
-        assert dialect.suspects_waiting(cursor, backend_name="default", queue_names=["default"])
-        found = dialect.suspects(cursor, backend_name="default", queue_names=["default"], limit=8)
-    assert [s.id for s in found] == [high, limited, unbounded, together, low]
-    assert [s.bounded for s in found] == [True, True, False, False, True]
-    assert [s.together for s in found] == [False, False, False, True, False]
-    assert found[1].limit_key == "task:x" and found[1].queue_name == "default"
-    assert _claim_suspects(dialect, ["default"]) == [high, limited, unbounded, together, low]
-    with connection.cursor() as cursor:
-        assert not dialect.suspects_waiting(cursor, backend_name="default", queue_names=["default"])
-    record = TaskRecord.objects.get(id=high)
-    # It keeps its mark while it runs: a rescue then knows it ran alone.
-    assert (record.status, record.owner, record.attempts) == ("RUNNING", WORKER, 1)
-    assert record.available_at == suspect_at()
-    assert TaskRecord.objects.get(id=together).available_at == stored(SUSPECT_TOGETHER)
-    assert TaskRecord.objects.get(id=other_queue).status == "READY"
-    with connection.cursor() as cursor:
-        # Taken by another worker meanwhile: no row.
-        assert dialect.claim_suspect_by_id(cursor, high, "another") is None
-        # Past its time bound, its worker clears it, once; an unbounded one is not cleared.
-        assert dialect.clear_suspect(cursor, high, WORKER)
-        assert not dialect.clear_suspect(cursor, high, WORKER)
-        assert not dialect.clear_suspect(cursor, unbounded, WORKER)
-    assert TaskRecord.objects.get(id=high).available_at == stored(SUSPECT_CLEARED)
 
 
 def _plan(dialect: Dialect, sql: str, params: list) -> str:
@@ -99,7 +43,7 @@ def test_the_claim_rescue_and_prune_statements_have_plans(dialect: Dialect) -> N
 def test_the_claim_is_prepared_only_where_the_project_allows_prepared_statements() -> None:
     psycopg = pytest.importorskip("psycopg")
     from django_sqltasks.sql.pg import connection_params
-    from django_sqltasks.sql.postgresql import _can_prepare
+    from django_sqltasks.sql.prepared import _can_prepare
 
     with psycopg.connect(**connection_params("default")) as raw:
         # Django's default: OPTIONS "prepare_threshold" None, for poolers' sake.
@@ -162,28 +106,3 @@ def test_a_tasks_enqueue_and_outcome_are_planned_once_where_prepared(dialect: Di
     for generic, custom in enqueues + outcomes:
         assert custom <= 5 and generic >= 3, plans
     assert TaskRecord.objects.succeeded().count() == 8
-
-
-@pytest.mark.django_db(transaction=True)
-def test_limit_keys_are_found_one_probe_a_key_and_claimed_in_their_scope(
-    dialect: Dialect,
-) -> None:
-    from django_sqltasks.sql import Scope
-
-    tasks = [new_task(limit_key=key) for key in ("b", "a", "a", "c")] + [new_task()]
-    with connection.cursor() as cursor:
-        dialect.insert(cursor, tasks)
-        assert dialect.limit_keys(cursor, "default", after="", count=10) == ["a", "b", "c"]
-        assert dialect.limit_keys(cursor, "default", after="a", count=1) == ["b"]
-        assert dialect.limit_keys(cursor, "other", after="", count=10) == []
-        limited = dialect.claim(
-            cursor,
-            backend_name="default",
-            queue_names=None,
-            worker_id=WORKER,
-            limit=10,
-            scope=Scope(limit_key="a"),
-        )
-    assert sorted(r.id for r in limited) == sorted(t.id for t in tasks[1:3])
-    # The main claim takes only the task of no limit.
-    assert [r.id for r in claim_batch(dialect)] == [tasks[4].id]

@@ -386,8 +386,8 @@ def test_an_outcome_batch_announces_its_finished_tasks_in_notifications_under_80
     import psycopg
 
     from django_sqltasks.sql import Outcome, dialect_for
+    from django_sqltasks.sql.channels import FINISHED_CHANNEL
     from django_sqltasks.sql.pg import connection_params
-    from django_sqltasks.sql.postgresql import FINISHED_CHANNEL
     from tests.factories import task_row
 
     rows = [task_row(TaskResultStatus.RUNNING, owner="w").id for _ in range(451)]
@@ -451,8 +451,8 @@ def test_a_rescue_that_gives_a_task_up_and_a_salvaged_outcome_announce_it() -> N
     import psycopg
 
     from django_sqltasks.sql import Outcome, dialect_for
+    from django_sqltasks.sql.channels import FINISHED_CHANNEL
     from django_sqltasks.sql.pg import connection_params
-    from django_sqltasks.sql.postgresql import FINISHED_CHANNEL
     from tests.factories import task_row
 
     # Charged a rescue (it ran alone, as a suspect) and out of them; lost beside others: put
@@ -489,8 +489,8 @@ def test_a_workflow_step_skipped_after_a_failure_announces_it(run_worker: Any) -
     import psycopg
 
     from django_sqltasks import group
+    from django_sqltasks.sql.channels import FINISHED_CHANNEL
     from django_sqltasks.sql.pg import connection_params
-    from django_sqltasks.sql.postgresql import FINISHED_CHANNEL
     from tests import tasks_workflows as wf
 
     workflow = group(wf.add.s(1, 1), wf.boom.s()).then(wf.total.s()).enqueue()

@@ -9,14 +9,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...ops.claims import DEFAULT_MAX_CLAIM_MEAN, DEFAULT_WARN_CLAIM_MEAN, describe
 from ...ops.configuration import configuration_problems
-from ...ops.probe import (
+from ...ops.probe import probe
+from ...ops.probe_report import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_TRANSACTION_AGE,
     DEFAULT_TIMEOUT,
     Exit,
     Limits,
     Report,
-    probe,
 )
 from ..arguments import add_scope_arguments, chosen_scope, positive_seconds
 from ..help import HelpFormatter, package_version, terminal_safe

@@ -35,8 +35,9 @@ from typing import Any
 from django.db import connections
 
 from ...sql import dialect_for, wake_ring
+from ...sql.channels import CHANNEL
 from ...sql.pg import connection_params
-from ...sql.postgresql import CHANNEL, PostgreSQLDialect
+from ...sql.postgresql import PostgreSQLDialect
 from .. import events
 from ..native import RECONNECT_DELAY, LoopDatabase
 from ..relayed import LISTENING, UNHEARD, wake_line

@@ -3,7 +3,7 @@
 -- one pass per priority.
 
 -- due_priorities_of_keys(cursor, keys=['tenant-1', 'tenant-2'])
---   ClaimStatements.due_priorities_of_keys (django_sqltasks/sql/claims.py)
+--   LimitKeyStatements.due_priorities_of_keys (django_sqltasks/sql/limit_keys.py)
 WITH RECURSIVE span(p, low) AS (
     SELECT (SELECT priority FROM `django_sqltasks_taskrecord` FORCE INDEX
         (sqltasks_ready_limited_idx) WHERE status = 'READY' AND limit_key = %s AND backend_name = %s
@@ -97,7 +97,7 @@ WHERE id IN (%s);
 -- transaction.atomic(): commits
 
 -- claim_of_keys(cursor, exclude_queues=('reports',), priority=0, wants=[('tenant-1', 2), ('tenant-2', 1)])
---   ClaimStatements.claim_of_keys (django_sqltasks/sql/claims.py)
+--   LimitKeyStatements.claim_of_keys (django_sqltasks/sql/limit_keys.py)
 WITH RECURSIVE span(p, low) AS (
     SELECT (SELECT priority FROM `django_sqltasks_taskrecord` FORCE INDEX
         (sqltasks_ready_limited_idx) WHERE status = 'READY' AND limit_key = %s AND priority = %s AND

@@ -19,14 +19,14 @@ LIMIT 1;
 -- %s 2: 'tenant-1'
 
 -- limit_keys_since(cursor, 'shop', after=None, count=500)
---   ClaimStatements.limit_keys_since (django_sqltasks/sql/claims.py)
+--   LimitKeyStatements.limit_keys_since (django_sqltasks/sql/limit_keys.py)
 SELECT id
 FROM `django_sqltasks_taskrecord`
 ORDER BY id DESC
 LIMIT 1;
 
 -- limit_keys_since(cursor, 'shop', after=id, count=500)
---   ClaimStatements.limit_keys_since (django_sqltasks/sql/claims.py)
+--   LimitKeyStatements.limit_keys_since (django_sqltasks/sql/limit_keys.py)
 SELECT id, limit_key, status, backend_name
 FROM `django_sqltasks_taskrecord`
 WHERE id > %s

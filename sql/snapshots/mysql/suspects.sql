@@ -3,7 +3,7 @@
 -- others.
 
 -- suspects(cursor, queue_names=['default'], limit=2)
---   ClaimStatements.suspects (django_sqltasks/sql/claims.py)
+--   SuspectStatements.suspects (django_sqltasks/sql/suspects.py)
 SELECT id, CASE WHEN available_at = %s THEN 1 WHEN available_at = %s THEN 2 ELSE 0 END, limit_key,
     queue_name, priority
 FROM `django_sqltasks_taskrecord`
@@ -74,7 +74,7 @@ WHERE id IN (%s);
 -- transaction.atomic(): commits
 
 -- clear_suspect(cursor, task_id, worker_id)
---   ClaimStatements.clear_suspect (django_sqltasks/sql/claims.py)
+--   SuspectStatements.clear_suspect (django_sqltasks/sql/suspects.py)
 UPDATE `django_sqltasks_taskrecord`
 SET available_at = %s
 WHERE id = %s AND status = 'RUNNING' AND owner = %s AND available_at = %s;

@@ -6,7 +6,7 @@
 -- transaction).
 
 -- claim(cursor, limit=10): any queue
---   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
+--   PostgreSQLClaims.claim (django_sqltasks/sql/postgresql_claims.py)
 WITH RECURSIVE marks AS (
     SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
 ), priorities(p) AS (
@@ -67,7 +67,7 @@ FROM claimed;
 -- %s 9: 'host-1234-abcd'
 
 -- claim(cursor, queue_names=['default'], limit=10): one queue
---   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
+--   PostgreSQLClaims.claim (django_sqltasks/sql/postgresql_claims.py)
 WITH RECURSIVE marks AS (
     SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
 ), priorities(p) AS (
@@ -131,7 +131,7 @@ FROM claimed;
 -- %s 11: 'host-1234-abcd'
 
 -- claim(cursor, queue_names=['default', 'mail'], limit=10, scope=Scope(exclude_queues=('reports',))): queues, some limited
---   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
+--   PostgreSQLClaims.claim (django_sqltasks/sql/postgresql_claims.py)
 WITH RECURSIVE marks AS (
     SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
 ), priorities(p) AS (
@@ -196,7 +196,7 @@ FROM claimed;
 -- %s 12: 'host-1234-abcd'
 
 -- claim(cursor, limit=10, scope=Scope(limit_key='tenant-9')): one limit key
---   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
+--   PostgreSQLClaims.claim (django_sqltasks/sql/postgresql_claims.py)
 WITH RECURSIVE marks AS (
     SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
 ), priorities(p) AS (
@@ -259,7 +259,7 @@ FROM claimed;
 -- %s 11: 'host-1234-abcd'
 
 -- claim(cursor, limit=10, scope=Scope(limit_key=ANY_LIMIT)): limited or not
---   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
+--   PostgreSQLClaims.claim (django_sqltasks/sql/postgresql_claims.py)
 WITH RECURSIVE marks AS (
     SELECT %s::text::int[] AS below, %s::text::timestamptz[] AS starts
 ), priorities(p) AS (

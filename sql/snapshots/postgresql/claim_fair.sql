@@ -3,7 +3,7 @@
 -- pass per priority.
 
 -- due_priorities_of_keys(cursor, keys=['tenant-1', 'tenant-2'])
---   PostgreSQLDialect.due_priorities_of_keys (django_sqltasks/sql/postgresql.py)
+--   PostgreSQLClaims.due_priorities_of_keys (django_sqltasks/sql/postgresql_claims.py)
 SELECT u.n, d.p FROM unnest(%s::text[]) WITH ORDINALITY AS u(k, n)
 CROSS JOIN LATERAL (
     WITH RECURSIVE priorities(p) AS (
@@ -28,7 +28,7 @@ ORDER BY u.n, d.p DESC;
 -- %s 4: 'shop'
 
 -- claim(cursor, limit=3, scope=Scope(limit_key='tenant-1', priority=0))
---   PostgreSQLDialect.claim (django_sqltasks/sql/postgresql.py)
+--   PostgreSQLClaims.claim (django_sqltasks/sql/postgresql_claims.py)
 WITH picked AS (
     SELECT id FROM "django_sqltasks_taskrecord"
     WHERE status = 'READY' AND limit_key = %s AND priority = %s AND backend_name = %s AND queue_name
@@ -61,7 +61,7 @@ FROM claimed;
 -- %s 7: 'host-1234-abcd'
 
 -- claim_of_keys(cursor, exclude_queues=('reports',), priority=0, wants=[('tenant-1', 2), ('tenant-2', 1)])
---   PostgreSQLDialect.claim_of_keys (django_sqltasks/sql/postgresql.py)
+--   PostgreSQLClaims.claim_of_keys (django_sqltasks/sql/postgresql_claims.py)
 WITH picked AS (
     SELECT due.id FROM unnest(%s::text[], %s::int[]) AS w(k, n)
     CROSS JOIN LATERAL (

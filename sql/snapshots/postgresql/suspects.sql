@@ -2,7 +2,7 @@
 -- edit. PostgreSQL: suspects, the tasks that run alone after their worker died beside others.
 
 -- suspects(cursor, queue_names=['default'], limit=2)
---   ClaimStatements.suspects (django_sqltasks/sql/claims.py)
+--   SuspectStatements.suspects (django_sqltasks/sql/suspects.py)
 SELECT id, CASE WHEN available_at = %s THEN 1 WHEN available_at = %s THEN 2 ELSE 0 END, limit_key,
     queue_name, priority
 FROM "django_sqltasks_taskrecord"
@@ -50,7 +50,7 @@ LIMIT %s;
 -- %s 9: 2
 
 -- claim_suspect_by_id(cursor, task_id, worker_id)
---   PostgreSQLDialect.claim_suspect_by_id (django_sqltasks/sql/postgresql.py)
+--   PostgreSQLClaims.claim_suspect_by_id (django_sqltasks/sql/postgresql_claims.py)
 WITH claimed AS (
     UPDATE "django_sqltasks_taskrecord" AS t
     SET status = 'RUNNING', owner = %s, attempts = t.attempts + 1,
@@ -72,7 +72,7 @@ SELECT json_agg(json_build_array(id, task_path, backend_name, queue_name, priori
 -- %s 6: 9998-01-04T00:00:00+00:00
 
 -- clear_suspect(cursor, task_id, worker_id)
---   ClaimStatements.clear_suspect (django_sqltasks/sql/claims.py)
+--   SuspectStatements.clear_suspect (django_sqltasks/sql/suspects.py)
 UPDATE "django_sqltasks_taskrecord"
 SET available_at = %s
 WHERE id = %s AND status = 'RUNNING' AND owner = %s AND available_at = %s;

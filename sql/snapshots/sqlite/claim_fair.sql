@@ -3,7 +3,7 @@
 -- per priority.
 
 -- due_priorities_of_keys(cursor, keys=['tenant-1', 'tenant-2'])
---   ClaimStatements.due_priorities_of_keys (django_sqltasks/sql/claims.py)
+--   LimitKeyStatements.due_priorities_of_keys (django_sqltasks/sql/limit_keys.py)
 WITH RECURSIVE
 priorities(p) AS (
     SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key =
@@ -129,7 +129,7 @@ RETURNING id, task_path, backend_name, queue_name, priority, args, kwargs, enque
 -- %s 11: 3
 
 -- claim_of_keys(cursor, exclude_queues=('reports',), priority=0, wants=[('tenant-1', 2), ('tenant-2', 1)])
---   ClaimStatements.claim_of_keys (django_sqltasks/sql/claims.py)
+--   LimitKeyStatements.claim_of_keys (django_sqltasks/sql/limit_keys.py)
 WITH RECURSIVE
 priorities(p) AS (
     SELECT (SELECT priority FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND limit_key =

@@ -2,7 +2,7 @@
 -- edit. SQLite: the limit keys of waiting tasks (limited and fair queues).
 
 -- limit_keys(cursor, 'shop', after='', count=2)
---   ClaimStatements.limit_keys (django_sqltasks/sql/claims.py)
+--   LimitKeyStatements.limit_keys (django_sqltasks/sql/limit_keys.py)
 WITH RECURSIVE found(k, n) AS (
     SELECT (SELECT limit_key FROM "django_sqltasks_taskrecord" WHERE status = 'READY' AND
         backend_name = %s AND limit_key > %s ORDER BY limit_key LIMIT 1), 1
@@ -18,14 +18,14 @@ SELECT k FROM found WHERE k IS NOT NULL;
 -- %s 4: 2
 
 -- limit_keys_since(cursor, 'shop', after=None, count=500)
---   ClaimStatements.limit_keys_since (django_sqltasks/sql/claims.py)
+--   LimitKeyStatements.limit_keys_since (django_sqltasks/sql/limit_keys.py)
 SELECT id
 FROM "django_sqltasks_taskrecord"
 ORDER BY id DESC
 LIMIT 1;
 
 -- limit_keys_since(cursor, 'shop', after=id, count=500)
---   ClaimStatements.limit_keys_since (django_sqltasks/sql/claims.py)
+--   LimitKeyStatements.limit_keys_since (django_sqltasks/sql/limit_keys.py)
 SELECT id, limit_key, status, backend_name
 FROM "django_sqltasks_taskrecord"
 WHERE id > %s

@@ -2,7 +2,7 @@
 -- edit. SQLite: suspects, the tasks that run alone after their worker died beside others.
 
 -- suspects(cursor, queue_names=['default'], limit=2)
---   ClaimStatements.suspects (django_sqltasks/sql/claims.py)
+--   SuspectStatements.suspects (django_sqltasks/sql/suspects.py)
 SELECT id, CASE WHEN available_at = %s THEN 1 WHEN available_at = %s THEN 2 ELSE 0 END, limit_key,
     queue_name, priority
 FROM "django_sqltasks_taskrecord"
@@ -66,7 +66,7 @@ RETURNING id, task_path, backend_name, queue_name, priority, args, kwargs, enque
 -- %s 8: 9998-01-04T00:00:00+00:00
 
 -- clear_suspect(cursor, task_id, worker_id)
---   ClaimStatements.clear_suspect (django_sqltasks/sql/claims.py)
+--   SuspectStatements.clear_suspect (django_sqltasks/sql/suspects.py)
 UPDATE "django_sqltasks_taskrecord"
 SET available_at = %s
 WHERE id = %s AND status = 'RUNNING' AND owner = %s AND available_at = %s;
