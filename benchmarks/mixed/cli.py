@@ -273,7 +273,10 @@ def run_system(
                 "--concurrency", str(args.concurrency)]  # fmt: skip
     events = Events()
     events.start()
-    worker = processes.spawn(argv, env, logs / f"{system.name}-worker.log")
+    # Each side's sessions named (libpq's PGAPPNAME, where the code sets none), so the server's
+    # CPU is told by who spent it: server_cpu_by_role.
+    worker_env = env | {"PGAPPNAME": "worker"}
+    worker = processes.spawn(argv, worker_env, logs / f"{system.name}-worker.log")
     _wait_connected(server.url, worker)
     time.sleep(SETTLE)
     postmaster = server.postmaster_pid()
@@ -288,7 +291,7 @@ def run_system(
          "--url", server.url, "--rate", str(args.rate), "--seconds", str(total),
          "--port", str(events.port), "--accounts", str(args.accounts),
          "--times", str(times), "--figures", str(figures)],
-        env,
+        env | {"PGAPPNAME": "enqueuer"},
         logs / f"{system.name}-enqueuer.log",
     )  # fmt: skip
     held: dict[str, Any] = {}  # what held the snapshots: the sessions', the dumps' records
@@ -308,6 +311,7 @@ def run_system(
         "enqueuer": json.loads(figures.read_text()),
         "holders": held,
         "top_statements": sampler.top,
+        "server_cpu_by_role": sampler.cpu_by_role,
         "worker_warnings": _warnings(logs / f"{system.name}-worker.log"),
     }
     return result

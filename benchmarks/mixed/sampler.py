@@ -21,7 +21,7 @@ from benchmarks.metrics import tree_cpu_seconds
 from benchmarks.mixed import app
 
 SAMPLE_EVERY = 1.0  # seconds
-TOP_STATEMENTS = 12  # statements kept per phase in the JSON, by total time
+TOP_STATEMENTS = 12  # statements kept per phase in the JSON, by total time, and by calls
 
 TABLE_STATS = """
 SELECT relname, n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count,
@@ -40,6 +40,12 @@ SELECT max(age(backend_xmin)),
     extract(epoch FROM now() - min(xact_start) FILTER (WHERE backend_xmin IS NOT NULL))::float8,
     (array_agg(application_name ORDER BY xact_start) FILTER (WHERE backend_xmin IS NOT NULL))[1]
 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+"""
+# Who each server process is: a client's application_name, or the server's own role.
+PROCESSES = """
+SELECT pid, CASE WHEN backend_type = 'client backend'
+    THEN 'client: ' || coalesce(nullif(application_name, ''), '?') ELSE backend_type END
+FROM pg_stat_activity
 """
 
 
@@ -103,6 +109,10 @@ class Sampler(threading.Thread):
         self._conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         self._conn.execute("SELECT pg_stat_statements_reset()")
         self._previous: dict[int, tuple[int, float, int, int]] = {}
+        # The server's CPU by process, this phase: pid -> [its role, CPU seconds at its first
+        # sample in the phase, at its last]; per phase, each role's CPU seconds.
+        self._processes: dict[int, list[Any]] = {}
+        self.cpu_by_role: dict[str, dict[str, float]] = {}
 
     def run(self) -> None:
         while not self._closing.wait(SAMPLE_EVERY):
@@ -115,8 +125,14 @@ class Sampler(threading.Thread):
             self._sample()
             rows = self._conn.execute(STATEMENTS).fetchall()
             self.top[self.phase] = _top(rows)
+            self.top[f"{self.phase} by calls"] = _top(rows, by_calls=True)
             self._conn.execute("SELECT pg_stat_statements_reset()")
             self._previous = {}
+            roles: dict[str, float] = {}
+            for role, first, last in self._processes.values():
+                roles[role] = roles.get(role, 0.0) + last - first
+            self.cpu_by_role[self.phase] = dict(sorted(roles.items(), key=lambda r: -r[1]))
+            self._processes = {}
             self.phase = phase
 
     def close(self) -> None:
@@ -134,6 +150,7 @@ class Sampler(threading.Thread):
         }
         if self.worker_pid is not None:
             sample["worker_cpu_s"] = tree_cpu_seconds(self.worker_pid)
+        self._sample_processes()
         for name, live, dead, vacuums, analyzes, size, indexes in self._conn.execute(
             TABLE_STATS, (self.tables,)
         ).fetchall():
@@ -169,8 +186,23 @@ class Sampler(threading.Thread):
         self.samples.append(sample)
 
 
-def _top(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    ordered = sorted(rows, key=lambda r: r[3] + r[7], reverse=True)[:TOP_STATEMENTS]
+    def _sample_processes(self) -> None:
+        """Each server process's CPU so far (a process that ends between two samples takes
+        its last second with it: the phase's total, server_cpu_s, still counts it)."""
+        for pid, role in self._conn.execute(PROCESSES).fetchall():
+            try:
+                times = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            seen = self._processes.setdefault(pid, [role, times.user + times.system, 0.0])
+            seen[0], seen[2] = role, times.user + times.system
+
+
+def _top(rows: list[tuple[Any, ...]], by_calls: bool = False) -> list[dict[str, Any]]:
+    def cost(row: tuple[Any, ...]) -> float:
+        return float(row[2]) if by_calls else float(row[3] + row[7])
+
+    ordered = sorted(rows, key=cost, reverse=True)[:TOP_STATEMENTS]
     return [
         {
             "query": " ".join(query.split())[:200],
