@@ -279,7 +279,7 @@ class TaskRecord(models.Model):
                 where=models.Q(status=TaskResultStatus.READY, limit_key__isnull=False),
                 fallback=["status"],
             ),
-            # Serves the look for suspects under a limit (sql.claims: _suspects_sql): the few
+            # Serves the look for suspects under a limit (sql.suspects: _suspects_sql): the few
             # READY limited tasks marked in the year 9998, among however many limit keys.
             PartialIndex(
                 fields=["backend_name", "available_at"],
