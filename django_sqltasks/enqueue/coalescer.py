@@ -131,9 +131,7 @@ class Coalescer:
         """Read a result: on the loop on PostgreSQL (the writer's pool), else through Django's
         async path."""
         writer = await self._get_writer()
-        if isinstance(writer, PostgresWriter):
-            return await writer.read_result(self.backend, result_id)
-        return await sync_to_async(_read_result)(self.backend, result_id)
+        return await writer.read_result(self.backend, result_id)
 
     async def _get_writer(self) -> Writer:
         # Concurrent first batches share one creation, or each would open a pool.
@@ -210,6 +208,10 @@ class Writer:
 
     async def insert(self, rows: Sequence[NewTask], notify: bool) -> None:
         raise NotImplementedError
+
+    async def read_result(self, backend: SQLBackend, result_id: str) -> Any:
+        """Read the result ``result_id`` of ``backend``: through Django's async path."""
+        return await sync_to_async(_read_result)(backend, result_id)
 
     async def aclose(self) -> None:
         return None
