@@ -5,4 +5,4 @@ from __future__ import annotations
 
 def a_or_an(noun: str) -> str:
     """``noun`` after its article: "a dict", "an int", "an ImmediateBackend"."""
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+    return f"{'an' if noun and noun[0].lower() in 'aeiou' else 'a'} {noun}"
