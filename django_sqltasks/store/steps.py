@@ -81,7 +81,12 @@ class StepRecords:
         # Transactions already open when the task started (a test's): a sleep may not be
         # inside one more (an atomic=True task's, or the task's own transaction.atomic()).
         self.depth = len(connections[self.database].atomic_blocks)
-        self._records: dict[Key, StepRecord] | None = None
+        # Read at the first durable call, but at the task's first claim ever: only a run
+        # writes records, and every run follows a claim (each adds to worker_ids; a retry
+        # keeps them), so there are none to read. Were one there all the same (a row whose
+        # worker ids were rewritten), the step would run again and its INSERT find the
+        # record (a duplicate): the result stored first stands, as for two runs at once.
+        self._records: dict[Key, StepRecord] | None = {} if claims == 1 else None
         self._seen: dict[tuple[str, str], int] = {}
         self._calls = 0
         self._suspended: Suspended | None = None

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqltasks import asend_event, get_workflow, group, send_event
@@ -22,7 +23,7 @@ from django_sqltasks.core.durable import SentEvent
 from django_sqltasks.exceptions import InvalidStep, InvalidTaskArguments, PayloadTooLarge
 from django_sqltasks.models import EventRecord, StepRecord, TaskRecord
 from django_sqltasks.store import pruning
-from django_sqltasks.store.steps import forget
+from django_sqltasks.store.steps import StepRecords, forget
 from django_sqltasks.worker import Worker
 from tests import tasks_durable, tasks_workflows
 from tests.conftest import wait_for, worker_thread
@@ -72,6 +73,34 @@ def test_a_retried_task_does_not_run_its_finished_steps_again(
         ("step", "two", 0, "done", 1),
         ("step", "three", 0, "done", 2),
     ]
+
+
+def test_a_first_run_reads_no_steps_and_a_later_run_replays_them() -> None:
+    """At a task's first claim ever no run can have written a step: the step's one statement
+    is its INSERT. A later claim reads the records; a record a first claim did not expect
+    (a row whose worker ids were rewritten) still wins over the step's second result."""
+    task_id = uuid.uuid4()
+
+    def attempt(claims: int) -> StepRecords:
+        owner = f"w{claims}"
+        return StepRecords(
+            task_id=task_id, owner=owner, attempt=claims, claims=claims, backend_name="default"
+        )
+
+    with CaptureQueriesContext(connections["default"]) as queries:
+        assert attempt(1).step("one", lambda: 1, (), {}) == 1
+    assert [q["sql"].split()[0].upper() for q in queries] == ["INSERT"], queries.captured_queries
+    ran: list[int] = []
+
+    def run(value: int) -> int:
+        ran.append(value)
+        return value
+
+    assert attempt(2).step("one", run, (2,), {}) == 1
+    assert ran == []  # replayed from its record
+    assert attempt(1).step("one", run, (3,), {}) == 1
+    assert ran == [3]  # ran again, unaware, and found the record first stored
+    assert StepRecord.objects.filter(task_id=task_id).count() == 1
 
 
 def test_a_steps_failure_is_recorded_with_its_error(run_worker: RunWorker, tmp_path: Path) -> None:
