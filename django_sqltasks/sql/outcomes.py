@@ -150,16 +150,20 @@ class OutcomeStatements(Vendor):
     ) -> int:
         """Put RUNNING tasks whose owner has not heartbeaten for ``lease_timeout`` seconds (by
         the database's clock) back in the queue. A task that ran alone (a suspect, SUSPECT or
-        SUSPECT_UNBOUNDED) is charged a rescue, and fails once it was rescued ``max_rescues``
-        times already (a task that kills its worker); the others become suspects, limited or
-        not: of a first death (SUSPECT_TOGETHER), run beside each other next; one that died
-        beside others as such a suspect already, to run alone (SUSPECT); a suspect its worker
-        had cleared (SUSPECT_CLEARED), alone with no time bound next time."""
+        SUSPECT_UNBOUNDED, or the one task its worker ran) is charged a rescue, and fails once
+        it was rescued ``max_rescues`` times already (a task that kills its worker); the others
+        become suspects, limited or not: of a first death (SUSPECT_TOGETHER), run beside each
+        other next; one that died beside others as such a suspect already, to run alone
+        (SUSPECT); a suspect its worker had cleared (SUSPECT_CLEARED), alone with no time bound
+        next time."""
         cursor.execute(
             *self.requeue_orphans_sql(
                 backend_name=backend_name,
                 lease_timeout=lease_timeout,
                 max_rescues=max_rescues,
+                lone=self.lone_orphans(
+                    cursor, backend_name=backend_name, lease_timeout=lease_timeout
+                ),
             )
         )
         return cursor.rowcount
@@ -167,25 +171,51 @@ class OutcomeStatements(Vendor):
     def _marks(self, *marks: Any) -> list[Any]:
         return [self._encode_datetime(stored(mark)) for mark in marks]
 
+    def _orphaned_sql(self, backend_name: str, lease_timeout: float) -> tuple[str, list[Any]]:
+        """The condition on ``t`` of a RUNNING task whose owner stopped heartbeating."""
+        live_since, live_params = self._ago_sql(lease_timeout)
+        return (
+            f"t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM "
+            f"{self.workers} w WHERE w.id = t.owner AND w.heartbeat_at >= {live_since}))",
+            [backend_name, *live_params],
+        )
+
+    def lone_orphans(
+        self, cursor: CursorWrapper, *, backend_name: str, lease_timeout: float
+    ) -> list[str]:
+        """The lost workers (see ``requeue_orphans``) that ran one task: nothing beside it
+        could have killed them. Read before the rescue writes, in a statement of its own: a
+        database that evaluates an UPDATE row by row (SQLite; MySQL may) would see the
+        workers' first rows written already, and count the task beside a failed one as its
+        worker's only one."""
+        where, params = self._orphaned_sql(backend_name, lease_timeout)
+        cursor.execute(
+            f"SELECT t.owner FROM {self.tasks} t WHERE t.status = 'RUNNING' AND {where} "
+            "AND t.owner IS NOT NULL GROUP BY t.owner HAVING COUNT(*) = 1",
+            params,
+        )
+        return [row[0] for row in cursor.fetchall()]
+
     def requeue_orphans_sql(
         self,
         *,
         backend_name: str,
         lease_timeout: float,
         max_rescues: int | None = None,
+        lone: Sequence[str] = (),
     ) -> tuple[str, list[Any]]:
-        """The rescue statement (see ``requeue_orphans``)."""
+        """The rescue statement (see ``requeue_orphans``); ``lone``: the lost workers that ran
+        one task (``lone_orphans``)."""
         owner = "COALESCE(t.owner, '(none)')"
         # Charged: a suspect, or the one task its worker ran (nothing beside it could have
-        # killed the worker). The owners of one task are read in a derived table with an
-        # aggregate, which MySQL materializes first: it refuses a subquery on the table it
-        # updates.
-        lone = (
-            f"t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM {self.tasks} r "
-            "WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)"
-        )
-        charged = f"(t.available_at IN (%s, %s) OR {lone})"
-        charged_params = self._marks(SUSPECT, SUSPECT_UNBOUNDED)
+        # killed the worker).
+        if lone:
+            charged = (
+                f"(t.available_at IN (%s, %s) OR t.owner IN ({', '.join(['%s'] * len(lone))}))"
+            )
+        else:
+            charged = "t.available_at IN (%s, %s)"
+        charged_params = [*self._marks(SUSPECT, SUSPECT_UNBOUNDED), *lone]
         p = self._text_param
         ends = (
             f"CASE WHEN {charged} THEN {p} WHEN t.available_at = %s THEN {p} "
@@ -215,13 +245,10 @@ class OutcomeStatements(Vendor):
                 *ends_params,
             ]
             fail_when = (given_up, given_up_params)
-        live_since, live_params = self._ago_sql(lease_timeout)
+        where, where_params = self._orphaned_sql(backend_name, lease_timeout)
         return self._requeue_sql(
-            where=(
-                f"t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM "
-                f"{self.workers} w WHERE w.id = t.owner AND w.heartbeat_at >= {live_since}))"
-            ),
-            where_params=[backend_name, *live_params],
+            where=where,
+            where_params=where_params,
             error_class=WORKER_LOST,
             message_sql=message_sql,
             message_params=message_params,

@@ -234,7 +234,10 @@ class PostgreSQLDialect(PostgreSQLClaims, PostgreSQLProbe, Dialect):
         max_rescues: int | None = None,
     ) -> int:
         sql, params = self.requeue_orphans_sql(
-            backend_name=backend_name, lease_timeout=lease_timeout, max_rescues=max_rescues
+            backend_name=backend_name,
+            lease_timeout=lease_timeout,
+            max_rescues=max_rescues,
+            lone=self.lone_orphans(cursor, backend_name=backend_name, lease_timeout=lease_timeout),
         )
         if max_rescues is None:  # every task goes back to READY: none finishes here
             cursor.execute(sql, params)

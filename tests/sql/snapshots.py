@@ -528,7 +528,8 @@ def operations() -> list[Operation]:
                     lambda d, c: d.requeue_orphans(
                         c, backend_name=BACKEND, lease_timeout=30, max_rescues=3
                     ),
-                    lambda vendor: [[(0,)]],
+                    # Two lost workers ran one task each.
+                    lambda vendor: [[("worker-a",), ("worker-b",)], [(0,)]],
                 ),
             ),
         ),

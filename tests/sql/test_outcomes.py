@@ -207,3 +207,31 @@ def test_a_stop_keeps_suspects_suspects(dialect: Dialect) -> None:
     after = [TaskRecord.objects.get(id=r.id).available_at for r in rows]
     assert after[0] <= timezone.now()
     assert after[1:] == [stored(m) for m in (SUSPECT, SUSPECT, SUSPECT_UNBOUNDED, SUSPECT_TOGETHER)]
+
+
+@pytest.mark.parametrize("mark", [SUSPECT, SUSPECT_TOGETHER, SUSPECT_CLEARED, None])
+@pytest.mark.parametrize("first", ["marked", "beside"])
+@pytest.mark.django_db
+def test_a_rescue_judges_every_task_by_its_worker_as_it_was_before_the_rescue(
+    dialect: Dialect, mark: object, first: str
+) -> None:
+    """Two tasks ran on the dead worker: neither is lone, whichever the statement writes first
+    (and whether the first one fails, given up). A database that evaluates the statement row by
+    row must not count the other as its worker's one task once the first is written."""
+    fields = {"available_at": stored(mark)} if mark is not None else {}
+    rows = []
+    for which in (first, "beside" if first == "marked" else "marked"):
+        rows.append(
+            task_row(TaskResultStatus.RUNNING, owner="gone", rescues=2, **fields)
+            if which == "marked"
+            else task_row(TaskResultStatus.RUNNING, owner="gone")
+        )
+    beside = rows[1] if first == "marked" else rows[0]
+    with connection.cursor() as cursor:
+        count = dialect.requeue_orphans(
+            cursor, backend_name="default", lease_timeout=30, max_rescues=2
+        )
+    assert count == 2
+    record = TaskRecord.objects.get(id=beside.id)
+    assert (record.status, record.rescues) == ("READY", 0), record.errors
+    assert "beside others" in record.errors[-1]["traceback"]

@@ -4,19 +4,22 @@
 
 -- requeue_orphans(cursor, backend_name='shop', lease_timeout=30)
 --   OutcomeStatements.requeue_orphans (django_sqltasks/sql/outcomes.py)
+SELECT t.owner
+FROM "django_sqltasks_taskrecord" t
+WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
+    "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= %s)) AND t.owner IS
+    NOT NULL
+GROUP BY t.owner HAVING COUNT(*) = 1;
+-- %s 1: 'shop'
+-- %s 2: <now -30 s>
 UPDATE "django_sqltasks_taskrecord" AS t
 SET errors = json_insert(t.errors, '$[#]', json_object('exception_class_path', %s, 'traceback', %s
-    || COALESCE(t.owner, '(none)') || CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT
-    lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING'
-    GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s WHEN t.available_at = %s THEN %s WHEN
-    t.available_at = %s THEN %s ELSE %s END)), status = 'READY', finished_at = t.finished_at
-    , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner
-        FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY
-        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, available_at = CASE WHEN
-        t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR (t.available_at IN (%s, %s)
-        OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r
-        WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s ELSE %s END,
-        owner = NULL
+    || COALESCE(t.owner, '(none)') || CASE WHEN t.available_at IN (%s, %s) THEN %s WHEN
+    t.available_at = %s THEN %s WHEN t.available_at = %s THEN %s ELSE %s END)), status = 'READY',
+    finished_at = t.finished_at
+    , rescues = t.rescues + CASE WHEN t.available_at IN (%s, %s) THEN 1 ELSE 0 END, available_at =
+        CASE WHEN t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR t.available_at IN
+        (%s, %s) THEN %s ELSE %s END, owner = NULL
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= %s));
 -- %s 1: 'django_sqltasks.exceptions.WorkerLost'
@@ -44,59 +47,70 @@ WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT E
 
 -- requeue_orphans(cursor, backend_name='shop', lease_timeout=30, max_rescues=3)
 --   OutcomeStatements.requeue_orphans (django_sqltasks/sql/outcomes.py)
+SELECT t.owner
+FROM "django_sqltasks_taskrecord" t
+WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
+    "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= %s)) AND t.owner IS
+    NOT NULL
+GROUP BY t.owner HAVING COUNT(*) = 1;
+-- %s 1: 'shop'
+-- %s 2: <now -30 s>
 UPDATE "django_sqltasks_taskrecord" AS t
 SET errors = json_insert(t.errors, '$[#]', json_object('exception_class_path', %s, 'traceback', %s
-    || COALESCE(t.owner, '(none)') || CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT
-    lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING'
-    GROUP BY r.owner HAVING COUNT(*) = 1) lone)) AND t.rescues >= %s THEN %s ELSE CASE WHEN
-    (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
-    "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1)
-    lone)) THEN %s WHEN t.available_at = %s THEN %s WHEN t.available_at = %s THEN %s ELSE %s END
-    END)), status = CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM
-    (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY r.owner
-    HAVING COUNT(*) = 1) lone)) AND t.rescues >= %s THEN 'FAILED' ELSE 'READY' END, finished_at =
-    CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM
-    "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1)
-    lone)) AND t.rescues >= %s THEN %s ELSE t.finished_at END
-    , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (SELECT lone.owner
-        FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r WHERE r.status = 'RUNNING' GROUP BY
-        r.owner HAVING COUNT(*) = 1) lone)) THEN 1 ELSE 0 END, available_at = CASE WHEN
-        t.available_at IN (%s, %s) THEN %s WHEN t.available_at = %s OR (t.available_at IN (%s, %s)
-        OR t.owner IN (SELECT lone.owner FROM (SELECT r.owner FROM "django_sqltasks_taskrecord" r
-        WHERE r.status = 'RUNNING' GROUP BY r.owner HAVING COUNT(*) = 1) lone)) THEN %s ELSE %s END,
-        owner = NULL
+    || COALESCE(t.owner, '(none)') || CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (%s, %s))
+    AND t.rescues >= %s THEN %s ELSE CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (%s, %s))
+    THEN %s WHEN t.available_at = %s THEN %s WHEN t.available_at = %s THEN %s ELSE %s END END)),
+    status = CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (%s, %s)) AND t.rescues >= %s THEN
+    'FAILED' ELSE 'READY' END, finished_at = CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN
+    (%s, %s)) AND t.rescues >= %s THEN %s ELSE t.finished_at END
+    , rescues = t.rescues + CASE WHEN (t.available_at IN (%s, %s) OR t.owner IN (%s, %s)) THEN 1
+        ELSE 0 END, available_at = CASE WHEN t.available_at IN (%s, %s) THEN %s WHEN t.available_at
+        = %s OR (t.available_at IN (%s, %s) OR t.owner IN (%s, %s)) THEN %s ELSE %s END, owner =
+        NULL
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= %s));
 -- %s 1: 'django_sqltasks.exceptions.WorkerLost'
 -- %s 2: 'Worker '
 -- %s 3: 9998-01-01T00:00:00+00:00 (SUSPECT)
 -- %s 4: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 5: 3
--- %s 6: ' stopped heartbeating while running this task; it had been put back in the queue 3 time(s) after losing its worker (MAX_RESCUES is 3), so it failed.'
--- %s 7: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 8: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 9: ' stopped heartbeating while running this task; it was put back in the queue.'
--- %s 10: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
--- %s 11: ' stopped heartbeating while running this task beside others, after it had run alone past its time bound; it was put back in the queue, to run alone until it ends next time.'
--- %s 12: 9998-01-04T00:00:00+00:00
--- %s 13: ' stopped heartbeating again while running this task beside others; it was put back in the queue, to run alone next time.'
--- %s 14: ' stopped heartbeating while running this task beside others; it was put back in the queue, to run beside the other tasks that lost a worker next time (a task that kills its worker there too runs alone after that).'
--- %s 15: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 16: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 17: 3
--- %s 18: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 19: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 20: 3
--- %s 21: <now, by this process's clock>
--- %s 22: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 23: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 24: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 25: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
--- %s 26: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
--- %s 27: 9998-01-04T00:00:00+00:00
--- %s 28: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 29: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 5: 'worker-a'
+-- %s 6: 'worker-b'
+-- %s 7: 3
+-- %s 8: ' stopped heartbeating while running this task; it had been put back in the queue 3 time(s) after losing its worker (MAX_RESCUES is 3), so it failed.'
+-- %s 9: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 10: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 11: 'worker-a'
+-- %s 12: 'worker-b'
+-- %s 13: ' stopped heartbeating while running this task; it was put back in the queue.'
+-- %s 14: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
+-- %s 15: ' stopped heartbeating while running this task beside others, after it had run alone past its time bound; it was put back in the queue, to run alone until it ends next time.'
+-- %s 16: 9998-01-04T00:00:00+00:00
+-- %s 17: ' stopped heartbeating again while running this task beside others; it was put back in the queue, to run alone next time.'
+-- %s 18: ' stopped heartbeating while running this task beside others; it was put back in the queue, to run beside the other tasks that lost a worker next time (a task that kills its worker there too runs alone after that).'
+-- %s 19: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 20: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 21: 'worker-a'
+-- %s 22: 'worker-b'
+-- %s 23: 3
+-- %s 24: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 25: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 26: 'worker-a'
+-- %s 27: 'worker-b'
+-- %s 28: 3
+-- %s 29: <now, by this process's clock>
 -- %s 30: 9998-01-01T00:00:00+00:00 (SUSPECT)
--- %s 31: 9998-01-04T00:00:00+00:00
--- %s 32: 'shop'
--- %s 33: <now -30 s>
+-- %s 31: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 32: 'worker-a'
+-- %s 33: 'worker-b'
+-- %s 34: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 35: 9998-01-03T00:00:00+00:00 (SUSPECT_CLEARED)
+-- %s 36: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 37: 9998-01-04T00:00:00+00:00
+-- %s 38: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 39: 9998-01-02T00:00:00+00:00 (SUSPECT_UNBOUNDED)
+-- %s 40: 'worker-a'
+-- %s 41: 'worker-b'
+-- %s 42: 9998-01-01T00:00:00+00:00 (SUSPECT)
+-- %s 43: 9998-01-04T00:00:00+00:00
+-- %s 44: 'shop'
+-- %s 45: <now -30 s>
