@@ -49,6 +49,22 @@ def create(cursor: Any, accounts: int) -> None:
     cursor.execute(f"VACUUM ANALYZE {TABLE}")
 
 
+def server_bound(cursor: Any) -> Any:
+    """On psycopg 3, a cursor of ``cursor``'s connection that binds its values on the server,
+    as the classic worker's own psycopg cursor does (Django's binds them in the client, so each
+    write's text differs and is planned at every call, a cost of the harness's making that the
+    classic side would not pay): the write is then the same statement on both systems,
+    prepared where the connection prepares (psycopg's default on the classic side, OPTIONS
+    ``prepare_threshold`` on django-sqltasks'). None elsewhere: the cursor as it is."""
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    if not isinstance(getattr(cursor, "connection", None), psycopg.Connection):
+        return None
+    return psycopg.Cursor(cursor.connection)
+
+
 def run_task(cursor: Any, seq: int, enqueued_at: float, port: int, account: int) -> None:
     """The task's body on either system: one small write, then the report to the harness."""
     started = time.time()

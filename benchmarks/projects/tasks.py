@@ -79,7 +79,12 @@ def touch(seq: int, enqueued_at: float, port: int, account: int) -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        app.run_task(cursor, seq, enqueued_at, port, account)
+        raw = app.server_bound(cursor.cursor)
+        if raw is None:
+            app.run_task(cursor, seq, enqueued_at, port, account)
+            return
+        with raw:
+            app.run_task(raw, seq, enqueued_at, port, account)
 
 
 TASKS: dict[str, Any] = {"noop": noop, "sleep": sleep, "probe": probe}

@@ -77,6 +77,14 @@ class BackendOptions:
     # recent claims again. True: every claim waits for its flush.
     claim_synchronous_commit: bool = False
 
+    @property
+    def direct_sessions(self) -> bool:
+        """Whether DATABASE's sessions are the client's own (a direct connection, or a pooler
+        in session mode): it takes the workers' LISTEN (NOTIFY on, no LISTEN_DATABASE), which
+        a pooler in transaction mode would lose. Only then may a worker set a session's
+        settings on it, which such a pooler would hand on to the next client."""
+        return self.notify and self.listen_database is None
+
     @classmethod
     def parse(cls, alias: str, raw: Mapping[str, Any]) -> BackendOptions:
         """Build options from ``TASKS[alias]["OPTIONS"]``; raise ``OptionError`` on a bad value."""

@@ -3,11 +3,26 @@ outcome batch), planned once per connection where the project allows it."""
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
 from .vendor import Vendor
+
+# Whether the current thread runs only the worker's own statements (``worker_thread``).
+_worker = threading.local()
+# The psycopg connections whose session has run ``Dialect.worker_session_statements``.
+_set_up: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def worker_thread() -> None:
+    """Mark the calling thread as one of the worker's own (its database thread, its outcome
+    writer: a ``ThreadPoolExecutor`` initializer), which runs no task's code: the
+    connections it prepares statements on get the worker's session settings
+    (``Dialect.worker_session_statements``) before their first prepared statement."""
+    _worker.own = True
 
 
 class PreparedStatements(Vendor):
@@ -28,6 +43,11 @@ class PreparedStatements(Vendor):
         import psycopg  # optional dependency (postgres extra)
 
         with self.connection.wrap_database_errors, psycopg.Cursor(raw) as prepared:
+            if raw not in _set_up and getattr(_worker, "own", False) and raw.autocommit:
+                # Outside a transaction, so that no rollback undoes it.
+                for setting, values in self.worker_session_statements():
+                    prepared.execute(setting, values)
+                _set_up.add(raw)
             prepared.execute(sql, params, prepare=True)
             return prepared.fetchall() if fetch else []
 

@@ -126,6 +126,12 @@ class Vendor(Values):
         (none, on most databases)."""
         return []
 
+    def worker_session_statements(self) -> list[tuple[str, list[Any]]]:
+        """Statements to run on each connection that runs only the worker's own statements
+        (its claims, outcome writes and upkeep; never a task's): where a statement's plan,
+        made once, could suit only the table's size when it was made."""
+        return []
+
     def table_health(self, cursor: CursorWrapper) -> TableHealth:
         """Read whether old row versions of the task table can be cleaned up, and what holds
         them back: autovacuum, dead rows, old transactions of other sessions."""

@@ -67,6 +67,7 @@ class Listeners:
                 on_wake=self.producer.woken_here,
                 on_lost=self.connection_lost.set,
                 listen_database=self.backend.config.listen_database,
+                direct=self.backend.config.direct_sessions,
                 meter=self.meter,
             )
             await self._native.start()

@@ -62,6 +62,7 @@ class LoopDatabase:
         on_wake: Callable[[str | None], None],
         on_lost: Callable[[], None] | None = None,
         listen_database: str | None = None,
+        direct: bool = False,
         meter: ClaimMeter | None = None,
     ) -> None:
         self.database = database
@@ -77,6 +78,10 @@ class LoopDatabase:
         self._on_wake = on_wake
         self._on_lost = on_lost  # told when the connection is lost (any thread may be told)
         self._listen = listen
+        # Whether this connection's session is its own, to carry the worker's settings: one
+        # that listens is (a direct one); else ``direct``, the backend's DATABASE's sessions
+        # are (BackendOptions.direct_sessions).
+        self._own_session = listen or direct
         self.dialect = postgresql_dialect(connections[database])
         self._params: dict[str, Any] = {}
         self._session: list[tuple[str, list[Any]]] = []  # time zone and role, as Django sets
@@ -174,6 +179,12 @@ class LoopDatabase:
                 # whatever Django's OPTIONS say for the project's other connections.
                 if connection.prepare_threshold is None:
                     connection.prepare_threshold = LISTEN_PREPARE_THRESHOLD
+            if connection.prepare_threshold is not None and self._own_session:
+                # Its claim is planned once: with the settings that keep that plan on the
+                # indexes at any size of the table (sql/prepared.py, as on the database
+                # thread).
+                for setting, values in self.dialect.worker_session_statements():
+                    await connection.execute(setting, values)
         except BaseException:
             await connection.close()
             raise

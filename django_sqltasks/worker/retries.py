@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
+from ..sql.prepared import worker_thread
 from ..sql.retries import run_with_retries
 
 T = TypeVar("T")
@@ -23,9 +24,14 @@ class DatabaseThread:
         database: str,
         stopping: threading.Event,
         connection_lost: threading.Event | None = None,
+        own_sessions: bool = False,
     ) -> None:
         self.database = database
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="sqltasks-db")
+        # ``own_sessions``: its connections are direct ones, which may carry the worker's
+        # session settings (sql/prepared.py).
+        self.executor = ThreadPoolExecutor(
+            1, thread_name_prefix="sqltasks-db", initializer=worker_thread if own_sessions else None
+        )
         self._stopping = stopping  # set when the worker winds down: retries give up sooner
         # Set when the thread's connection is lost (see ``Claims.connection_lost``).
         self._on_lost = connection_lost.set if connection_lost is not None else None

@@ -23,6 +23,7 @@ from ..compat import task_backends
 from ..core.articles import a_or_an
 from ..core.backends import is_sql_backend
 from ..sql import dialect_for
+from ..sql.prepared import worker_thread
 from . import events
 from .checks import check_arguments, check_database, default_worker_id
 from .claim_meter import ClaimMeter
@@ -107,7 +108,9 @@ class Worker:
         # back what the database (after a failover, another server) says this worker holds
         # and it does not (see Claims.connection_lost).
         self._connection_lost = threading.Event()
-        self._db = DatabaseThread(self.database, self._stopped, self._connection_lost)
+        self._db = DatabaseThread(
+            self.database, self._stopped, self._connection_lost, config.direct_sessions
+        )
         # One connection of the worker's own besides the loop's (docs/worker.md, "Database
         # connections"): outcomes go through the database thread where
         # the main claim runs on the loop (PostgreSQL), or where the database takes one writer
@@ -117,7 +120,11 @@ class Worker:
         self._writer = (
             self._db.executor
             if self._shared_thread
-            else ThreadPoolExecutor(1, thread_name_prefix="sqltasks-writer")
+            else ThreadPoolExecutor(
+                1,
+                thread_name_prefix="sqltasks-writer",
+                initializer=worker_thread if config.direct_sessions else None,
+            )
         )
         self._threads = TaskThreads(concurrency)
         self._receivers = ReceiverThread()  # its thread starts with the loop

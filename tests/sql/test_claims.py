@@ -106,3 +106,63 @@ def test_a_tasks_enqueue_and_outcome_are_planned_once_where_prepared(dialect: Di
     for generic, custom in enqueues + outcomes:
         assert custom <= 5 and generic >= 3, plans
     assert TaskRecord.objects.succeeded().count() == 8
+
+
+def _generic_finish_plan(name_like: str) -> str:
+    """The plan the server would keep for the prepared outcome write on this connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s", [name_like]
+        )
+        name = cursor.fetchone()[0]
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            cursor.execute(f"EXPLAIN EXECUTE {name}('[]'::jsonb, '{{}}'::uuid[], 'w')")
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("RESET plan_cache_mode")
+
+
+def _finish_prepared(dialect: Dialect) -> str:
+    """Claim and finish a task with the statements prepared at once; the generic plan of the
+    outcome write, and the session's enable_seqscan."""
+    connection.ensure_connection()
+    connection.connection.prepare_threshold = 0
+    try:
+        for row in claim_batch(dialect, limit=1):
+            with connection.cursor() as cursor:
+                done = timezone.now()
+                dialect.complete(cursor, WORKER, [Outcome(row.id, "SUCCESSFUL", done, "null")])
+        plan = _generic_finish_plan("%WITH done AS%")
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW enable_seqscan")
+            return plan + "\nenable_seqscan=" + cursor.fetchone()[0]
+    finally:
+        connection.close()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's prepared statements")
+@pytest.mark.django_db(transaction=True)
+def test_the_workers_prepared_statements_keep_to_the_indexes_planned_on_a_small_table(
+    dialect: Dialect,
+) -> None:
+    """A statement prepared while the live partition holds a row or two is planned for that
+    size: the outcome write would scan the whole partition for the life of the connection
+    (as the claim's TID lookup would), every dead version a held snapshot keeps in it. On the
+    worker's own threads the session turns sequential scans off first; elsewhere (an
+    enqueuing web process) its session is left as it is."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django_sqltasks.sql.prepared import worker_thread
+
+    with connection.cursor() as cursor:
+        dialect.insert(cursor, [new_task() for _ in range(4)])
+        cursor.execute("VACUUM ANALYZE django_sqltasks_taskrecord_live")
+    connection.close()
+    elsewhere = _finish_prepared(dialect)
+    assert "Seq Scan on django_sqltasks_taskrecord_live" in elsewhere, elsewhere
+    assert elsewhere.endswith("enable_seqscan=on")
+    with ThreadPoolExecutor(1, initializer=worker_thread) as thread:
+        plan = thread.submit(_finish_prepared, dialect).result()
+    assert "Seq Scan" not in plan and "django_sqltasks_taskrecord_live" in plan, plan
+    assert plan.endswith("enable_seqscan=off")

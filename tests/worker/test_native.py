@@ -234,15 +234,24 @@ def test_the_aenqueue_pool_runs_djangos_session_setup_too(monkeypatch: pytest.Mo
     assert asyncio.run(zone()) == connection.timezone_name
 
 
-@pytest.mark.parametrize("listen", [True, False])
-def test_the_listening_connection_claims_with_a_prepared_statement(listen: bool) -> None:
+@pytest.mark.parametrize(("listen", "direct"), [(True, False), (False, False), (False, True)])
+def test_the_listening_connection_claims_with_a_prepared_statement(
+    listen: bool, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The connection that holds LISTEN is a direct session: its claim is prepared there even
     with Django's default OPTIONS (no prepared statements, for poolers' sake); a claim on a
-    connection that does not listen is not."""
+    connection that does not listen is not, unless the project prepares statements
+    (OPTIONS prepare_threshold), and only a session of its own (``direct``: the backend's
+    DATABASE takes the LISTEN) gets the worker's settings."""
     first, second = _insert(2), _insert(2)
 
-    async def claim_twice() -> tuple[list[Any], list[Any], int]:
-        loop_database = _loop_database(listen=listen)
+    async def claim_twice() -> tuple[list[Any], list[Any], int, str]:
+        loop_database = _loop_database(listen=listen, direct=direct)
+        if direct:  # where the project prepares statements on its direct connections
+            params = native.connection_params("default")
+            monkeypatch.setattr(
+                native, "connection_params", lambda alias: {**params, "prepare_threshold": 0}
+            )
         await loop_database.start()
         try:
             rows = await loop_database.claim(2)
@@ -251,12 +260,17 @@ def test_the_listening_connection_claims_with_a_prepared_statement(listen: bool)
                 "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
                 ["%json_agg%"],
             )
-            return rows, more, (await cursor.fetchone())[0]
+            prepared = (await cursor.fetchone())[0]
+            cursor = await loop_database._connection.execute("SHOW enable_seqscan")
+            return rows, more, prepared, (await cursor.fetchone())[0]
         finally:
             await loop_database.close()
 
-    rows, more, prepared = asyncio.run(claim_twice())
-    assert prepared == (1 if listen else 0)
+    rows, more, prepared, seqscan = asyncio.run(claim_twice())
+    assert prepared == (1 if listen or direct else 0)
+    # A claim planned once on a session of its own keeps to the indexes (sql/prepared.py);
+    # one planned at each call, or on a session a pooler may share, is left as it is.
+    assert seqscan == ("off" if listen or direct else "on")
     assert sorted(row.id for row in rows + more) == sorted(first + second)
     assert all(row.worker_ids == [WORKER] and row.corrupt is None for row in rows + more)
 
