@@ -277,6 +277,17 @@ class Watch:
         return the new ones."""
         now = {warning.key: warning for warning in found}
         new = [warning for key, warning in now.items() if key not in self._current]
+        # Those gone first: where another session now holds the horizon, the warning that
+        # named the last one clears before the one that names the next.
+        for key, warning in self._current.items():
+            if key not in now:
+                logger.info(
+                    "%s cleared on database %r%s",
+                    warning.check_id,
+                    self.using,
+                    "" if warning.session is None else f" (session {warning.session})",
+                    extra={"action": "table_warning_cleared", "check_id": warning.check_id},
+                )
         for warning in new:
             logger.warning(
                 "%s: %s Hint: %s",
@@ -285,13 +296,5 @@ class Watch:
                 warning.hint,
                 extra={"action": "table_warning", "check_id": warning.check_id},
             )
-        for key, warning in self._current.items():
-            if key not in now:
-                logger.info(
-                    "%s cleared on database %r",
-                    warning.check_id,
-                    self.using,
-                    extra={"action": "table_warning_cleared", "check_id": warning.check_id},
-                )
         self._current = now
         return new

@@ -19,7 +19,10 @@ What still becomes due behind a mark (a task enqueued with ``run_after`` in the 
 open longer than ``MAX_LAG``, a claim that another worker rolled back) is taken by a full pass,
 a claim that reads every priority from its start: the first claim, then one at least every
 ``FULL_PASS_EVERY`` seconds, and no more often than keeps full passes to ``FULL_PASS_SHARE``
-of the time (each costs the walk that the marks save, which a held snapshot makes long).
+of the time (each costs the walk that the marks save, which a held snapshot makes long). A
+full pass that took only tasks behind a priority's mark moves that mark back to the last of
+them: a backlog behind it is then read by the claims that follow, not ``limit`` tasks a full
+pass.
 
 Priorities: the claim walks the priorities that have READY tasks, highest first; one it has a
 mark for is not looked up again (reading the index for it would walk its consumed range), the
@@ -155,6 +158,12 @@ class ClaimMarks:
             current = self._marks.get(priority)
             if current is None or mark > current:
                 self._marks[priority] = mark
+            elif self._full_pass and taken < current:
+                # Every task this full pass took of the priority was behind its mark: more may
+                # wait there (an enqueue that took its transaction id late, behind a lock),
+                # which claims from the mark would leave to one full pass each ``limit`` of
+                # them. From the last one taken, the next claims read them at full pace.
+                self._marks[priority] = taken
 
     def reset(self) -> None:
         """Forget every mark: the next claim is a full pass."""
