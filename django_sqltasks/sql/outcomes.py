@@ -156,14 +156,15 @@ class OutcomeStatements(Vendor):
         other next; one that died beside others as such a suspect already, to run alone
         (SUSPECT); a suspect its worker had cleared (SUSPECT_CLEARED), alone with no time bound
         next time."""
+        lone = self.lone_orphans(cursor, backend_name=backend_name, lease_timeout=lease_timeout)
+        if lone is None:
+            return 0
         cursor.execute(
             *self.requeue_orphans_sql(
                 backend_name=backend_name,
                 lease_timeout=lease_timeout,
                 max_rescues=max_rescues,
-                lone=self.lone_orphans(
-                    cursor, backend_name=backend_name, lease_timeout=lease_timeout
-                ),
+                lone=lone,
             )
         )
         return cursor.rowcount
@@ -182,19 +183,23 @@ class OutcomeStatements(Vendor):
 
     def lone_orphans(
         self, cursor: CursorWrapper, *, backend_name: str, lease_timeout: float
-    ) -> list[str]:
+    ) -> list[str] | None:
         """The lost workers (see ``requeue_orphans``) that ran one task: nothing beside it
-        could have killed them. Read before the rescue writes, in a statement of its own: a
-        database that evaluates an UPDATE row by row (SQLite; MySQL may) would see the
-        workers' first rows written already, and count the task beside a failed one as its
-        worker's only one."""
+        could have killed them; None if no task has a lost worker (no rescue to write, the
+        usual case). Read before the rescue writes, in a statement of its own: a database
+        that evaluates an UPDATE row by row (SQLite; MySQL may) would see the workers' first
+        rows written already, and count the task beside a failed one as its worker's only
+        one."""
         where, params = self._orphaned_sql(backend_name, lease_timeout)
         cursor.execute(
-            f"SELECT t.owner FROM {self.tasks} t WHERE t.status = 'RUNNING' AND {where} "
-            "AND t.owner IS NOT NULL GROUP BY t.owner HAVING COUNT(*) = 1",
+            f"SELECT t.owner, COUNT(*) FROM {self.tasks} t WHERE t.status = 'RUNNING' "
+            f"AND {where} GROUP BY t.owner",
             params,
         )
-        return [row[0] for row in cursor.fetchall()]
+        rows = cursor.fetchall()
+        if not rows:
+            return None
+        return [owner for owner, count in rows if owner is not None and count == 1]
 
     def requeue_orphans_sql(
         self,

@@ -243,11 +243,14 @@ class PostgreSQLDialect(PostgreSQLClaims, PostgreSQLProbe, Dialect):
         lease_timeout: float,
         max_rescues: int | None = None,
     ) -> int:
+        lone = self.lone_orphans(cursor, backend_name=backend_name, lease_timeout=lease_timeout)
+        if lone is None:  # no task has a lost worker
+            return 0
         sql, params = self.requeue_orphans_sql(
             backend_name=backend_name,
             lease_timeout=lease_timeout,
             max_rescues=max_rescues,
-            lone=self.lone_orphans(cursor, backend_name=backend_name, lease_timeout=lease_timeout),
+            lone=lone,
         )
         if max_rescues is None:  # every task goes back to READY: none finishes here
             cursor.execute(sql, params)

@@ -522,6 +522,8 @@ def operations() -> list[Operation]:
                 Variant(
                     "requeue_orphans(cursor, backend_name='shop', lease_timeout=30)",
                     lambda d, c: d.requeue_orphans(c, backend_name=BACKEND, lease_timeout=30),
+                    # One lost worker, which ran two tasks.
+                    lambda vendor: [[("worker-a", 2)]],
                 ),
                 Variant(
                     "requeue_orphans(cursor, backend_name='shop', lease_timeout=30, max_rescues=3)",
@@ -529,7 +531,7 @@ def operations() -> list[Operation]:
                         c, backend_name=BACKEND, lease_timeout=30, max_rescues=3
                     ),
                     # Two lost workers ran one task each.
-                    lambda vendor: [[("worker-a",), ("worker-b",)], [(0,)]],
+                    lambda vendor: [[("worker-a", 1), ("worker-b", 1), ("worker-c", 3)], [(0,)]],
                 ),
             ),
         ),

@@ -235,3 +235,19 @@ def test_a_rescue_judges_every_task_by_its_worker_as_it_was_before_the_rescue(
     record = TaskRecord.objects.get(id=beside.id)
     assert (record.status, record.rescues) == ("READY", 0), record.errors
     assert "beside others" in record.errors[-1]["traceback"]
+
+
+@pytest.mark.django_db
+def test_a_rescue_with_no_lost_worker_reads_once_and_writes_nothing(dialect: Dialect) -> None:
+    """Every worker's upkeep runs the rescue now and then; almost always no task has a lost
+    worker: one read, no UPDATE."""
+    from django.test.utils import CaptureQueriesContext
+
+    from django_sqltasks.models import WorkerRecord
+
+    WorkerRecord.objects.create(id="alive", hostname="h", pid=1, heartbeat_at=timezone.now())
+    running = task_row(TaskResultStatus.RUNNING, owner="alive")
+    with CaptureQueriesContext(connection) as queries, connection.cursor() as cursor:
+        assert dialect.requeue_orphans(cursor, backend_name="default", lease_timeout=30) == 0
+    assert len(queries) == 1 and queries[0]["sql"].lstrip().startswith("SELECT")
+    assert TaskRecord.objects.get(id=running.id).status == "RUNNING"

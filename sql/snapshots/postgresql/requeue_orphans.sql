@@ -4,12 +4,12 @@
 
 -- requeue_orphans(cursor, backend_name='shop', lease_timeout=30)
 --   PostgreSQLDialect.requeue_orphans (django_sqltasks/sql/postgresql.py)
-SELECT t.owner
+SELECT t.owner, COUNT(*)
 FROM "django_sqltasks_taskrecord" t
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= now() -
-    make_interval(secs => %s))) AND t.owner IS NOT NULL
-GROUP BY t.owner HAVING COUNT(*) = 1;
+    make_interval(secs => %s)))
+GROUP BY t.owner;
 -- %s 1: 'shop'
 -- %s 2: 30.0
 UPDATE "django_sqltasks_taskrecord" AS t
@@ -48,12 +48,12 @@ WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT E
 
 -- requeue_orphans(cursor, backend_name='shop', lease_timeout=30, max_rescues=3)
 --   PostgreSQLDialect.requeue_orphans (django_sqltasks/sql/postgresql.py)
-SELECT t.owner
+SELECT t.owner, COUNT(*)
 FROM "django_sqltasks_taskrecord" t
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
     "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= now() -
-    make_interval(secs => %s))) AND t.owner IS NOT NULL
-GROUP BY t.owner HAVING COUNT(*) = 1;
+    make_interval(secs => %s)))
+GROUP BY t.owner;
 -- %s 1: 'shop'
 -- %s 2: 30.0
 WITH done AS (

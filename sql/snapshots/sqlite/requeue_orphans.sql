@@ -4,12 +4,11 @@
 
 -- requeue_orphans(cursor, backend_name='shop', lease_timeout=30)
 --   OutcomeStatements.requeue_orphans (django_sqltasks/sql/outcomes.py)
-SELECT t.owner
+SELECT t.owner, COUNT(*)
 FROM "django_sqltasks_taskrecord" t
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
-    "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= %s)) AND t.owner IS
-    NOT NULL
-GROUP BY t.owner HAVING COUNT(*) = 1;
+    "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= %s))
+GROUP BY t.owner;
 -- %s 1: 'shop'
 -- %s 2: <now -30 s>
 UPDATE "django_sqltasks_taskrecord" AS t
@@ -47,12 +46,11 @@ WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT E
 
 -- requeue_orphans(cursor, backend_name='shop', lease_timeout=30, max_rescues=3)
 --   OutcomeStatements.requeue_orphans (django_sqltasks/sql/outcomes.py)
-SELECT t.owner
+SELECT t.owner, COUNT(*)
 FROM "django_sqltasks_taskrecord" t
 WHERE t.status = 'RUNNING' AND t.backend_name = %s AND (t.owner IS NULL OR NOT EXISTS (SELECT 1 FROM
-    "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= %s)) AND t.owner IS
-    NOT NULL
-GROUP BY t.owner HAVING COUNT(*) = 1;
+    "django_sqltasks_workerrecord" w WHERE w.id = t.owner AND w.heartbeat_at >= %s))
+GROUP BY t.owner;
 -- %s 1: 'shop'
 -- %s 2: <now -30 s>
 UPDATE "django_sqltasks_taskrecord" AS t
