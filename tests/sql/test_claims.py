@@ -3,12 +3,15 @@ PostgreSQL; on the active database."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from django.db import connection
 from django.utils import timezone
 
 from django_sqltasks.models import TaskRecord
 from django_sqltasks.sql.dialect import Dialect
+from django_sqltasks.sql.prepared import worker_thread
 from django_sqltasks.sql.rows import (
     Outcome,
 )
@@ -151,10 +154,6 @@ def test_the_workers_prepared_statements_keep_to_the_indexes_planned_on_a_small_
     (as the claim's TID lookup would), every dead version a held snapshot keeps in it. On the
     worker's own threads the session turns sequential scans off first; elsewhere (an
     enqueuing web process) its session is left as it is."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from django_sqltasks.sql.prepared import worker_thread
-
     with connection.cursor() as cursor:
         dialect.insert(cursor, [new_task() for _ in range(4)])
         cursor.execute("VACUUM ANALYZE django_sqltasks_taskrecord_live")

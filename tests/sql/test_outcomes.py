@@ -8,10 +8,11 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqltasks.compat import TaskResultStatus
-from django_sqltasks.models import TaskRecord
+from django_sqltasks.models import TaskRecord, WorkerRecord
 from django_sqltasks.sql import Outcome
 from django_sqltasks.sql.dialect import Dialect
 from django_sqltasks.sql.rows import (
@@ -241,10 +242,6 @@ def test_a_rescue_judges_every_task_by_its_worker_as_it_was_before_the_rescue(
 def test_a_rescue_with_no_lost_worker_reads_once_and_writes_nothing(dialect: Dialect) -> None:
     """Every worker's upkeep runs the rescue now and then; almost always no task has a lost
     worker: one read, no UPDATE."""
-    from django.test.utils import CaptureQueriesContext
-
-    from django_sqltasks.models import WorkerRecord
-
     WorkerRecord.objects.create(id="alive", hostname="h", pid=1, heartbeat_at=timezone.now())
     running = task_row(TaskResultStatus.RUNNING, owner="alive")
     with CaptureQueriesContext(connection) as queries, connection.cursor() as cursor:
