@@ -7,7 +7,7 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.db.backends.utils import CursorWrapper
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -16,7 +16,7 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import PausedQueue, TaskRecord
 from django_sqltasks.sql import Scope, dialect_for
 from django_sqltasks.sql.rows import Outcome
-from tests.factories import insert_rows, plan_uses
+from tests.factories import insert_rows, plan_uses, worker_lease
 
 # ANALYZE TABLE commits implicitly on MySQL: flush the table after each test instead of
 # relying on a rolled-back transaction.
@@ -416,3 +416,57 @@ def test_recent_finished_tasks_are_read_through_the_finished_index() -> None:
     if connection.vendor == "sqlite":
         plan = explain(sql, list(params))
         assert plan_uses(plan, "sqltasks_finished_idx"), plan
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.large_table
+def test_a_workers_look_for_cancel_requests_reads_only_the_tasks_asked_to_stop() -> None:
+    """At every heartbeat a worker reads its RUNNING tasks whose cancellation was asked. Beside
+    a held snapshot the running index keeps a dead entry for every task the worker claimed and
+    finished since (none removable); the cancel-request index holds only the few asked."""
+    fill(ready=6_000, finished=0)
+    ids = list(TaskRecord.objects.ready().values_list("id", flat=True))
+    holder = connections.create_connection("default")
+    try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute(f"SELECT count(*) FROM {TaskRecord._meta.db_table}")
+        done = ids[:-2]
+        for start in range(0, len(done), 500):
+            rows = TaskRecord.objects.filter(id__in=done[start : start + 500])
+            rows.update(status=TaskResultStatus.RUNNING, owner="busy", attempts=1)
+            rows.update(status=TaskResultStatus.SUCCESSFUL, owner=None, finished_at=timezone.now())
+        TaskRecord.objects.filter(id__in=ids[-2:]).update(
+            status=TaskResultStatus.RUNNING, owner="busy", attempts=1
+        )
+        TaskRecord.objects.filter(id=ids[-1]).update(cancel_requested=True)
+        analyze()
+        lease = worker_lease("busy")
+        with CaptureQueriesContext(connection) as queries:
+            assert lease.cancel_requests() == [ids[-1]]
+        plan = explain_analyze(queries.captured_queries[-1]["sql"], [])
+        running = explain_analyze(
+            f"SELECT id FROM {TaskRecord._meta.db_table} WHERE status = 'RUNNING' AND owner = %s",
+            ["busy"],
+        )
+    finally:
+        holder.close()
+    assert plan_uses(plan, "sqltasks_cancel_requested_idx"), plan
+    # What the running index's walk reads (its 5,998 dead entries and their heap pages), and
+    # what the look for cancel requests reads: a few index pages and the one row.
+    assert plan_uses(running, "sqltasks_running_idx"), running
+    assert buffers(running) > 100 and buffers(plan) * 10 < buffers(running), (plan, running)
+
+
+def explain_analyze(sql: str, params: list[object]) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def buffers(plan: str) -> int:
+    """The buffers a plan's top node read (hit or not), from EXPLAIN (ANALYZE, BUFFERS)."""
+    found = re.search(r"Buffers: shared hit=(\d+)(?: read=(\d+))?", plan)
+    assert found, plan
+    return int(found.group(1)) + int(found.group(2) or 0)

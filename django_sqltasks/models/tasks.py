@@ -294,6 +294,17 @@ class TaskRecord(models.Model):
                 where=models.Q(status=TaskResultStatus.RUNNING),
                 fallback=["status"],
             ),
+            # Serves a worker's look for cancel requests among its RUNNING tasks, at every
+            # heartbeat, on PostgreSQL: the running index holds an entry for every task the
+            # worker claimed while a snapshot is held (each dead, but not removable), this one
+            # only the few asked to stop. SQLite keeps no dead entries; MariaDB, without
+            # partial indexes, reads the running index's (status, owner) as before.
+            PostgreSQLIndex(
+                name="sqltasks_cancel_requested_idx",
+                expression="owner",
+                where="status = 'RUNNING' AND cancel_requested",
+                using="btree",
+            ),
             # Serves pruning: finished rows by age.
             PartialIndex(
                 fields=["finished_at"],
