@@ -470,3 +470,20 @@ def buffers(plan: str) -> int:
     found = re.search(r"Buffers: shared hit=(\d+)(?: read=(\d+))?", plan)
     assert found, plan
     return int(found.group(1)) + int(found.group(2) or 0)
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_every_gin_index_of_the_task_table_merges_a_small_pending_list() -> None:
+    """The search indexes (GIN) in every leaf, the live tasks' and each day's: with the
+    default 4 MB pending list, the statement that passed it paid for the whole merge."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_am a ON a.oid = c.relam "
+            "JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class r ON r.oid = i.indrelid "
+            "WHERE a.amname = 'gin' AND r.relname LIKE %s",
+            [TaskRecord._meta.db_table + "%"],
+        )
+        found = dict(cursor.fetchall())
+    leaves = {name for name in found if "_live_" in name}
+    assert leaves and len(found) > 4, found
+    assert all(options == ["gin_pending_list_limit=64"] for options in found.values()), found
