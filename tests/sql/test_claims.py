@@ -128,7 +128,7 @@ def _generic_finish_plan(name_like: str) -> str:
 
 def _finish_prepared(dialect: Dialect) -> str:
     """Claim and finish a task with the statements prepared at once; the generic plan of the
-    outcome write, and the session's enable_seqscan."""
+    outcome write, and the session's jit and enable_seqscan."""
     connection.ensure_connection()
     connection.connection.prepare_threshold = 0
     try:
@@ -138,8 +138,9 @@ def _finish_prepared(dialect: Dialect) -> str:
                 dialect.complete(cursor, WORKER, [Outcome(row.id, "SUCCESSFUL", done, "null")])
         plan = _generic_finish_plan("%WITH done AS%")
         with connection.cursor() as cursor:
-            cursor.execute("SHOW enable_seqscan")
-            return plan + "\nenable_seqscan=" + cursor.fetchone()[0]
+            cursor.execute("SELECT current_setting('enable_seqscan'), current_setting('jit')")
+            seqscan, jit = cursor.fetchone()
+            return f"{plan}\njit={jit}\nenable_seqscan={seqscan}"
     finally:
         connection.close()
 
@@ -163,8 +164,8 @@ def test_the_workers_prepared_statements_keep_to_the_indexes_planned_on_a_small_
     connection.close()
     elsewhere = _finish_prepared(dialect)
     assert "Seq Scan on django_sqltasks_taskrecord_live" in elsewhere, elsewhere
-    assert elsewhere.endswith("enable_seqscan=on")
+    assert elsewhere.endswith("enable_seqscan=on")  # and jit as the server has it
     with ThreadPoolExecutor(1, initializer=worker_thread) as thread:
         plan = thread.submit(_finish_prepared, dialect).result()
     assert "Seq Scan" not in plan and "django_sqltasks_taskrecord_live" in plan, plan
-    assert plan.endswith("enable_seqscan=off")
+    assert plan.endswith("jit=off\nenable_seqscan=off")
