@@ -53,7 +53,11 @@ SLOP = timedelta(seconds=0.05)
 # start). Tasks such a writer enqueues are taken by the next full pass.
 MAX_LAG = timedelta(seconds=2)
 FULL_PASS_EVERY = 1.0  # seconds between full passes at most, while they stay cheap
-FULL_PASS_SHARE = 0.02  # of the claims' time, at most, spent on full passes
+# The share of the time, at most, the claim spends on full passes. A task that comes while one
+# runs waits for it (30 to 50 ms a pass at 400 tasks/s beside three held snapshots): at 2%, 2%
+# of the tasks did, and the p99 start latency was the full pass's (32 ms in the worst 10 s
+# against 7.5 ms in the baseline); at 0.5% they stay out of the p99.
+FULL_PASS_SHARE = 0.005
 FULL_PASS_EVERY_MAX = 60.0  # seconds: how long a full pass that was slow may be put off
 
 

@@ -125,7 +125,7 @@ def test_full_passes_come_at_their_interval_and_a_slow_one_puts_the_next_off() -
     assert marks.full_passes == 1
     assert marks.begin() != NO_MARKS
     assert full_pass_interval(0.001) == FULL_PASS_EVERY
-    # 20 ms a pass: no more than FULL_PASS_SHARE of the time on full passes.
+    # 100 ms a pass: no more than FULL_PASS_SHARE of the time on full passes.
     assert full_pass_interval(0.1) == pytest.approx(0.1 / FULL_PASS_SHARE)
     assert full_pass_interval(30.0) == FULL_PASS_EVERY_MAX
 
