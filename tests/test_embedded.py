@@ -117,6 +117,7 @@ def test_runserver_runs_tasks_in_its_process_and_stops_its_worker_on_ctrl_c(
     events: EventLog,
 ) -> None:
     env = worker_env(DJANGO_SETTINGS_MODULE="tests.settings_embedded", **{EVENTS_ENV: events.path})
+    env["PYTHONFAULTHANDLER"] = "1"  # a server that does not stop prints its threads on SIGABRT
     server = subprocess.Popen(
         [sys.executable, "-m", "django", "runserver", "--noreload", f"127.0.0.1:{free_port()}"],
         cwd=ROOT,
@@ -134,7 +135,13 @@ def test_runserver_runs_tasks_in_its_process_and_stops_its_worker_on_ctrl_c(
         assert result.return_value == 9
         assert TaskRecord.objects.get(id=result.id).worker_ids == [started["worker_id"]]
         server.send_signal(signal.SIGINT)
-        output, _ = server.communicate(timeout=60)
+        try:
+            output, _ = server.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            # Where each thread is (faulthandler), to say what held the exit up.
+            server.send_signal(signal.SIGABRT)
+            output, _ = server.communicate(timeout=30)
+            pytest.fail(f"runserver did not stop within 60 s of SIGINT:\n{output}")
     finally:
         if server.poll() is None:
             server.kill()
