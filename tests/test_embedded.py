@@ -111,6 +111,30 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+# ``python -m django`` as a shell in a terminal starts it: SIGINT delivered and handled
+# (KeyboardInterrupt). A process inherits an ignored or blocked signal from the one that
+# started it (a CI job's background shell, a test runner's worker), and Python then installs
+# no handler: runserver would not see the Ctrl-C this test sends.
+AS_FROM_A_TERMINAL = (
+    "import runpy, signal, sys; "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'django'; "
+    "runpy.run_module('django', run_name='__main__', alter_sys=True)"
+)
+
+
+def signal_dispositions(pid: int) -> str:
+    """The ignored and blocked signal masks of process ``pid`` (Linux), for a failure's text."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return ", ".join(
+                line.strip() for line in status if line.startswith(("SigIgn", "SigBlk"))
+            )
+    except OSError:
+        return "no /proc"
+
+
 @pytest.mark.worker_process
 @pytest.mark.django_db(transaction=True)
 def test_runserver_runs_tasks_in_its_process_and_stops_its_worker_on_ctrl_c(
@@ -119,7 +143,14 @@ def test_runserver_runs_tasks_in_its_process_and_stops_its_worker_on_ctrl_c(
     env = worker_env(DJANGO_SETTINGS_MODULE="tests.settings_embedded", **{EVENTS_ENV: events.path})
     env["PYTHONFAULTHANDLER"] = "1"  # a server that does not stop prints its threads on SIGABRT
     server = subprocess.Popen(
-        [sys.executable, "-m", "django", "runserver", "--noreload", f"127.0.0.1:{free_port()}"],
+        [
+            sys.executable,
+            "-c",
+            AS_FROM_A_TERMINAL,
+            "runserver",
+            "--noreload",
+            f"127.0.0.1:{free_port()}",
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -134,6 +165,7 @@ def test_runserver_runs_tasks_in_its_process_and_stops_its_worker_on_ctrl_c(
         result.refresh()
         assert result.return_value == 9
         assert TaskRecord.objects.get(id=result.id).worker_ids == [started["worker_id"]]
+        dispositions = signal_dispositions(server.pid)
         server.send_signal(signal.SIGINT)
         try:
             output, _ = server.communicate(timeout=60)
@@ -141,7 +173,7 @@ def test_runserver_runs_tasks_in_its_process_and_stops_its_worker_on_ctrl_c(
             # Where each thread is (faulthandler), to say what held the exit up.
             server.send_signal(signal.SIGABRT)
             output, _ = server.communicate(timeout=30)
-            pytest.fail(f"runserver did not stop within 60 s of SIGINT:\n{output}")
+            pytest.fail(f"runserver did not stop within 60 s of SIGINT ({dispositions}):\n{output}")
     finally:
         if server.poll() is None:
             server.kill()
