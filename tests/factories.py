@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import Permission, User
-from django.db import connection
+from django.db import connection, connections
 from django.db.models.expressions import DatabaseDefault
 from django.test import Client
 from django.utils import timezone
@@ -168,3 +170,18 @@ def plan_uses(plan: str, index: str) -> bool:
                 [index],
             )
         return any(name in plan for (name,) in cursor.fetchall())
+
+
+@contextlib.contextmanager
+def held_snapshot() -> Iterator[None]:
+    """A second connection holding a REPEATABLE READ snapshot of the task table while the
+    block runs, as a report does: vacuum removes no version that dies meanwhile."""
+    holder = connections.create_connection("default")
+    try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute(f"SELECT count(*) FROM {TaskRecord._meta.db_table}")
+        yield
+    finally:
+        holder.close()

@@ -7,7 +7,7 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.db.backends.utils import CursorWrapper
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -16,7 +16,7 @@ from django_sqltasks.compat import TaskResultStatus
 from django_sqltasks.models import PausedQueue, TaskRecord
 from django_sqltasks.sql import Scope, dialect_for
 from django_sqltasks.sql.rows import Outcome
-from tests.factories import insert_rows, plan_uses, worker_lease
+from tests.factories import held_snapshot, insert_rows, plan_uses, worker_lease
 
 # ANALYZE TABLE commits implicitly on MySQL: flush the table after each test instead of
 # relying on a rolled-back transaction.
@@ -426,12 +426,7 @@ def test_a_workers_look_for_cancel_requests_reads_only_the_tasks_asked_to_stop()
     finished since (none removable); the cancel-request index holds only the few asked."""
     fill(ready=6_000, finished=0)
     ids = list(TaskRecord.objects.ready().values_list("id", flat=True))
-    holder = connections.create_connection("default")
-    try:
-        holder.set_autocommit(False)
-        with holder.cursor() as cursor:
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cursor.execute(f"SELECT count(*) FROM {TaskRecord._meta.db_table}")
+    with held_snapshot():
         done = ids[:-2]
         for start in range(0, len(done), 500):
             rows = TaskRecord.objects.filter(id__in=done[start : start + 500])
@@ -450,8 +445,6 @@ def test_a_workers_look_for_cancel_requests_reads_only_the_tasks_asked_to_stop()
             f"SELECT id FROM {TaskRecord._meta.db_table} WHERE status = 'RUNNING' AND owner = %s",
             ["busy"],
         )
-    finally:
-        holder.close()
     assert plan_uses(plan, "sqltasks_cancel_requested_idx"), plan
     # What the running index's walk reads (its 5,998 dead entries and their heap pages), and
     # what the look for cancel requests reads: a few index pages and the one row.

@@ -26,7 +26,7 @@ from django_sqltasks.sql.marks import (
     full_pass_interval,
 )
 from django_sqltasks.sql.rows import Outcome
-from tests.factories import task_row
+from tests.factories import held_snapshot, task_row
 from tests.sql.support import WORKER, claim_batch
 
 postgres_only = pytest.mark.skipif(
@@ -283,12 +283,7 @@ def test_beside_a_held_snapshot_a_claim_with_marks_reads_past_what_was_consumed(
     dialect: Dialect,
 ) -> None:
     marks = ClaimMarks(full_pass_every=NEVER)
-    holder = connections.create_connection("default")
-    try:
-        holder.set_autocommit(False)
-        with holder.cursor() as cursor:
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cursor.execute("SELECT count(*) FROM django_sqltasks_taskrecord")
+    with held_snapshot():
         # 6,000 tasks claimed and finished while the snapshot is held: vacuum can remove
         # none of the versions they leave in the ready index.
         with connection.cursor() as cursor:
@@ -306,8 +301,6 @@ def test_beside_a_held_snapshot_a_claim_with_marks_reads_past_what_was_consumed(
             cursor.execute("VACUUM django_sqltasks_taskrecord_live")
         marked = _claim_buffers(dialect, marks.begin())
         full = _claim_buffers(dialect, NO_MARKS)
-    finally:
-        holder.close()
     # The full pass walks the 6,000 consumed entries and their heap tuples (about 30 index
     # pages and 300 heap pages, read in order); the claim from the mark does not.
     assert full > 200 and marked * 10 < full, (marked, full)
