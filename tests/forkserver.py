@@ -234,7 +234,10 @@ class ForkedProcess:
 
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, signum)
+            # It may have exited and been reaped by the fork server since the poll, before
+            # the server told us: gone, as Popen.send_signal takes it.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
