@@ -1,6 +1,8 @@
 """A burst worker's CPU per task and the most PostgreSQL connections it held, over N tasks of
 one kind: ``noop`` (no database), ``orm`` (one query), ``step`` (a durable task of one step),
-with Django's settings as they are or with Django's connection pool (``--pool``).
+``park`` (a durable task that writes one step and parks at a wait for its event: the burst
+worker ends once every task is parked), with Django's settings as they are or with Django's
+connection pool (``--pool``).
 
 Out of CI; see docs/worker.md ("Database connections"). Run on a scratch database, which it
 migrates and whose task rows it deletes:
@@ -20,6 +22,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -31,7 +34,7 @@ SAMPLE_EVERY = 0.005  # seconds between two counts of the worker's connections
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kind", choices=("noop", "orm", "step"), default="step")
+    parser.add_argument("--kind", choices=("noop", "orm", "step", "park"), default="step")
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
@@ -51,19 +54,32 @@ def main() -> None:
     from django.db import connection, connections
 
     from django_sqltasks.compat import task_backends
-    from django_sqltasks.models import StepRecord, TaskRecord
+    from django_sqltasks.models import EventRecord, StepRecord, TaskRecord
     from django_sqltasks.worker import Worker
     from tests import tasks, tasks_durable
 
     assert connection.vendor == "postgresql", "the connection counts are PostgreSQL's"
     call_command("migrate", verbosity=0)
-    task = {"noop": tasks.noop, "orm": tasks.count_rows, "step": tasks_durable.one_step}[args.kind]
+    task = {
+        "noop": tasks.noop,
+        "orm": tasks.count_rows,
+        "step": tasks_durable.one_step,
+        "park": tasks_durable.waiter,
+    }[args.kind]
+    log = os.path.join(tempfile.mkdtemp(prefix="pool-figures-"), "effects")
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = (
+        [((log, "order.paid", str(i), 3600), {}) for i in range(args.tasks)]
+        if args.kind == "park"
+        else [((), {})] * args.tasks
+    )
     for round_ in range(args.rounds):
+        EventRecord.objects.all().delete()
         StepRecord.objects.all().delete()
         TaskRecord.objects.all().delete()
+        tables = ", ".join(m._meta.db_table for m in (TaskRecord, StepRecord, EventRecord))
         with connection.cursor() as cursor:  # the shared server runs with autovacuum off
-            cursor.execute(f"VACUUM {TaskRecord._meta.db_table}, {StepRecord._meta.db_table}")
-        task_backends["default"].enqueue_many(task, [((), {})] * args.tasks)  # type: ignore[attr-defined]
+            cursor.execute(f"VACUUM {tables}")
+        task_backends["default"].enqueue_many(task, calls)  # type: ignore[attr-defined]
         connections.close_all()
         counter = _Counter()
         counter.start()
@@ -78,6 +94,7 @@ def main() -> None:
         # every 5 ms for as long as the run lasts, so a slower kind would pay more of it).
         cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime - counter.cpu
         done = TaskRecord.objects.filter(status="SUCCESSFUL").count()
+        parked = StepRecord.objects.filter(state="waiting").count()
         print(
             json.dumps(
                 {
@@ -86,6 +103,7 @@ def main() -> None:
                     "round": round_ + 1,
                     "tasks": args.tasks,
                     "successful": done,
+                    "parked": parked,
                     "cpu_ms_per_task": round(cpu / args.tasks * 1000, 3),
                     "tasks_per_s": round(args.tasks / wall),
                     "most_connections": counter.most,

@@ -37,7 +37,7 @@ class Dialect(
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         # The app registry: sql/ loads with the backend, which may be before the models can be
         # imported; a dialect is made at the first statement, after setup.
-        from ..models import PausedQueue, StepRecord, TaskRecord, WorkerRecord
+        from ..models import EventRecord, PausedQueue, StepRecord, TaskRecord, WorkerRecord
 
         super().__init__(
             connection,
@@ -46,3 +46,4 @@ class Dialect(
             paused=PausedQueue._meta.db_table,
         )
         self.steps = connection.ops.quote_name(StepRecord._meta.db_table)
+        self.events = connection.ops.quote_name(EventRecord._meta.db_table)

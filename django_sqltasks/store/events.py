@@ -43,6 +43,12 @@ def send_event(
     config = sql_backend(backend)
     payload = _payload(payload, config.config.max_payload_bytes)
     database = config.database
+    connection = connections[database]
+    if dialect_for(connection).sends_in_two_statements:
+        with transaction.atomic(using=database):
+            sent = _send_to_waiter(database, name, key, payload, notify=config.config.notify)
+        if sent is not None:
+            return sent
     now = database_now(database)
     events = EventRecord.objects.using(database).filter(name=name, key=key)
     # One UPDATE when the task waits already (a webhook after the wait, the usual order); an
@@ -58,18 +64,8 @@ def send_event(
                 if wake(database, task_id, notify=config.config.notify, now=now):
                     return SentEvent.RESUMED
                 tasks = TaskRecord.objects.using(database).filter(pk=task_id, status__in=LIVE)
-                if tasks.exists():  # running: it takes the event at its wait
-                    return SentEvent.RESUMED
-                logger.warning(
-                    "Event %r with key %r was sent to task %s, which no longer waits for it "
-                    "(it was cancelled, failed or deleted): the next task to wait for the key "
-                    "takes it",
-                    name,
-                    key,
-                    task_id,
-                    extra={"action": "event_waiter_gone", "task_id": str(task_id)},
-                )
-                return SentEvent.WAITER_GONE
+                # Running: it takes the event at its wait.
+                return SentEvent.RESUMED if tasks.exists() else _waiter_gone(name, key, task_id)
             try:
                 with transaction.atomic(using=database):
                     EventRecord.objects.using(database).create(
@@ -79,6 +75,42 @@ def send_event(
             except IntegrityError:  # sent already, or a wait began meanwhile: look again
                 continue
     return SentEvent.ALREADY_SENT
+
+
+def _send_to_waiter(
+    database: str, name: str, key: str, payload: Any, *, notify: bool
+) -> SentEvent | None:
+    """The send of an event whose row exists unsent, in two statements of the dialect's, in
+    the caller's transaction; None if there is no such row (then the general way stores it,
+    or finds it sent). The second statement is the dialect's own so that it sees a park that
+    committed while the first waited for the row's lock: one statement would have read the
+    task before that park, and left it parked."""
+    connection = connections[database]
+    dialect = dialect_for(connection)
+    with connection.cursor() as cursor:
+        sent, task_id = dialect.mark_event_sent(cursor, name=name, key=key, payload=payload)
+        if not sent:
+            return None
+        if task_id is None:
+            return SentEvent.STORED
+        queue, live = dialect.wake_waiter(cursor, task_id, notify=notify)
+    if queue is not None and has_local_listeners(database):
+        transaction.on_commit(partial(notify_local, database, queue), using=database, robust=True)
+    # Not woken but live: due already, or running (it takes the event at its wait).
+    return SentEvent.RESUMED if live else _waiter_gone(name, key, task_id)
+
+
+def _waiter_gone(name: str, key: str, task_id: Any) -> SentEvent:
+    logger.warning(
+        "Event %r with key %r was sent to task %s, which no longer waits for it "
+        "(it was cancelled, failed or deleted): the next task to wait for the key "
+        "takes it",
+        name,
+        key,
+        task_id,
+        extra={"action": "event_waiter_gone", "task_id": str(task_id)},
+    )
+    return SentEvent.WAITER_GONE
 
 
 async def asend_event(

@@ -26,6 +26,7 @@ from ..compat import TaskResultStatus
 from ..core.durable import check_until
 from ..exceptions import EventAlreadyAwaited, EventTimeout, InvalidStep, Suspended
 from ..models import EventRecord, StepRecord, TaskRecord
+from ..sql import dialect_for
 from ..sql.expressions import Claims
 from ..sql.rows import parked_at
 from .steps import StepRecords, database_now
@@ -121,6 +122,10 @@ class AttemptSteps(StepRecords):
         record = self._record(EVENT, name, occurrence)
         if again and record is not None and record.state in (DONE, TIMED_OUT):
             return Met(record.state, payload=record.result, until=record.wake_at)
+        if record is None and not again and not self.depth:
+            parked = self._park_at_once(name, key, occurrence, timeout)
+            if parked is not None:
+                return parked
         with transaction.atomic(using=self.database):
             event = self._rendezvous(name, key)
             if again and not self._held().select_for_update().exists():
@@ -156,19 +161,58 @@ class AttemptSteps(StepRecords):
             new = []
             if record is None:
                 wake = None if timeout is None else now + timedelta(seconds=timeout)
-                record = StepRecord(
-                    task_id=self.task_id,
-                    kind=EVENT,
-                    name=name,
-                    occurrence=occurrence,
-                    state=WAITING,
-                    event_key=key,
-                    wake_at=wake,
-                    started_at=now,
-                )
+                record = self._waiting(name, key, occurrence, wake_at=wake, started_at=now)
                 new.append(record)
             until = record.wake_at or parked_at()
             return Met(WAITING, until=until, new=new, parked=self._park_here(new, until))
+
+    def _park_at_once(
+        self, name: str, key: str, occurrence: int, timeout: float | None
+    ) -> Met | None:
+        """A first wait's park in one statement, where the database has one: most waits find
+        their event unsent and free, and are parked so. None if it parked nothing (the event
+        was sent, another task waits for it, this attempt lost its claim), and then the
+        general way decides, starting from the event's row as this statement left it, the
+        way the general way's first statement would. Not in a test's transaction, whose clock
+        is the test's (``_now``)."""
+        connection = connections[self.database]
+        dialect = dialect_for(connection)
+        if not dialect.parks_in_one_statement:
+            return None
+        with connection.cursor() as cursor:
+            wait = dialect.park_at_event(
+                cursor,
+                task_id=self.task_id,
+                owner=self.owner,
+                attempt=self.attempt,
+                claims=self.claims,
+                name=name,
+                key=key,
+                occurrence=occurrence,
+                timeout=timeout,
+            )
+        if wait is None:
+            return None
+        record = self._waiting(
+            name, key, occurrence, wake_at=wait.wake_at, started_at=wait.started_at
+        )
+        record.pk = wait.step_id
+        return Met(WAITING, until=wait.until, new=[record], parked=True)
+
+    def _waiting(
+        self, name: str, key: str, occurrence: int, *, wake_at: Any, started_at: Any
+    ) -> StepRecord:
+        """The record of a wait for event (name, key) that begins at ``started_at``."""
+        return StepRecord(
+            task_id=self.task_id,
+            kind=EVENT,
+            name=name,
+            occurrence=occurrence,
+            state=WAITING,
+            event_key=key,
+            wake_at=wake_at,
+            started_at=started_at,
+        )
 
     def _now(self) -> datetime:
         """The clock wake times are set and read by: the database's, which the claim reads; in
