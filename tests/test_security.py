@@ -117,6 +117,7 @@ SQL_WORDS = re.compile(
 # here needs a reviewer to check it carries no value; values go in the parameter list.
 STRUCTURAL = {
     "self.tasks",
+    "self.events",  # the event table's quoted name
     "self.workers",
     "self.paused",  # the paused-queue table's quoted name
     "self._not_in_paused",  # "NOT IN (SELECT queue_name FROM <paused> ... = %s ...)"
@@ -165,6 +166,11 @@ STRUCTURAL = {
     "commit",  # the claim's set_config of synchronous_commit (CLAIM_SYNCHRONOUS_COMMIT), or ""
     # A requeue's status and finished_at (constants, or a CASE on a placeholder's condition)
     # and its rescue count increment: fixed SQL text.
+    # sql/postgresql.py's park and send of a durable wait: the wake time ("NULL" or
+    # statement_timestamp() plus a placeholder's seconds) and the NOTIFY ("" or a pg_notify
+    # of the CHANNEL constant): fixed SQL text.
+    "wake",
+    "notified",
     "status_sql",
     "finished_sql",
     "rescues_sql",

@@ -49,6 +49,9 @@ def test_make_a_schedule_and_see_its_next_runs(
 
     page.fill("#id_cron", "0 8 * * 1-5")  # 08:00 on weekdays, Paris time
     page.click("input[name=_continue]")
+    # The saved schedule's page (the add page's live preview shows next runs too: waiting for
+    # them alone could read that page before the save, as a CI run did).
+    page.wait_for_url("**/schedulerecord/*/change/**")
     page.wait_for_selector(".sqltasks-next-runs")
     runs = page.locator(".sqltasks-next-runs time")
     assert runs.count() == 5
